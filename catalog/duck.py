@@ -1,0 +1,80 @@
+"""DuckDB over the lake: each mirror (later each view) as a plain-named view of its live rows.
+
+Extensions cannot be downloaded here, so iceberg (and its avro dependency) are installed from the
+PyPI wheels `duckdb-extension-*`. Each table is pinned to the metadata file the catalog points at
+when the connection opens, so one connection reads one consistent snapshot per table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import duckdb
+import pyarrow as pa
+import duckdb_extensions
+from pyiceberg.exceptions import NoSuchTableError
+
+from catalog.declarations import SourceTable
+from catalog.lake import pyiceberg_catalog
+from catalog.errors import QueryError
+from catalog.settings import LakeSettings
+from catalog.tables import DELETED, MIRROR_NAMESPACE
+
+
+def connect_duckdb(threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the iceberg extension loaded from local wheels, UTC time zone."""
+    config = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+    if threads:
+        config["threads"] = str(threads)
+    con = duckdb.connect(config=config)
+    for name in ("avro", "iceberg"):
+        duckdb_extensions.import_extension(name, con=con)
+        con.execute(f"LOAD {name}")
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def metadata_location(settings: LakeSettings, namespace: str, table: str) -> str | None:
+    """Current metadata file of an Iceberg table, or None if the table does not exist yet."""
+    try:
+        return pyiceberg_catalog(settings).load_table((namespace, table)).metadata_location
+    except NoSuchTableError:
+        return None
+
+
+def lake_connection(settings: LakeSettings, sources: Mapping[str, SourceTable]) -> duckdb.DuckDBPyConnection:
+    """DuckDB connection where every ingested source is a view named after it (live rows only)."""
+    con = connect_duckdb()
+    for source in sources.values():
+        location = metadata_location(settings, MIRROR_NAMESPACE, source.name)
+        if location is None:
+            continue
+        columns = ", ".join(_quote(c) for c in source.column_names)
+        con.execute(
+            f"CREATE VIEW {_quote(source.name)} AS SELECT {columns} "
+            f"FROM iceberg_scan('{_literal(location)}') WHERE NOT {_quote(DELETED)}"
+        )
+    return con
+
+
+def run_query(settings: LakeSettings, sources: Mapping[str, SourceTable], sql: str) -> pa.Table:
+    """Run ad-hoc SQL over the lake in DuckDB; a bad query raises QueryError with DuckDB's reason."""
+    con = lake_connection(settings, sources)
+    try:
+        return con.execute(sql).fetch_arrow_table()
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0]
+        if isinstance(exc, duckdb.CatalogException) and "does not exist" in first:
+            tables = ", ".join(sorted(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()))
+            first += f" (tables in the lake: {tables or 'none yet - run lakemv ingest'})"
+        raise QueryError(first) from None
+    finally:
+        con.close()

@@ -1,0 +1,27 @@
+"""The small error hierarchy every lakemv layer raises; the CLI turns these into one red line."""
+
+from __future__ import annotations
+
+
+class LakemvError(Exception):
+    """Base of every error lakemv raises on purpose (a user mistake or an expected failure)."""
+
+
+class ConfigError(LakemvError):
+    """A setting or declaration is invalid; `location` says where it came from."""
+
+    def __init__(self, message: str, location: str | None = None):
+        self.location = location
+        super().__init__(f"{location}: {message}" if location else message)
+
+
+class EnvelopeError(LakemvError):
+    """A change record is not a usable Debezium envelope; it goes to the dead-letter table."""
+
+
+class QueryError(LakemvError):
+    """An ad-hoc query failed (bad SQL, unknown table)."""
+
+
+class CommitConflict(LakemvError):
+    """A concurrent Iceberg commit won the race; transient, the caller retries."""

@@ -1,0 +1,73 @@
+"""One settings object for the whole lake: warehouse, catalog, Spark sizing (env prefix LAKEMV_)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from catalog.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+class LakeSettings(BaseSettings):
+    """Settings with defaults that run the embedded stack: SQLite catalog + files under ./warehouse."""
+
+    model_config = SettingsConfigDict(env_prefix="LAKEMV_", frozen=True, extra="forbid")
+
+    warehouse: Path = Field(default=Path("warehouse"), description="Folder of the local Iceberg warehouse.")
+    catalog_name: str = Field(default="lake", pattern=r"^[a-z][a-z0-9_]*$")
+    catalog_uri: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the JDBC catalog database: sqlite:///path or "
+        "postgresql://user:password@host:port/db. Default: sqlite under the warehouse.",
+    )
+    sources_dirs: tuple[Path, ...] = Field(
+        default=(PROJECT_ROOT / "catalog" / "sources",),
+        description="Folders of source declarations (*.toml), searched in order.",
+    )
+    jars_dir: Path = PROJECT_ROOT / "jvm" / "lib"
+    spark_master: str = "local[*]"
+    driver_memory: str = "4g"
+    shuffle_partitions: int = Field(default=4, ge=1)
+
+    @field_validator("warehouse")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @property
+    def warehouse_uri(self) -> str:
+        """The warehouse as a URI Iceberg writes table locations under."""
+        return self.warehouse.as_uri()
+
+    @property
+    def catalog_url(self) -> str:
+        """SQLAlchemy URL of the catalog database (the one pyiceberg uses)."""
+        url = self.catalog_uri or f"sqlite:///{self.warehouse / 'catalog.db'}"
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise ConfigError(f"cannot parse catalog URI {url!r}: {exc}", "LAKEMV_CATALOG_URI") from None
+        backend = parsed.get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise ConfigError(
+                f"catalog URI scheme {backend!r} is not supported; use sqlite:///path or postgresql://...",
+                "LAKEMV_CATALOG_URI",
+            )
+        if backend == "postgresql" and parsed.drivername == "postgresql":
+            url = parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+        return url
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.catalog_url.startswith("sqlite")
+
+    @property
+    def checkpoint_root(self) -> Path:
+        """Where streaming checkpoints live: inside the warehouse, next to the data they describe."""
+        return self.warehouse / "_checkpoints"

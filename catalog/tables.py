@@ -1,0 +1,93 @@
+"""Table naming and layout: which Iceberg identifier holds what, and the mirror tables' bookkeeping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from catalog.declarations import SourceTable
+
+MIRROR_NAMESPACE = "mirror"
+OPS_NAMESPACE = "lakemv"
+VIEW_NAMESPACE = "views"
+DEAD_LETTERS = "dead_letters"
+
+# Bookkeeping columns every mirror row carries next to the declared ones (Iceberg reserves `_deleted`,
+# `_pos`, `_file`..., hence the prefix).
+POSITION = "_lmv_position"  # source position of the change applied last (LSN, else ts_ms)
+OP = "_lmv_op"  # Debezium op of that change: c, r, u, d
+DELETED = "_lmv_deleted"  # tombstone flag: the row is gone but its position is remembered
+SOURCE_TS = "_lmv_source_ts"  # source.ts_ms of that change, as a timestamp
+INGESTED_AT = "_lmv_ingested_at"
+BATCH_ID = "_lmv_batch_id"
+
+BOOKKEEPING_SPARK = (
+    (POSITION, "BIGINT"),
+    (OP, "STRING"),
+    (DELETED, "BOOLEAN"),
+    (SOURCE_TS, "TIMESTAMP"),
+    (INGESTED_AT, "TIMESTAMP"),
+    (BATCH_ID, "BIGINT"),
+)
+
+_UTC_MICROS = pa.timestamp("us", tz="UTC")
+ARROW_TYPES = {
+    "string": pa.string(),
+    "bigint": pa.int64(),
+    "int": pa.int32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "timestamp": _UTC_MICROS,
+    "date": pa.date32(),
+}
+BOOKKEEPING_ARROW = (
+    pa.field(POSITION, pa.int64()),
+    pa.field(OP, pa.string()),
+    pa.field(DELETED, pa.bool_()),
+    pa.field(SOURCE_TS, _UTC_MICROS),
+    pa.field(INGESTED_AT, _UTC_MICROS),
+    pa.field(BATCH_ID, pa.int64()),
+)
+
+# Merge-on-read everywhere: a MERGE writes small delete files instead of rewriting data files.
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+}
+
+
+@dataclass(frozen=True)
+class TableNames:
+    """Identifiers of lakemv's tables inside one catalog."""
+
+    catalog: str
+
+    def mirror(self, source: str) -> str:
+        return f"{self.catalog}.{MIRROR_NAMESPACE}.{source}"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.catalog}.{OPS_NAMESPACE}.{DEAD_LETTERS}"
+
+
+def mirror_arrow_schema(source: SourceTable) -> pa.Schema:
+    """Arrow schema of a mirror row: declared columns, then bookkeeping."""
+    fields = [pa.field(c.name, ARROW_TYPES[c.type]) for c in source.columns]
+    return pa.schema([*fields, *BOOKKEEPING_ARROW])
+
+
+def mirror_ddl_columns(source: SourceTable) -> str:
+    """Spark DDL column list of a mirror table (primary-key columns NOT NULL)."""
+    cols = [
+        f"`{c.name}` {c.spark_type}{' NOT NULL' if c.name in source.primary_key else ''}" for c in source.columns
+    ]
+    cols += [f"`{name}` {typ}" for name, typ in BOOKKEEPING_SPARK]
+    return ", ".join(cols)
+
+
+def tblproperties_sql(extra: dict[str, str] | None = None) -> str:
+    props = {**TABLE_PROPERTIES, **(extra or {})}
+    return ", ".join(f"'{k}'='{v}'" for k, v in props.items())

@@ -1,0 +1,57 @@
+"""The one console lakemv prints through, and the rendering of query results for humans and machines."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready version of a query value: timestamps as ISO-8601 UTC ('Z'), dates ISO."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def render(result: pa.Table, fmt: str) -> str:
+    """Render a query result as `table` (rich), `json` (one object per line) or `csv`."""
+    rows = result.to_pylist()
+    if fmt == "json":
+        return "\n".join(json.dumps(plain(row), ensure_ascii=False) for row in rows)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(result.column_names)
+        for row in rows:
+            writer.writerow([json.dumps(v) if isinstance(v, (list, dict)) else v for v in (plain(x) for x in row.values())])
+        return buffer.getvalue().rstrip("\n")
+    table = Table(*result.column_names, caption=f"{result.num_rows} rows")
+    for row in rows:
+        table.add_row(*("NULL" if v is None else str(plain(v)) for v in row.values()))
+    with console.capture() as captured:
+        console.print(table)
+    return captured.get().rstrip("\n")

@@ -1,0 +1,1 @@
+"""How views are computed: envelope parsing, mirror MERGE, streaming ingest, on Spark."""

@@ -1,0 +1,119 @@
+"""A batch of raw lines turned into per-table, deduplicated change sets plus dead letters. Pure.
+
+Dedupe rule: per primary key the change with the highest source position wins; on equal positions
+the later line wins (a replay of the same event is identical anyway). The mirror MERGE then applies a
+change only if its position is newer than the stored one, so the same rule holds across batches.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+
+from catalog.declarations import SourceTable
+from catalog.errors import EnvelopeError
+from catalog.tables import mirror_arrow_schema
+from spark.envelope import Change, Skip, parse_envelope
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A line that could not be applied, with the reason; stored in the dead-letter table."""
+
+    raw: str
+    source_file: str
+    table: str | None
+    reason: str
+
+
+@dataclass
+class ChangeSet:
+    """What one batch of lines amounts to: latest change per key and table, dead letters, skips."""
+
+    changes: dict[str, list[Change]] = field(default_factory=dict)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    events: int = 0  # lines that parsed into a change, before dedupe
+
+    @property
+    def max_position(self) -> dict[str, int]:
+        return {t: max(c.position for c in cs) for t, cs in self.changes.items() if cs}
+
+
+def table_of(file_path: str) -> str:
+    """The source table a landing file belongs to: the name of its parent folder."""
+    path = urlparse(file_path).path if "://" in file_path or file_path.startswith("file:") else file_path
+    return PurePosixPath(unquote(path)).parent.name
+
+
+def latest_per_key(changes: Iterable[Change]) -> list[Change]:
+    """Keep, per primary key, the change with the highest position (later one on a tie)."""
+    best: dict[tuple[Any, ...], Change] = {}
+    for change in changes:
+        current = best.get(change.key)
+        if current is None or change.position >= current.position:
+            best[change.key] = change
+    return list(best.values())
+
+
+def build_changeset(lines: Iterable[tuple[str, str]], sources: Mapping[str, SourceTable]) -> ChangeSet:
+    """Parse `(line, file)` pairs and dedupe them per table."""
+    result = ChangeSet()
+    parsed: dict[str, list[Change]] = {}
+    for text, file in lines:
+        table = table_of(file)
+        source = sources.get(table)
+        if source is None:
+            known = ", ".join(sorted(sources))
+            result.dead_letters.append(
+                DeadLetter(text, file, table, f"unknown table folder {table!r}: declared sources are {known}")
+            )
+            continue
+        try:
+            outcome = parse_envelope(text, source)
+        except EnvelopeError as exc:
+            result.dead_letters.append(DeadLetter(text, file, table, str(exc)))
+            continue
+        if isinstance(outcome, Skip):
+            result.skipped[outcome.reason] += 1
+            continue
+        result.events += 1
+        parsed.setdefault(table, []).append(outcome)
+    result.changes = {table: latest_per_key(changes) for table, changes in parsed.items()}
+    return result
+
+
+def changes_to_arrow(source: SourceTable, changes: list[Change], batch_id: int, ingested_at_micros: int) -> pa.Table:
+    """Mirror rows for `changes`: deletes become tombstones carrying only the key."""
+    names = source.column_names
+    key_index = [names.index(k) for k in source.primary_key]
+    width = len(names)
+    columns: list[list[Any]] = [[] for _ in range(width)]
+    for change in changes:
+        if change.row is not None:
+            row = change.row
+        else:
+            filled: list[Any] = [None] * width
+            for index, value in zip(key_index, change.key, strict=True):
+                filled[index] = value
+            row = tuple(filled)
+        for index in range(width):
+            columns[index].append(row[index])
+    count = len(changes)
+    bookkeeping = [
+        [c.position for c in changes],
+        [c.op for c in changes],
+        [c.is_delete for c in changes],
+        [c.source_ts_ms * 1000 if c.source_ts_ms is not None else None for c in changes],
+        [ingested_at_micros] * count,
+        [batch_id] * count,
+    ]
+    schema = mirror_arrow_schema(source)
+    arrays = [pa.array(values, type=f.type) for values, f in zip([*columns, *bookkeeping], schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)

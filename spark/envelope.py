@@ -1,0 +1,114 @@
+"""Debezium envelope parsing: one JSON line in, one validated Change (or a skip) out. Pure Python.
+
+Accepts the envelope with or without the `{"schema": ..., "payload": ...}` wrapper, ops c/r/u/d,
+updates with `before: null`, deletes whose `before` carries only the key. Anything else raises
+EnvelopeError with a reason fit for the dead-letter table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from catalog.declarations import SourceTable
+from catalog.errors import EnvelopeError
+from spark.coerce import MAX_MICROS, coerce
+
+OPS = ("c", "r", "u", "d")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One row-level change of a source table, typed per its declaration."""
+
+    table: str
+    op: str
+    key: tuple[Any, ...]
+    position: int
+    source_ts_ms: int | None
+    row: tuple[Any, ...] | None  # declared columns in order; None for a delete
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op == "d"
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A line that is legitimately not a change (blank line, Kafka tombstone); counted, not stored."""
+
+    reason: str
+
+
+def _lookup(envelope: dict[str, Any], path: str) -> Any:
+    value: Any = envelope
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _position(envelope: dict[str, Any], source: SourceTable) -> int:
+    for path in source.ordering:
+        value = _lookup(envelope, path)
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise EnvelopeError(f"source position {path} must be a non-negative integer, got {value!r}")
+    raise EnvelopeError(f"no source position: none of {', '.join(source.ordering)} is present")
+
+
+def _unwrap(text: str) -> dict[str, Any] | Skip:
+    if not text.strip():
+        return Skip("blank line")
+    try:
+        envelope = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EnvelopeError(f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise EnvelopeError("malformed JSON: nested too deeply") from None
+    if envelope is None:
+        return Skip("tombstone (null value)")
+    if isinstance(envelope, dict) and "payload" in envelope and "schema" in envelope:
+        envelope = envelope["payload"]
+        if envelope is None:
+            return Skip("tombstone (null payload)")
+    if not isinstance(envelope, dict):
+        raise EnvelopeError(f"not a Debezium envelope: expected a JSON object, found {type(envelope).__name__}")
+    return envelope
+
+
+def parse_envelope(text: str, source: SourceTable) -> Change | Skip:
+    """Parse one line of a landing file (or one Kafka value) for `source`."""
+    envelope = _unwrap(text)
+    if isinstance(envelope, Skip):
+        return envelope
+    if "op" not in envelope:
+        raise EnvelopeError("not a Debezium envelope: no 'op' field")
+    op = envelope["op"]
+    if op not in OPS:
+        raise EnvelopeError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
+    image_name = "before" if op == "d" else "after"
+    image = envelope.get(image_name)
+    if not isinstance(image, dict):
+        raise EnvelopeError(f"op {op!r} needs an object in '{image_name}', found {json.dumps(image)[:40]}")
+    position = _position(envelope, source)
+    source_ts = _lookup(envelope, "source.ts_ms")
+    if source_ts is None:
+        source_ts = envelope.get("ts_ms")
+    if source_ts is not None and (
+        not isinstance(source_ts, int) or isinstance(source_ts, bool) or not 0 <= source_ts <= MAX_MICROS // 1000
+    ):
+        raise EnvelopeError(f"source.ts_ms must be epoch millis within years 1970-9999, got {source_ts!r}")
+
+    key = []
+    for name in source.primary_key:
+        value = image.get(name)
+        if value is None:
+            raise EnvelopeError(f"missing primary-key field {name!r} in '{image_name}'")
+        key.append(coerce(source.column(name), value))
+    row = None if op == "d" else tuple(coerce(column, image.get(column.name)) for column in source.columns)
+    return Change(source.name, op, tuple(key), position, source_ts, row)

@@ -1,0 +1,56 @@
+"""Mirror tables: one Iceberg table per source, latest state per primary key, deletes as tombstones."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from catalog.declarations import SourceTable
+from catalog.tables import (
+    DELETED,
+    MIRROR_NAMESPACE,
+    OPS_NAMESPACE,
+    POSITION,
+    TableNames,
+    mirror_ddl_columns,
+    tblproperties_sql,
+)
+
+
+def ensure_namespaces(spark: SparkSession, names: TableNames) -> None:
+    for namespace in (MIRROR_NAMESPACE, OPS_NAMESPACE):
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {names.catalog}.{namespace}")
+
+
+def ensure_mirror(spark: SparkSession, names: TableNames, source: SourceTable) -> None:
+    """Create the mirror table of `source` if it does not exist (format v2, merge-on-read)."""
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {names.mirror(source.name)} ({mirror_ddl_columns(source)}) "
+        f"USING iceberg TBLPROPERTIES ({tblproperties_sql()})"
+    )
+
+
+def merge_sql(target: str, source_view: str, source: SourceTable) -> str:
+    """MERGE that applies a change only when it is newer than the stored row (tombstones included)."""
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in source.primary_key)
+    return (
+        f"MERGE INTO {target} t USING {source_view} s ON {on} "
+        f"WHEN MATCHED AND s.`{POSITION}` > t.`{POSITION}` THEN UPDATE SET * "
+        f"WHEN NOT MATCHED THEN INSERT *"
+    )
+
+
+def merge_changes(spark: SparkSession, names: TableNames, source: SourceTable, rows: pa.Table) -> None:
+    """MERGE deduplicated change rows (one per key) into the mirror of `source`."""
+    view = f"_lmv_changes_{source.name}"
+    spark.createDataFrame(rows).createOrReplaceTempView(view)
+    try:
+        spark.sql(merge_sql(names.mirror(source.name), view, source))
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def live_rows_sql(names: TableNames, source: SourceTable) -> str:
+    """SELECT of the live rows of a mirror, declared columns only (what every reader sees)."""
+    columns = ", ".join(f"`{c}`" for c in source.column_names)
+    return f"SELECT {columns} FROM {names.mirror(source.name)} WHERE NOT `{DELETED}`"

@@ -1,0 +1,1 @@
+"""Synthetic CDC workloads: the seed's GitHub model emitted as Debezium envelopes into landing files."""
