@@ -29,7 +29,8 @@ ColumnType = Literal["string", "bigint", "int", "double", "boolean", "timestamp"
 # How a temporal value is encoded on the wire (Debezium: MicroTimestamp, Timestamp, NanoTimestamp,
 # ZonedTimestamp / ISO strings, Date as days since the epoch).
 Encoding = Literal["micros", "millis", "nanos", "iso", "days"]
-BOOKKEEPING_PREFIX = "_lmv_"
+# Lower-case identifiers; a leading underscore is not allowed, which keeps the mirrors' `_lmv_*`
+# bookkeeping columns (and Iceberg's reserved `_deleted`, `_pos`, ...) clear of declared names.
 IDENTIFIER = r"^[a-z][a-z0-9_]*$"
 
 SPARK_TYPES: Mapping[str, str] = {
@@ -54,8 +55,6 @@ class Column(BaseModel):
 
     @model_validator(mode="after")
     def _check_encoding(self) -> Column:
-        if self.name.startswith(BOOKKEEPING_PREFIX):
-            raise ValueError(f"column {self.name!r}: names starting with {BOOKKEEPING_PREFIX!r} are reserved")
         allowed = {"timestamp": {"micros", "millis", "nanos", "iso"}, "date": {"days", "iso"}}.get(self.type, set())
         if self.encoding is not None and self.encoding not in allowed:
             raise ValueError(f"column {self.name!r}: encoding {self.encoding!r} does not apply to type {self.type}")

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Idempotent setup of everything lakemv needs on a fresh Debian machine:
+#   1. Debian packages (Java 17, Maven, PostgreSQL for the catalog tests) when missing;
+#   2. the virtualenv .venv with the pinned Python packages (pyproject.toml + constraints.txt);
+#   3. the JVM jars declared in jvm/pom.xml, fetched by Maven into jvm/lib.
+# Re-running it does nothing unless one of those inputs changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .setup
+
+say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
+
+# ---- 1. Debian packages -------------------------------------------------------------------------
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+if ((${#missing[@]})); then
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# ---- 2. Python ----------------------------------------------------------------------------------
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 13) else 1)' || {
+  echo "setup: lakemv needs Python 3.11 or 3.12 (found $("$PYTHON" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+}
+[ -x .venv/bin/python ] || { say "creating .venv"; "$PYTHON" -m venv .venv; }
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+if [ "$(cat .setup/python 2>/dev/null)" != "$want" ]; then
+  say "installing Python packages (pinned by constraints.txt)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+  echo "$want" > .setup/python
+fi
+
+# ---- 3. JVM jars --------------------------------------------------------------------------------
+want=$(sha256sum jvm/pom.xml | cut -c1-16)
+if [ "$(cat .setup/jars 2>/dev/null)" != "$want" ] || ! compgen -G "jvm/lib/iceberg-spark-runtime-*.jar" >/dev/null; then
+  say "fetching JVM jars with Maven (jvm/pom.xml)"
+  rm -rf jvm/lib
+  (cd jvm && mvn -q -B dependency:copy-dependencies -DoutputDirectory=lib -DexcludeTransitive=true)
+  echo "$want" > .setup/jars
+fi
+say "ready"
