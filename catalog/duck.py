@@ -69,7 +69,7 @@ def run_query(settings: LakeSettings, sources: Mapping[str, SourceTable], sql: s
     """Run ad-hoc SQL over the lake in DuckDB; a bad query raises QueryError with DuckDB's reason."""
     con = lake_connection(settings, sources)
     try:
-        return con.execute(sql).fetch_arrow_table()
+        return con.execute(sql).to_arrow_table()
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0]
         if isinstance(exc, duckdb.CatalogException) and "does not exist" in first:
