@@ -129,7 +129,7 @@ def query(
 
     output = render(run_query(ctx.obj.settings, ctx.obj.sources, sql), format.value)
     if output:
-        print(output) if format != Format.table else console.print(output)
+        print(output)  # already rendered; printing through rich again would read data as markup
 
 
 @app.command()
@@ -154,8 +154,8 @@ def demo(
     for table in ctx.obj.sources:
         count = run_query(settings, ctx.obj.sources, f'SELECT count(*) AS n FROM "{table}"').column("n")[0].as_py()
         console.print(f"[bold]{table}[/bold]: {count} live rows")
-        console.print(render(run_query(settings, ctx.obj.sources, f'SELECT * FROM "{table}" LIMIT 3'), "table"))
-    console.print(f"try: lakemv query \"select username, count(*) from pull_requests p join users u on p.author = u.username group by 1 order by 2 desc limit 5\"")
+        print(render(run_query(settings, ctx.obj.sources, f'SELECT * FROM "{table}" LIMIT 3'), "table"))
+    console.print("try: lakemv query \"select username, count(*) from pull_requests p join users u on p.author = u.username group by 1 order by 2 desc limit 5\"")
 
 
 def main() -> None:

@@ -12,7 +12,9 @@ from typing import Any
 
 import pyarrow as pa
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -49,9 +51,9 @@ def render(result: pa.Table, fmt: str) -> str:
         for row in rows:
             writer.writerow([json.dumps(v) if isinstance(v, (list, dict)) else v for v in (plain(x) for x in row.values())])
         return buffer.getvalue().rstrip("\n")
-    table = Table(*result.column_names, caption=f"{result.num_rows} rows")
-    for row in rows:
-        table.add_row(*("NULL" if v is None else str(plain(v)) for v in row.values()))
+    table = Table(*(escape(name) for name in result.column_names), caption=f"{result.num_rows} rows")
+    for row in rows:  # Text(): data is shown as is, never read as rich markup
+        table.add_row(*(Text("NULL", style="dim") if v is None else Text(str(plain(v))) for v in row.values()))
     with console.capture() as captured:
         console.print(table)
     return captured.get().rstrip("\n")

@@ -44,7 +44,6 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
 
 def get_spark(settings: LakeSettings) -> SparkSession:
     """Return the process's SparkSession, with the catalog of `settings` configured on it."""
-    bootstrap(settings)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(settings.spark_master).appName("lakemv")
     for key, value in base_conf(settings).items():

@@ -33,3 +33,7 @@ def test_csv_has_a_header_and_json_encoded_lists():
 def test_table_shows_nulls_and_count():
     text = render(TABLE, "table")
     assert "NULL" in text and "2 rows" in text
+
+
+def test_table_shows_data_that_looks_like_markup_verbatim():
+    assert "[red]x[/red]" in render(pa.table({"t": ["[red]x[/red]"]}), "table")
