@@ -15,6 +15,19 @@ class ConfigError(LakemvError):
         super().__init__(f"{location}: {message}" if location else message)
 
 
+class ViewDefinitionError(LakemvError):
+    """A view definition is invalid or outside the incrementally maintainable class.
+
+    `fragment` is the piece of SQL that breaks it, so the message can point at it.
+    """
+
+    def __init__(self, view: str, message: str, fragment: str | None = None):
+        self.view = view
+        self.fragment = fragment
+        where = f" in `{fragment}`" if fragment else ""
+        super().__init__(f"view {view}{where}: {message}")
+
+
 class EnvelopeError(LakemvError):
     """A change record is not a usable Debezium envelope; it goes to the dead-letter table."""
 

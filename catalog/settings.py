@@ -30,6 +30,10 @@ class LakeSettings(BaseSettings):
         default=(PROJECT_ROOT / "catalog" / "sources",),
         description="Folders of source declarations (*.toml), searched in order.",
     )
+    views_dir: Path = Field(default=PROJECT_ROOT / "views", description="Folder of view definitions (*.sql).")
+    extra_views_dir: Path | None = Field(
+        default=None, description="A second folder of view definitions, e.g. a team's own views."
+    )
     jars_dir: Path = PROJECT_ROOT / "jvm" / "lib"
     spark_master: str = "local[*]"
     driver_memory: str = "4g"
@@ -39,6 +43,11 @@ class LakeSettings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @property
+    def view_dirs(self) -> tuple[Path, ...]:
+        """Folders views are discovered in, in order."""
+        return (self.views_dir,) if self.extra_views_dir is None else (self.views_dir, self.extra_views_dir)
 
     @property
     def warehouse_uri(self) -> str:

@@ -12,6 +12,7 @@ MIRROR_NAMESPACE = "mirror"
 OPS_NAMESPACE = "lakemv"
 VIEW_NAMESPACE = "views"
 DEAD_LETTERS = "dead_letters"
+CHANGES_SUFFIX = "__changes"
 
 # Bookkeeping columns every mirror row carries next to the declared ones (Iceberg reserves `_deleted`,
 # `_pos`, `_file`..., hence the prefix).
@@ -67,6 +68,13 @@ class TableNames:
 
     def mirror(self, source: str) -> str:
         return f"{self.catalog}.{MIRROR_NAMESPACE}.{source}"
+
+    def view(self, name: str) -> str:
+        return f"{self.catalog}.{VIEW_NAMESPACE}.{name}"
+
+    def view_changes(self, name: str) -> str:
+        """The change feed of a view: one row per upserted or deleted view row, per batch."""
+        return f"{self.catalog}.{VIEW_NAMESPACE}.{name}{CHANGES_SUFFIX}"
 
     @property
     def dead_letters(self) -> str:

@@ -11,7 +11,9 @@ from catalog.tables import (
     MIRROR_NAMESPACE,
     OPS_NAMESPACE,
     POSITION,
+    VIEW_NAMESPACE,
     TableNames,
+    mirror_arrow_schema,
     mirror_ddl_columns,
     tblproperties_sql,
 )
@@ -20,6 +22,10 @@ from catalog.tables import (
 def ensure_namespaces(spark: SparkSession, names: TableNames) -> None:
     for namespace in (MIRROR_NAMESPACE, OPS_NAMESPACE):
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {names.catalog}.{namespace}")
+
+
+def ensure_view_namespace(spark: SparkSession, names: TableNames) -> None:
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {names.catalog}.{VIEW_NAMESPACE}")
 
 
 def ensure_mirror(spark: SparkSession, names: TableNames, source: SourceTable) -> None:
@@ -54,3 +60,15 @@ def live_rows_sql(names: TableNames, source: SourceTable) -> str:
     """SELECT of the live rows of a mirror, declared columns only (what every reader sees)."""
     columns = ", ".join(f"`{c}`" for c in source.column_names)
     return f"SELECT {columns} FROM {names.mirror(source.name)} WHERE NOT `{DELETED}`"
+
+
+def stored_rows(spark: SparkSession, names: TableNames, source: SourceTable, rows: pa.Table) -> pa.Table:
+    """The mirror's current rows (tombstones included) for the primary keys in `rows`."""
+    view = f"_lmv_keys_{source.name}"
+    spark.createDataFrame(rows.select(list(source.primary_key))).createOrReplaceTempView(view)
+    on = " AND ".join(f"m.`{k}` = k.`{k}`" for k in source.primary_key)
+    try:
+        stored = spark.sql(f"SELECT m.* FROM {names.mirror(source.name)} m LEFT SEMI JOIN {view} k ON {on}").toArrow()
+    finally:
+        spark.catalog.dropTempView(view)
+    return stored.cast(mirror_arrow_schema(source)) if stored.num_rows else mirror_arrow_schema(source).empty_table()

@@ -1,0 +1,146 @@
+"""View maintenance on Spark: create a view's tables, build it, and apply each batch's changed rows.
+
+A backfill is the incremental path with every key: the same diff + MERGE + change-feed append, with
+the key filter left out. Only rows whose content changed are written, so rebuilding an up-to-date
+view writes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from catalog.declarations import SourceTable
+from catalog.tables import DELETED, TABLE_PROPERTIES, TableNames
+from spark.planner import ViewPlan
+from spark.viewsql import OP, affected_keys_sql, diff_sql, feed_insert_sql, live_sql, merge_sql, recompute_sql
+
+FINGERPRINT = "lakemv.view.fingerprint"
+
+
+@dataclass(frozen=True)
+class ViewResult:
+    """What one maintenance step did to a view."""
+
+    view: str
+    keys: int | None  # view keys recomputed; None when every key was (a backfill)
+    upserts: int = 0
+    deletes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> int:
+        return self.upserts + self.deletes
+
+    def describe(self) -> str:
+        scope = "all keys" if self.keys is None else f"{self.keys} keys"
+        return f"{self.view}: {scope} -> {self.upserts} upserted, {self.deletes} deleted ({self.seconds:.2f}s)"
+
+
+def _signature(schema: StructType) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+class ViewMaintainer:
+    """Keeps one view table (and its change feed) equal to its SQL over the live mirrors."""
+
+    def __init__(self, spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable], plan: ViewPlan):
+        self.spark = spark
+        self.plan = plan
+        self.table = names.view(plan.name)
+        self.feed = names.view_changes(plan.name)
+        self.live = {t: live_sql(names.mirror(t), sources[t].column_names, DELETED) for t in plan.tables}
+        self._temp = f"_lmv_{plan.name}"
+
+    # ---- tables ------------------------------------------------------------------------------------
+    def recompute(self) -> DataFrame:
+        """The view's full recompute over the live mirrors (what the view table must equal)."""
+        return self.spark.sql(recompute_sql(self.plan, self.live))
+
+    def _exists(self, table: str) -> bool:
+        return self.spark.catalog.tableExists(table)
+
+    def _fingerprint(self) -> str | None:
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.table}").collect()
+        return next((r["value"] for r in rows if r["key"] == FINGERPRINT), None)
+
+    def _create(self, schema: StructType, replace: bool) -> None:
+        nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
+        key_fields = [StructField(k, schema[k].dataType, True) for k in self.plan.key_names]
+        feed = StructType(
+            [
+                *key_fields,
+                StructField("op", StringType(), True),
+                StructField("row", nullable, True),
+                StructField("batch_id", LongType(), True),
+                StructField("source_position", LongType(), True),
+                StructField("changed_at", TimestampType(), True),
+            ]
+        )
+        for name, struct in ((self.table, nullable), (self.feed, feed)):
+            writer = self.spark.createDataFrame([], struct).writeTo(name).using("iceberg")
+            for key, value in TABLE_PROPERTIES.items():
+                writer = writer.tableProperty(key, value)
+            writer.createOrReplace() if replace else writer.create()
+
+    def ensure(self) -> ViewResult | None:
+        """Create the view's tables if needed and build the view when it is new or its SQL changed."""
+        schema = self.recompute().schema  # analysis only, no job
+        if self._exists(self.table):
+            if _signature(self.spark.table(self.table).schema) != _signature(schema):
+                self._create(schema, replace=True)
+            elif self._fingerprint() == self.plan.definition.fingerprint:
+                return None
+        else:
+            self._create(schema, replace=False)
+        result = self.backfill()
+        self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{self.plan.definition.fingerprint}')")
+        return result
+
+    # ---- maintenance -------------------------------------------------------------------------------
+    def backfill(self, batch_id: int | None = None) -> ViewResult:
+        """Recompute every key; write only what differs from the view table."""
+        return self._write(None, None, batch_id, None)
+
+    def apply(self, deltas: Mapping[str, str], batch_id: int, position: int | None) -> ViewResult:
+        """Recompute the keys the changed rows in `deltas` (table -> relation of old and new images) reach."""
+        started = time.perf_counter()
+        sql = affected_keys_sql(self.plan, self.live, {t: r for t, r in deltas.items() if t in self.live})
+        if sql is None:
+            return ViewResult(self.plan.name, 0)
+        keys = self.spark.sql(sql).toArrow()
+        if keys.num_rows == 0:
+            return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started)
+        relation = f"{self._temp}_keys"
+        self.spark.createDataFrame(keys).createOrReplaceTempView(relation)
+        try:
+            return self._write(relation, keys.num_rows, batch_id, position, started)
+        finally:
+            self.spark.catalog.dropTempView(relation)
+
+    def _write(
+        self, keys: str | None, count: int | None, batch_id: int | None, position: int | None, started: float | None = None
+    ) -> ViewResult:
+        started = time.perf_counter() if started is None else started
+        # Materialised once: the MERGE below changes the view table the diff was computed against.
+        diff = self.spark.sql(diff_sql(self.plan, self.live, self.table, keys)).localCheckpoint(eager=True)
+        counts = {row[OP]: row["n"] for row in diff.groupBy(OP).count().withColumnRenamed("count", "n").collect()}
+        if counts:
+            relation = f"{self._temp}_diff"
+            diff.createOrReplaceTempView(relation)
+            try:
+                self.spark.sql(feed_insert_sql(self.plan, self.feed, relation, batch_id, position))
+                self.spark.sql(merge_sql(self.plan, self.table, relation))
+            finally:
+                self.spark.catalog.dropTempView(relation)
+        return ViewResult(
+            self.plan.name,
+            count,
+            upserts=counts.get("upsert", 0),
+            deletes=counts.get("delete", 0),
+            seconds=time.perf_counter() - started,
+        )

@@ -1,0 +1,156 @@
+"""SQL of the incremental step, generated from a ViewPlan. Pure: tests check the text, Spark runs it.
+
+* `affected_keys_sql`: changed rows (old and new images, one temp view per table) -> view keys, by
+  joining each changed row's link columns up its chain of live tables to the anchor.
+* `recompute_sql`: the view restricted to a set of keys. Each table occurrence is replaced by a CTE:
+  the anchor semi-joined with the keys, every other occurrence semi-joined with its parent's CTE on
+  the link equalities. With no keys (a backfill) each CTE is just the live table.
+* `diff_sql`: recomputed rows full-outer-joined with the view table's rows for the same keys; keeps
+  only rows whose content changed (`upsert`) and keys that no longer produce a row (`delete`).
+* `merge_sql` / `feed_insert_sql`: apply a materialised diff to the view table and its change feed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from spark.planner import OCCURRENCE, ViewPlan, over
+
+OP = "_lmv_op"
+NEW_MARK = "_lmv_n"
+OLD_MARK = "_lmv_o"
+
+
+def q(identifier: str) -> str:
+    """Backquote an identifier for Spark SQL."""
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def live_sql(mirror: str, columns: Sequence[str], deleted_flag: str) -> str:
+    """The live rows of a mirror: declared columns, tombstones filtered out."""
+    return f"SELECT {', '.join(q(c) for c in columns)} FROM {mirror} WHERE NOT {q(deleted_flag)}"
+
+
+def _on(pairs: Sequence[tuple[str, str, str]], child: str, parent: str) -> str:
+    return " AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in pairs)
+
+
+def _key_match(plan: ViewPlan, keys: str, alias: str) -> str:
+    return " AND ".join(f"{keys}.{q(k.name)} = {over(k.expr, alias)}" for k in plan.keys)
+
+
+def filtered_ctes(plan: ViewPlan, live: Mapping[str, str], keys: str | None) -> list[tuple[str, str]]:
+    """(name, SQL) of the relation that stands for each occurrence, parents before children."""
+    anchor = plan.occurrence(plan.anchor)
+    if keys is None:
+        order = [plan.anchor, *(link.child for link in plan.links)]
+        return [(OCCURRENCE.format(o), live[plan.occurrence(o).table]) for o in order]
+    ctes = [
+        (
+            OCCURRENCE.format(anchor.id),
+            f"SELECT a.* FROM ({live[anchor.table]}) AS a LEFT SEMI JOIN {keys} AS k ON {_key_match(plan, 'k', 'a')}",
+        )
+    ]
+    for link in plan.links:
+        table = plan.occurrence(link.child).table
+        ctes.append(
+            (
+                OCCURRENCE.format(link.child),
+                f"SELECT c.* FROM ({live[table]}) AS c LEFT SEMI JOIN {OCCURRENCE.format(link.parent)} AS p "
+                f"ON {_on(link.pairs, 'c', 'p')}",
+            )
+        )
+    return ctes
+
+
+def _with(ctes: Sequence[tuple[str, str]]) -> str:
+    return "WITH " + ",\n".join(f"{name} AS ({sql})" for name, sql in ctes)
+
+
+def recompute_sql(plan: ViewPlan, live: Mapping[str, str], keys: str | None = None) -> str:
+    """The view's rows for the keys in relation `keys` (all rows when None)."""
+    return f"{_with(filtered_ctes(plan, live, keys))}\n{plan.body}"
+
+
+def chain_sql(plan: ViewPlan, occ_id: int, delta: str, live: Mapping[str, str]) -> str:
+    """Keys reached from the rows of `delta` read as occurrence `occ_id`."""
+    chain = list(plan.chain(occ_id))
+    key_exprs = [k.expr for k in plan.keys]
+    # The last hop into the anchor can be skipped when the link already carries the key columns.
+    if chain:
+        last = chain[-1]
+        carried = {parent: child for child, parent, op in last.pairs if op == "="}
+        if all(e in carried for e in key_exprs):
+            key_exprs = [carried[e] for e in key_exprs]
+            chain = chain[:-1]
+            final = len(chain)
+        else:
+            final = len(chain)
+    else:
+        final = 0
+    joins = []
+    for index, link in enumerate(chain):
+        parent_table = plan.occurrence(link.parent).table
+        joins.append(f"JOIN ({live[parent_table]}) AS x{index + 1} ON {_on(link.pairs, f'x{index}', f'x{index + 1}')}")
+    alias = f"x{final}"
+    select = ", ".join(f"{over(e, alias)} AS {q(k.name)}" for e, k in zip(key_exprs, plan.keys, strict=True))
+    not_null = " AND ".join(f"{over(e, alias)} IS NOT NULL" for e in key_exprs)
+    return " ".join([f"SELECT {select} FROM {delta} AS x0", *joins, f"WHERE {not_null}"])
+
+
+def affected_keys_sql(plan: ViewPlan, live: Mapping[str, str], deltas: Mapping[str, str]) -> str | None:
+    """Distinct view keys reached from the changed rows in `deltas` (table -> relation), or None."""
+    parts = [chain_sql(plan, o.id, deltas[o.table], live) for o in plan.occurrences if o.table in deltas]
+    return "\nUNION\n".join(parts) if parts else None
+
+
+def diff_sql(plan: ViewPlan, live: Mapping[str, str], view_table: str, keys: str | None) -> str:
+    """Rows to upsert (content differs or new) and keys to delete, for `keys` (all when None)."""
+    ctes = filtered_ctes(plan, live, keys)
+    ctes.append((q("_lmv_new"), f"SELECT *, TRUE AS {NEW_MARK} FROM ({plan.body}) AS _lmv_body"))
+    old = f"SELECT v.*, TRUE AS {OLD_MARK} FROM {view_table} AS v"
+    if keys is not None:
+        match = " AND ".join(f"k.{q(k)} = v.{q(k)}" for k in plan.key_names)
+        old += f" LEFT SEMI JOIN {keys} AS k ON {match}"
+    ctes.append((q("_lmv_old"), old))
+    key_names = plan.key_names
+    values = [c for c in plan.columns if c not in key_names]
+    select = [f"coalesce(n.{q(k)}, o.{q(k)}) AS {q(k)}" for k in key_names]
+    select += [f"n.{q(c)} AS {q(c)}" for c in values]
+    select.append(f"CASE WHEN n.{NEW_MARK} IS NULL THEN 'delete' ELSE 'upsert' END AS {OP}")
+    join = " AND ".join(f"n.{q(k)} = o.{q(k)}" for k in key_names)
+    changed = [f"n.{NEW_MARK} IS NULL", f"o.{OLD_MARK} IS NULL"]
+    if values:
+        changed.append("NOT (" + " AND ".join(f"n.{q(c)} <=> o.{q(c)}" for c in values) + ")")
+    return (
+        f"{_with(ctes)}\nSELECT {', '.join(select)} FROM {q('_lmv_new')} AS n "
+        f"FULL OUTER JOIN {q('_lmv_old')} AS o ON {join} WHERE {' OR '.join(changed)}"
+    )
+
+
+def merge_sql(plan: ViewPlan, view_table: str, diff: str) -> str:
+    """MERGE a materialised diff into the view table: delete, update changed content, insert new keys."""
+    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in plan.key_names)
+    values = [c for c in plan.columns if c not in plan.key_names]
+    clauses = [f"WHEN MATCHED AND s.{OP} = 'delete' THEN DELETE"]
+    if values:
+        clauses.append("WHEN MATCHED THEN UPDATE SET " + ", ".join(f"t.{q(c)} = s.{q(c)}" for c in values))
+    columns = ", ".join(q(c) for c in plan.columns)
+    clauses.append(
+        f"WHEN NOT MATCHED AND s.{OP} = 'upsert' THEN INSERT ({columns}) "
+        f"VALUES ({', '.join(f's.{q(c)}' for c in plan.columns)})"
+    )
+    return f"MERGE INTO {view_table} t USING {diff} s ON {on} " + " ".join(clauses)
+
+
+def feed_insert_sql(plan: ViewPlan, feed_table: str, diff: str, batch_id: int | None, position: int | None) -> str:
+    """Append a diff to the change feed: key, op, the new row (NULL on delete), batch id, position."""
+    row = ", ".join(f"'{c}', s.{q(c)}" for c in plan.columns)
+    keys = ", ".join(f"s.{q(k)}" for k in plan.key_names)
+    batch = "CAST(NULL AS BIGINT)" if batch_id is None else f"CAST({int(batch_id)} AS BIGINT)"
+    pos = "CAST(NULL AS BIGINT)" if position is None else f"CAST({int(position)} AS BIGINT)"
+    return (
+        f"INSERT INTO {feed_table} SELECT {keys}, s.{OP} AS op, "
+        f"CASE WHEN s.{OP} = 'upsert' THEN named_struct({row}) END AS row, "
+        f"{batch} AS batch_id, {pos} AS source_position, current_timestamp() AS changed_at FROM {diff} s"
+    )
