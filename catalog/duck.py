@@ -1,4 +1,4 @@
-"""DuckDB over the lake: each mirror (later each view) as a plain-named view of its live rows.
+"""DuckDB over the lake: each mirror and each materialized view as a plain-named DuckDB view.
 
 Extensions cannot be downloaded here, so iceberg (and its avro dependency) are installed from the
 PyPI wheels `duckdb-extension-*`. Each table is pinned to the metadata file the catalog points at
@@ -12,13 +12,13 @@ from collections.abc import Mapping
 import duckdb
 import pyarrow as pa
 import duckdb_extensions
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from catalog.declarations import SourceTable
 from catalog.lake import pyiceberg_catalog
 from catalog.errors import QueryError
 from catalog.settings import LakeSettings
-from catalog.tables import DELETED, MIRROR_NAMESPACE
+from catalog.tables import DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
 
 
 def connect_duckdb(threads: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -50,9 +50,29 @@ def metadata_location(settings: LakeSettings, namespace: str, table: str) -> str
         return None
 
 
+def view_tables(settings: LakeSettings) -> dict[str, str]:
+    """Materialized views (and their `__changes` feeds) in the lake: name -> current metadata file."""
+    catalog = pyiceberg_catalog(settings)
+    try:
+        identifiers = catalog.list_tables(VIEW_NAMESPACE)
+    except NoSuchNamespaceError:
+        return {}
+    found = {}
+    for identifier in identifiers:
+        try:
+            found[identifier[-1]] = catalog.load_table(identifier).metadata_location
+        except NoSuchTableError:  # dropped between listing and loading
+            continue
+    return found
+
+
 def lake_connection(settings: LakeSettings, sources: Mapping[str, SourceTable]) -> duckdb.DuckDBPyConnection:
-    """DuckDB connection where every ingested source is a view named after it (live rows only)."""
+    """DuckDB connection where every ingested source and every view is a view named after it."""
     con = connect_duckdb()
+    for name, location in sorted(view_tables(settings).items()):
+        if name in sources:
+            continue  # a source's mirror wins; view names are checked against sources when planned
+        con.execute(f"CREATE VIEW {_quote(name)} AS SELECT * FROM iceberg_scan('{_literal(location)}')")
     for source in sources.values():
         location = metadata_location(settings, MIRROR_NAMESPACE, source.name)
         if location is None:

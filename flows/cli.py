@@ -1,4 +1,6 @@
-"""The `lakemv` command line: generate, ingest, query, demo. User mistakes end as one red line."""
+"""The `lakemv` command line: generate, ingest, query, views, explain, backfill, demo.
+
+User mistakes end as one red line."""
 
 from __future__ import annotations
 
@@ -38,12 +40,31 @@ class Context:
     def __init__(self, settings: LakeSettings):
         self.settings = settings
         self._sources: SourceRegistry | None = None
+        self._plans: dict | None = None
 
     @property
     def sources(self) -> SourceRegistry:
         if self._sources is None:
             self._sources = load_sources(self.settings.sources_dirs)
         return self._sources
+
+    @property
+    def plans(self) -> dict:
+        """Every view definition, planned (a view outside the supported class fails here)."""
+        if self._plans is None:
+            from spark.planner import plan_view
+            from spark.views import load_views
+
+            views = load_views(self.settings.view_dirs)
+            self._plans = {name: plan_view(view, self.sources) for name, view in views.items()}
+        return self._plans
+
+    def plan(self, name: str):  # noqa: ANN201
+        plans = self.plans
+        if name not in plans:
+            known = ", ".join(sorted(plans)) or "none"
+            raise ConfigError(f"no view named {name!r} (views: {known})", "VIEW")
+        return plans[name]
 
     def spark(self):  # noqa: ANN201 - pyspark imported lazily: commands without Spark start fast
         from spark.session import get_spark
@@ -100,12 +121,15 @@ def ingest(
     if not landing.is_dir():
         raise ConfigError("landing directory does not exist", str(landing))
     sources = ctx.obj.sources
+    plans = list(ctx.obj.plans.values())
     spark = ctx.obj.spark()
     result = run_ingest(
         spark,
         ctx.obj.settings,
         sources,
         landing,
+        views=plans,
+        on_build=lambda built: console.print(f"built {built.describe()}"),
         once=once,
         trigger_seconds=trigger_seconds,
         max_files_per_trigger=max_files_per_trigger,
@@ -133,6 +157,67 @@ def query(
 
 
 @app.command()
+def views(
+    ctx: typer.Context,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,  # noqa: A002
+) -> None:
+    """List the view definitions: name, key, tables read, file."""
+    import pyarrow as pa
+
+    plans = ctx.obj.plans.values()
+    table = pa.table(
+        {
+            "view": [p.name for p in plans],
+            "key": [", ".join(p.key_names) for p in plans],
+            "reads": [", ".join(p.tables) for p in plans],
+            "file": [os.path.relpath(p.definition.location) if p.definition.location else None for p in plans],
+        }
+    )
+    print(render(table, format.value))
+
+
+@app.command()
+def explain(
+    ctx: typer.Context,
+    view: Annotated[str, typer.Argument(help="View name (file name without .sql).")],
+    sql: Annotated[bool, typer.Option("--sql", help="Also print the SQL that recomputes affected keys.")] = False,
+) -> None:
+    """Show how changes reach a view's key and how its affected rows are recomputed."""
+    from catalog.tables import DELETED, TableNames
+    from spark.explain import explain as explain_plan
+    from spark.viewsql import live_sql
+
+    plan = ctx.obj.plan(view)
+    live = None
+    if sql:
+        names = TableNames(ctx.obj.settings.catalog_name)
+        live = {t: live_sql(names.mirror(t), ctx.obj.sources[t].column_names, DELETED) for t in plan.tables}
+    print(explain_plan(plan, live))
+
+
+@app.command()
+def backfill(
+    ctx: typer.Context,
+    view: Annotated[str, typer.Argument(help="View name to rebuild from the mirrors.")],
+) -> None:
+    """Recompute every row of a view from the live mirrors; writes only rows that differ."""
+    from catalog.tables import TableNames
+    from spark.maintain import ViewMaintainer
+    from spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace
+
+    plan = ctx.obj.plan(view)
+    spark = ctx.obj.spark()
+    names = TableNames(ctx.obj.settings.catalog_name)
+    ensure_namespaces(spark, names)
+    ensure_view_namespace(spark, names)
+    for table in plan.tables:
+        ensure_mirror(spark, names, ctx.obj.sources[table])
+    with console.status(f"rebuilding {view}..."):
+        result = ViewMaintainer(spark, names, ctx.obj.sources, plan).rebuild()
+    console.print(f"backfilled {result.describe()}")
+
+
+@app.command()
 def demo(
     ctx: typer.Context,
     users: Annotated[int, typer.Option(min=1, help="Number of users to generate.")] = 2000,
@@ -155,6 +240,11 @@ def demo(
         count = run_query(settings, ctx.obj.sources, f'SELECT count(*) AS n FROM "{table}"').column("n")[0].as_py()
         console.print(f"[bold]{table}[/bold]: {count} live rows")
         print(render(run_query(settings, ctx.obj.sources, f'SELECT * FROM "{table}" LIMIT 3'), "table"))
+    console.rule("4. materialized views, maintained incrementally in every batch")
+    for view in ctx.obj.plans:
+        count = run_query(settings, ctx.obj.sources, f'SELECT count(*) AS n FROM "{view}"').column("n")[0].as_py()
+        console.print(f"[bold]{view}[/bold]: {count} rows (key: {', '.join(ctx.obj.plans[view].key_names)})")
+        print(render(run_query(settings, ctx.obj.sources, f'SELECT * FROM "{view}" LIMIT 2'), "json"))
     console.print("try: lakemv query \"select username, count(*) from pull_requests p join users u on p.author = u.username group by 1 order by 2 desc limit 5\"")
 
 

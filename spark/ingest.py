@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +14,8 @@ from catalog.errors import ConfigError
 from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from spark.batch import BatchProcessor, BatchResult
+from spark.maintain import ViewResult
+from spark.planner import ViewPlan
 
 
 @dataclass
@@ -51,11 +53,16 @@ def run_ingest(
     trigger_seconds: float = 2.0,
     max_files_per_trigger: int | None = None,
     on_batch: Callable[[BatchResult], None] | None = None,
+    views: Sequence[ViewPlan] = (),
+    on_build: Callable[[ViewResult], None] | None = None,
 ) -> IngestResult:
-    """Ingest landing files; with `once`, everything present now (availableNow) and return."""
+    """Ingest landing files and maintain `views`; with `once`, everything present now, then return."""
     if not landing.is_dir():
         raise ConfigError("landing directory does not exist", str(landing))
-    processor = BatchProcessor(spark, TableNames(settings.catalog_name), sources)
+    processor = BatchProcessor(spark, TableNames(settings.catalog_name), sources, views)
+    for built in processor.built:
+        if on_build is not None:
+            on_build(built)
     result = IngestResult()
 
     def each_batch(frame: DataFrame, batch_id: int) -> None:

@@ -87,18 +87,28 @@ class ViewMaintainer:
                 writer = writer.tableProperty(key, value)
             writer.createOrReplace() if replace else writer.create()
 
+    def _prepare(self) -> bool:
+        """Create or reshape the view's tables; True when the table holds this definition's rows."""
+        schema = self.recompute().schema  # analysis only, no job
+        if not self._exists(self.table):
+            self._create(schema, replace=False)
+            return False
+        if _signature(self.spark.table(self.table).schema) != _signature(schema):
+            self._create(schema, replace=True)
+            return False
+        return self._fingerprint() == self.plan.definition.fingerprint
+
     def ensure(self) -> ViewResult | None:
         """Create the view's tables if needed and build the view when it is new or its SQL changed."""
-        schema = self.recompute().schema  # analysis only, no job
-        if self._exists(self.table):
-            if _signature(self.spark.table(self.table).schema) != _signature(schema):
-                self._create(schema, replace=True)
-            elif self._fingerprint() == self.plan.definition.fingerprint:
-                return None
-        else:
-            self._create(schema, replace=False)
+        return None if self._prepare() else self.rebuild(prepared=True)
+
+    def rebuild(self, prepared: bool = False) -> ViewResult:
+        """Full recompute of every key (`lakemv backfill`), then mark the table as built from this SQL."""
+        if not prepared:
+            self._prepare()
         result = self.backfill()
-        self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{self.plan.definition.fingerprint}')")
+        fingerprint = self.plan.definition.fingerprint
+        self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{fingerprint}')")
         return result
 
     # ---- maintenance -------------------------------------------------------------------------------

@@ -168,6 +168,8 @@ class _Planner:
 
     # ---- entry -------------------------------------------------------------------------------
     def plan(self) -> ViewPlan:
+        if self.definition.name in self.sources:
+            raise self.fail("a view cannot have the name of a source table (both are queried by plain name)")
         tree = sqlglot.parse_one(self.definition.sql, dialect="spark")
         self._refuse_constructs(tree)
         tree = self._inline_ctes(tree)

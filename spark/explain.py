@@ -1,0 +1,65 @@
+"""`lakemv explain`: a view's plan as text - its key, how each table's changes reach it, how it recomputes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from spark.planner import ViewPlan, over
+from spark.viewsql import recompute_sql
+
+ARROW = " -> "
+
+
+def _occurrence(plan: ViewPlan, occ_id: int) -> str:
+    occ = plan.occurrence(occ_id)
+    return f"{occ.table} {occ.alias}"
+
+
+def _chain_text(plan: ViewPlan, occ_id: int) -> str:
+    steps = []
+    for link in plan.chain(occ_id):
+        child, parent = _occurrence(plan, link.child).split()[1], _occurrence(plan, link.parent).split()[1]
+        steps.append(" AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs))
+    anchor_alias = plan.occurrence(plan.anchor).alias
+    keys = ", ".join(f"{over(k.expr, anchor_alias)} AS {k.name}" for k in plan.keys)
+    return ARROW.join([*steps, f"key ({keys})"])
+
+
+def explain(plan: ViewPlan, live: Mapping[str, str] | None = None) -> str:
+    """Human-readable plan; with `live` (table -> live-rows SQL) the recompute SQL is appended."""
+    definition = plan.definition
+    anchor = plan.occurrence(plan.anchor)
+    lines = [f"view {plan.name}" + (f"  ({definition.location})" if definition.location else "")]
+    if definition.description:
+        lines.append(f"  {definition.description}")
+    lines += [
+        f"key: {', '.join(plan.key_names)}  (from {anchor.table} {anchor.alias}, {anchor.context})",
+        f"columns: {', '.join(plan.columns)}",
+        f"reads: {', '.join(plan.tables)}",
+        "",
+        "affected keys - how a changed row (old and new image) reaches the view key:",
+    ]
+    order = [plan.anchor, *(link.child for link in plan.links)]
+    width = max(len(_occurrence(plan, o)) for o in order)
+    for occ_id in order:
+        occ = plan.occurrence(occ_id)
+        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  [{occ.context}]  {_chain_text(plan, occ_id)}")
+    lines += ["", "recompute of the affected keys - each table pre-filtered by its parent's rows:"]
+    for occ_id in order:
+        link = plan.link_of(occ_id)
+        if link is None:
+            rule = f"rows whose key is affected: ({', '.join(over(k.expr, anchor.alias) for k in plan.keys)}) IN keys"
+        else:
+            child, parent = plan.occurrence(link.child).alias, plan.occurrence(link.parent).alias
+            on = " AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs)
+            rule = f"semi-join {_occurrence(plan, link.parent)} ON {on}"
+        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  {rule}")
+    lines += [
+        "",
+        "then: diff against the view table (full outer join on the key), MERGE rows whose content changed,",
+        "delete keys that no longer produce a row, append the diff to the change feed "
+        f"{plan.name}__changes.",
+    ]
+    if live is not None:
+        lines += ["", "recompute SQL (keys in relation `_lmv_keys`):", recompute_sql(plan, live, "_lmv_keys")]
+    return "\n".join(lines)
