@@ -138,7 +138,14 @@ def _conjuncts(condition: exp.Expression | None) -> Iterator[exp.Expression]:
 
 
 def _short(node: exp.Expression, limit: int = 120) -> str:
-    text = " ".join(node.sql(dialect="spark").split())
+    """A one-line rendering for messages; inlined CTEs are shown by their name again."""
+    shown = node.copy()
+    for subquery in list(shown.find_all(exp.Subquery)):
+        cte = subquery.this.meta.get("lmv_cte") if subquery.this is not None else None
+        if cte:
+            alias = subquery.alias
+            subquery.replace(exp.Table(this=exp.to_identifier(cte), alias=exp.TableAlias(this=exp.to_identifier(alias))) if alias and alias != cte else exp.Table(this=exp.to_identifier(cte)))
+    text = " ".join(shown.sql(dialect="spark").split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -1,0 +1,240 @@
+"""The planner: which views it accepts, the chains it derives, the SQL it emits, and what it refuses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from catalog.errors import ViewDefinitionError
+from catalog.settings import LakeSettings
+from spark.explain import explain
+from spark.planner import ViewPlan, over, plan_view
+from spark.views import load_views, parse_view
+from spark.viewsql import affected_keys_sql, chain_sql, diff_sql, live_sql, recompute_sql
+
+
+@pytest.fixture(scope="module")
+def plans(sources) -> dict[str, ViewPlan]:
+    return {name: plan_view(view, sources) for name, view in load_views(LakeSettings().view_dirs).items()}
+
+
+def plan_of(sources, key: str, sql: str, name: str = "v") -> ViewPlan:
+    return plan_view(parse_view(f"-- @key: {key}\n{sql}", name), sources)
+
+
+def chains(plan: ViewPlan) -> dict[str, list[str]]:
+    """table alias -> the equalities from it up to the anchor, rendered with aliases."""
+    out = {}
+    for occ in plan.occurrences:
+        steps = []
+        for link in plan.chain(occ.id):
+            child, parent = plan.occurrence(link.child).alias, plan.occurrence(link.parent).alias
+            steps += [f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs]
+        out[f"{occ.table} {occ.alias}"] = steps
+    return out
+
+
+def live(plan: ViewPlan) -> dict[str, str]:
+    return {t: f"LIVE_{t}" for t in plan.tables}
+
+
+def test_user_profile_chains_reach_the_email_through_non_key_joins_and_the_link_table(plans):
+    plan = plans["user_profile"]
+    assert plan.key_names == ("email",) and plan.occurrence(plan.anchor).table == "users"
+    assert plan.columns == ("email", "username", "starred_repos", "pull_requests", "payment_verified")
+    assert chains(plan) == {
+        "users u": [],
+        "stars s": ["s.username = u.username"],
+        "repos r": ["r.owner = s.repo_owner", "r.name = s.repo_name", "s.username = u.username"],
+        "pull_requests pull_requests": ["pull_requests.author = u.username"],
+        "payment_info p": ["p.user_id = u.id"],
+    }
+
+
+def test_repo_summary_chains_include_the_correlated_owner_lookup(plans):
+    plan = plans["repo_summary"]
+    assert plan.key_names == ("owner", "name") and plan.occurrence(plan.anchor).table == "repos"
+    assert chains(plan) == {
+        "repos r": [],
+        "stars stars": ["stars.repo_owner = r.owner", "stars.repo_name = r.name"],
+        "pull_requests pull_requests": ["pull_requests.repo_owner = r.owner", "pull_requests.repo = r.name"],
+        "users u": ["u.username = r.owner"],
+    }
+
+
+def test_affected_keys_sql_joins_changed_rows_up_through_live_tables(plans):
+    plan = plans["user_profile"]
+    repos = next(o for o in plan.occurrences if o.table == "repos")
+    sql = chain_sql(plan, repos.id, "DELTA_repos", live(plan))
+    # a changed repo -> the stars that point at it -> the users who starred it -> their emails
+    assert sql == (
+        "SELECT x2.email AS `email` FROM DELTA_repos AS x0 "
+        "JOIN (LIVE_stars) AS x1 ON x0.owner = x1.repo_owner AND x0.name = x1.repo_name "
+        "JOIN (LIVE_users) AS x2 ON x1.username = x2.username WHERE x2.email IS NOT NULL"
+    )
+    users = plan.occurrence(plan.anchor)
+    assert chain_sql(plan, users.id, "DELTA_users", live(plan)) == (
+        "SELECT x0.email AS `email` FROM DELTA_users AS x0 WHERE x0.email IS NOT NULL"
+    )
+    both = affected_keys_sql(plan, live(plan), {"repos": "DELTA_repos", "users": "DELTA_users"})
+    assert both.count("\nUNION\n") == 1
+    assert affected_keys_sql(plan, live(plan), {"dead_letters": "X"}) is None
+
+
+def test_a_link_that_carries_the_key_skips_the_lookup_of_the_anchor(plans):
+    plan = plans["repo_summary"]
+    stars = next(o for o in plan.occurrences if o.table == "stars")
+    assert chain_sql(plan, stars.id, "D", live(plan)) == (
+        "SELECT x0.repo_owner AS `owner`, x0.repo_name AS `name` FROM D AS x0 "
+        "WHERE x0.repo_owner IS NOT NULL AND x0.repo_name IS NOT NULL"
+    )
+
+
+def test_recompute_prefilters_every_table_by_its_parent_and_backfill_reads_everything(plans):
+    plan = plans["user_profile"]
+    restricted = recompute_sql(plan, live(plan), "KEYS")
+    assert "FROM (LIVE_users) AS a LEFT SEMI JOIN KEYS AS k ON k.`email` = a.email" in restricted
+    assert re.search(r"FROM \(LIVE_repos\) AS c LEFT SEMI JOIN _lmv_occ_\d+ AS p ON c.owner = p.repo_owner", restricted)
+    full = recompute_sql(plan, live(plan))
+    assert "SEMI JOIN" not in full and "KEYS" not in full
+    diff = diff_sql(plan, live(plan), "lake.views.user_profile", "KEYS")
+    assert "FULL OUTER JOIN" in diff and "n.`starred_repos` <=> o.`starred_repos`" in diff
+
+
+def test_live_rows_hide_tombstones():
+    assert live_sql("lake.mirror.users", ["id", "email"], "_lmv_deleted") == (
+        "SELECT `id`, `email` FROM lake.mirror.users WHERE NOT `_lmv_deleted`"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "sql", "expected"),
+    [
+        (
+            "author",
+            "SELECT p.author, count(*) AS prs FROM pull_requests p GROUP BY p.author",
+            {"pull_requests p": []},
+        ),
+        (  # a windowed aggregate keyed by (entity, window): the key is an expression over the row
+            "author, day",
+            "SELECT p.author, date_trunc('DAY', p.created_at) AS day, count(*) AS prs FROM pull_requests p "
+            "GROUP BY p.author, date_trunc('DAY', p.created_at)",
+            {"pull_requests p": []},
+        ),
+        (
+            "email",
+            "SELECT u.email FROM users u WHERE EXISTS (SELECT 1 FROM stars s WHERE s.username = u.username)",
+            {"users u": [], "stars s": ["s.username = u.username"]},
+        ),
+        (
+            "email",
+            "SELECT u.email FROM users u WHERE u.username IN (SELECT author FROM pull_requests WHERE status = 'open')",
+            {"users u": [], "pull_requests pull_requests": ["pull_requests.author = u.username"]},
+        ),
+        (  # many-to-many inside a correlated subquery, joined on the primary key of the lookup
+            "owner, name",
+            "SELECT r.owner, r.name, (SELECT count(*) FROM stars s JOIN users u ON u.username = s.username "
+            "WHERE s.repo_owner = r.owner AND s.repo_name = r.name) AS fans FROM repos r",
+            {
+                "repos r": [],
+                "stars s": ["s.repo_owner = r.owner", "s.repo_name = r.name"],
+                "users u": ["u.username = s.username", "s.repo_owner = r.owner", "s.repo_name = r.name"],
+            },
+        ),
+        (  # a join on the joined table's full primary key keeps one row per key
+            "repo_owner, repo, index",
+            "SELECT p.repo_owner, p.repo, p.`index`, r.description FROM pull_requests p "
+            "LEFT JOIN repos r ON r.owner = p.repo_owner AND r.name = p.repo",
+            {"pull_requests p": [], "repos r": ["r.owner = p.repo_owner", "r.name = p.repo"]},
+        ),
+    ],
+)
+def test_supported_shapes(sources, key, sql, expected):
+    assert chains(plan_of(sources, key, sql)) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "sql", "fragment", "reason"),
+    [
+        (
+            "email",
+            "SELECT u.email, count(p.title) AS n FROM users u LEFT JOIN pull_requests p "
+            "ON p.created_at > u.registered_at GROUP BY u.email",
+            None,
+            "pull_requests p (main query) is not linked to the view key (email): `p.created_at > "
+            "u.registered_at` relates tables without an equality",
+        ),
+        (
+            "email",
+            "SELECT u.email, (SELECT count(*) FROM stars) AS total FROM users u",
+            None,
+            "stars stars (subquery for column total) is not linked to the view key (email): nothing relates it",
+        ),
+        (
+            "email",
+            "SELECT u.email, rank() OVER (ORDER BY u.registered_at) AS r FROM users u",
+            "RANK() OVER (ORDER BY u.registered_at)",
+            "window functions compare a row with other rows",
+        ),
+        (
+            "email",
+            "SELECT u.email, p.title FROM users u LEFT JOIN pull_requests p ON p.author = u.username",
+            "LEFT JOIN pull_requests AS p ON p.author = u.username",
+            "this join can match several rows per key (email): it must equate the primary key of pull_requests",
+        ),
+        (
+            "email",
+            "WITH c AS (SELECT author, count(*) AS n FROM pull_requests GROUP BY author) "
+            "SELECT u.email, max(c.author) AS a FROM users u JOIN c ON c.n = u.id GROUP BY u.email",
+            None,
+            "`c.n = u.id` cannot be followed: c.n is computed by an aggregate of c, not one of its GROUP BY columns",
+        ),
+        (
+            "email",
+            "WITH c AS (SELECT author, count(*) AS n FROM pull_requests GROUP BY author) "
+            "SELECT u.email, c.n FROM users u LEFT JOIN c ON c.n = u.id",
+            "LEFT JOIN c ON c.n = u.id",
+            "this join can match several rows per key (email): it must equate its GROUP BY columns (author)",
+        ),
+        ("email", "SELECT u.email FROM users u LIMIT 10", "LIMIT 10", "LIMIT/OFFSET over a whole relation"),
+        ("email", "SELECT email FROM users UNION SELECT username AS email FROM users", None, "set operations"),
+        ("email", "SELECT u.email, rand() AS r FROM users u", "RAND()", "rand() is not deterministic"),
+        ("username", "SELECT u.username, u.email FROM users u", None, "does not include the primary key of users (email)"),
+        ("email", "SELECT u.email FROM customers u", "customers AS u", "reads 'customers', which is not a declared source"),
+        ("email", "SELECT u.email FROM users u RIGHT JOIN stars s ON s.username = u.username", None, "RIGHT OUTER JOIN"),
+        ("email", "SELECT * FROM users", "*", "list the view's columns instead of *"),
+        ("email", "SELECT email, upper(username) FROM users", "UPPER(username)", "output column 2 needs a name"),
+        ("author", "SELECT author, status, count(*) AS n FROM pull_requests GROUP BY author, status", None,
+         "with GROUP BY the key (author) must be exactly the GROUP BY columns"),
+        ("email", "SELECT u.email, u.nope FROM users u", None, "Unknown column: nope"),
+        ("id", "SELECT u.email FROM users u", None, "key column 'id' is not an output column (outputs: email)"),
+    ],
+)
+def test_views_outside_the_class_are_refused_naming_the_fragment_and_why(sources, key, sql, fragment, reason):
+    with pytest.raises(ViewDefinitionError) as info:
+        plan_of(sources, key, sql)
+    message = str(info.value)
+    assert reason in message, message
+    if fragment is not None:
+        assert info.value.fragment == fragment and f"in `{fragment}`" in message
+
+
+def test_a_view_may_not_shadow_a_source(sources):
+    with pytest.raises(ViewDefinitionError, match="cannot have the name of a source"):
+        plan_of(sources, "email", "SELECT email FROM users", name="users")
+
+
+def test_explain_prints_every_chain_and_the_recompute_plan(plans):
+    text = explain(plans["user_profile"], {t: f"LIVE_{t}" for t in plans["user_profile"].tables})
+    lines = text.splitlines()
+    assert lines[0].startswith("view user_profile")
+    assert "key: email  (from users u, main query)" in lines
+    assert any(
+        line.strip().startswith("repos r") and "[CTE starred (as st)]" in line
+        and "r.owner = s.repo_owner AND r.name = s.repo_name -> s.username = u.username -> key (u.email AS email)" in line
+        for line in lines
+    ), text
+    assert any("payment_info p" in line and "semi-join users u ON p.user_id = u.id" in line for line in lines), text
+    assert "recompute SQL (keys in relation `_lmv_keys`):" in lines
+    assert "LEFT SEMI JOIN _lmv_keys AS k" in text
