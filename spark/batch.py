@@ -119,7 +119,7 @@ class BatchProcessor:
             relation = f"_lmv_delta_{source.name}"
             self.spark.createDataFrame(pa.Table.from_pylist(delta.images, schema=schema)).createOrReplaceTempView(relation)
             deltas[source.name] = relation
-        return rows.take(delta.applied)
+        return rows.take(pa.array(delta.applied, type=pa.int64()))
 
     def process_dataframe(self, frame: DataFrame, batch_id: int) -> BatchResult:
         """Apply a micro-batch of lines: columns `value` (the line) and `file` (where it came from)."""

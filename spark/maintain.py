@@ -136,10 +136,18 @@ class ViewMaintainer:
         self, keys: str | None, count: int | None, batch_id: int | None, position: int | None, started: float | None = None
     ) -> ViewResult:
         started = time.perf_counter() if started is None else started
-        # Materialised once: the MERGE below changes the view table the diff was computed against.
-        diff = self.spark.sql(diff_sql(self.plan, self.live, self.table, keys)).localCheckpoint(eager=True)
-        counts = {row[OP]: row["n"] for row in diff.groupBy(OP).count().withColumnRenamed("count", "n").collect()}
-        if counts:
+        # Materialised once, because the MERGE below changes the view table the diff is computed against:
+        # in the driver for a batch's few keys, in executor memory for a backfill of every key.
+        frame = self.spark.sql(diff_sql(self.plan, self.live, self.table, keys))
+        if keys is None:
+            diff = frame.localCheckpoint(eager=True)
+            counts = {row[OP]: row["n"] for row in diff.groupBy(OP).count().withColumnRenamed("count", "n").collect()}
+        else:
+            rows = frame.toArrow()
+            ops = rows.column(OP).to_pylist()
+            counts = {op: ops.count(op) for op in set(ops)}
+            diff = self.spark.createDataFrame(rows, schema=frame.schema) if rows.num_rows else None
+        if counts and diff is not None:
             relation = f"{self._temp}_diff"
             diff.createOrReplaceTempView(relation)
             try:

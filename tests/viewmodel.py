@@ -127,9 +127,11 @@ def repo_summary(state: State) -> list[Row]:
 
 
 def stars_per_username(state: State) -> list[Row]:
-    """The small extra view of the tests: count of live stars per (non-None) username."""
-    counts: dict[str, int] = defaultdict(int)
+    """The tests' small extra view `SELECT username, count(*) ... GROUP BY username`: live stars per username.
+
+    As in SQL, GROUP BY puts every None username into one group of its own.
+    """
+    counts: dict[str | None, int] = defaultdict(int)
     for star in _live(state, "stars"):
-        if star["username"] is not None:
-            counts[star["username"]] += 1
+        counts[star["username"]] += 1
     return [{"username": u, "stars": n} for u, n in counts.items()]

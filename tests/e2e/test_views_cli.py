@@ -143,6 +143,11 @@ def test_views_equal_the_model_after_every_round_and_feed_their_change_log(tmp_p
             check_columns(view, rows, columns, structs)
             assert_same_rows(view, micros_back(rows, timestamps), model(truth.state), key, f" after round {number}")
     assert not list(staging.glob("*/*.json")), "every generated file was moved into landing"
+    # By the last round the NULL paths were exercised too: stars of gone repos, repos of gone owners, closed PRs.
+    final_profiles, final_summaries = viewmodel.user_profile(truth.state), viewmodel.repo_summary(truth.state)
+    assert any(s["description"] is None for p in final_profiles for s in p["starred_repos"])
+    assert any(r["owner_email"] is None for r in final_summaries)
+    assert any(pr["status"] != "open" for pr in truth.state["pull_requests"].values())
 
     feed = {r["op"]: r["n"] for r in query_json(warehouse, "select op, count(*) n from user_profile__changes group by op")}
     assert set(feed) <= {"upsert", "delete"}, feed

@@ -1,0 +1,428 @@
+"""Views under random CDC histories: after every batch each view table equals its full recompute.
+
+A hypothesis strategy draws a history over the five source tables on a deliberately tiny domain (3
+emails, 4 usernames, 3 owners x 2 repo names, ids 1..3), so joins hit and keys collide: creates,
+updates of join columns (with and without a before-image), full and key-only deletes, deletes of
+missing keys, users deleted and re-created, and verbatim replays of earlier lines. The history is
+split into 1-4 batches; after each batch, for both views:
+
+* view table == lakemv's own full recompute (`ViewMaintainer.recompute`);
+* view table == the user's SQL run verbatim over temp views holding the live mirror rows;
+* the change feed rows of the batch are exactly the view rows that changed (upserts) or vanished
+  (deletes), nothing else;
+* the live mirror rows equal an independent model of the history (replays have no effect).
+
+Two deterministic tests pin down the fan-out of one repo edit to several profiles, and that a batch
+that changes nothing visible writes no snapshot and no change-feed row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from chispa import assert_df_equality
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from catalog.declarations import SourceRegistry
+from catalog.settings import LakeSettings
+from catalog.tables import TableNames
+from spark.batch import BatchProcessor
+from spark.mirror import live_rows_sql
+from spark.planner import plan_view
+from spark.views import load_views
+from tests.cdc import at, dbz
+from tests.conftest import small_settings
+
+# ---- the small domain -------------------------------------------------------------------------------
+EMAILS = ("a@x.io", "b@x.io", "c@x.io")
+USERNAMES = ("ann", "bob", "cy", "dee")
+OWNERS = ("ann", "bob", "cy")
+REPO_NAMES = ("lake", "pond")
+IDS = (1, 2, 3)
+PR_INDEXES = (1, 2)
+T_MICROS = 1_709_294_400_000_000  # 2024-03-01T12:00:00Z
+T_MILLIS = T_MICROS // 1000
+# Two spellings of the same instant: an update between them changes nothing any view can see.
+PR_TIMES = ("2024-03-01T12:00:00Z", "2024-03-01T13:00:00+01:00", "2024-03-02T08:30:00.123456+00:00", None)
+
+TABLES = ("users", "repos", "pull_requests", "stars", "payment_info")
+PRIMARY_KEYS = {
+    "users": ("email",),
+    "repos": ("owner", "name"),
+    "pull_requests": ("repo", "repo_owner", "index"),
+    "stars": ("username", "repo_name", "repo_owner"),
+    "payment_info": ("id",),
+}
+KEY_DOMAIN: dict[str, list[tuple[Any, ...]]] = {
+    "users": [(e,) for e in EMAILS],
+    "repos": [(o, n) for o in OWNERS for n in REPO_NAMES],
+    "pull_requests": [(n, o, i) for o in OWNERS for n in REPO_NAMES for i in PR_INDEXES],
+    "stars": [(u, n, o) for u in USERNAMES for o in OWNERS for n in REPO_NAMES],
+    "payment_info": [(i,) for i in IDS],
+}
+VALUES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
+    "users": {
+        "id": st.sampled_from(IDS),
+        "username": st.sampled_from(USERNAMES),
+        "registered_at": st.sampled_from([T_MICROS, T_MICROS + 1, None]),
+    },
+    "repos": {
+        "description": st.sampled_from(["lakes", "ponds", "rivers", None]),
+        "star_count": st.integers(0, 3),
+        "fork_count": st.integers(0, 2),
+        "created_at": st.sampled_from([T_MILLIS, T_MILLIS + 1]),
+        "updated_at": st.sampled_from([None, T_MILLIS + 2]),
+    },
+    "pull_requests": {
+        "title": st.sampled_from(["fix", "feat", None]),
+        "author": st.sampled_from((*USERNAMES, None)),
+        "status": st.sampled_from(["open", "closed", "merged", None]),
+        "created_at": st.sampled_from(PR_TIMES),
+    },
+    "stars": {"created_at": st.sampled_from([T_MICROS, T_MICROS + 5])},
+    "payment_info": {"user_id": st.sampled_from((*IDS, None)), "verified": st.sampled_from([True, False, None])},
+}
+# Timestamp columns and their wire encoding (the model turns them into epoch micros itself).
+TIMESTAMPS = {
+    ("users", "registered_at"): "micros",
+    ("repos", "created_at"): "millis",
+    ("repos", "updated_at"): "millis",
+    ("pull_requests", "created_at"): "iso",
+    ("stars", "created_at"): "micros",
+}
+COLUMNS = {t: (*PRIMARY_KEYS[t], *VALUES[t]) for t in TABLES}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of the history: a Debezium envelope for `table`; `replay_of` marks a verbatim re-send."""
+
+    table: str
+    op: str
+    lsn: int
+    key: tuple[Any, ...]
+    after: dict[str, Any] | None
+    line: str
+    replay_of: int | None = None
+
+    def describe(self, index: int) -> str:
+        what = f"REPLAY of #{self.replay_of}" if self.replay_of is not None else ""
+        return f"#{index} {self.table} {self.op} lsn={self.lsn} {what} {self.line}"
+
+
+@dataclass
+class History:
+    events: list[Event]
+    cuts: list[int] = field(default_factory=list)  # batch boundaries (indexes into events)
+
+    @property
+    def batches(self) -> list[list[Event]]:
+        bounds = [0, *self.cuts, len(self.events)]
+        return [self.events[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+    def describe(self) -> str:
+        lines, index = [], 0
+        for number, batch in enumerate(self.batches):
+            lines.append(f"--- batch {number}")
+            for event in batch:
+                lines.append(event.describe(index))
+                index += 1
+        return "\n".join(lines)
+
+
+def _row(table: str, key: tuple[Any, ...], values: dict[str, Any]) -> dict[str, Any]:
+    return {**dict(zip(PRIMARY_KEYS[table], key, strict=True)), **values}
+
+
+@st.composite
+def histories(draw: st.DrawFn, min_events: int = 10, max_events: int = 40) -> History:
+    """A random, internally consistent CDC history: updates and deletes mostly hit rows that exist."""
+    state: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {t: {} for t in TABLES}
+    events: list[Event] = []
+    lsn = 100
+    for _ in range(draw(st.integers(min_events, max_events), label="events")):
+        kind = draw(st.sampled_from(["upsert", "upsert", "upsert", "delete", "replay"]))
+        if kind == "replay" and events:
+            index = draw(st.integers(0, len(events) - 1))
+            original = events[index]
+            events.append(Event(original.table, original.op, original.lsn, original.key, original.after, original.line, index))
+            continue
+        table = draw(st.sampled_from(TABLES))
+        live = state[table]
+        lsn += draw(st.integers(1, 3))
+        wrapped = draw(st.booleans())
+        if kind == "delete":
+            if live and draw(st.integers(0, 4)) > 0:
+                key = draw(st.sampled_from(sorted(live, key=repr)))
+            else:
+                key = draw(st.sampled_from(KEY_DOMAIN[table]))  # may well not exist
+            current = live.pop(key, None)
+            key_only = current is None or draw(st.booleans())
+            before = _row(table, key, {}) if key_only else current
+            events.append(Event(table, "d", lsn, key, None, dbz("d", lsn, before=before, wrapped=wrapped)))
+            continue
+        if live and draw(st.booleans()):
+            key = draw(st.sampled_from(sorted(live, key=repr)))
+        else:
+            key = draw(st.sampled_from(KEY_DOMAIN[table]))
+        current = live.get(key)
+        if current is None:
+            after = _row(table, key, {c: draw(s) for c, s in VALUES[table].items()})
+            op, before = draw(st.sampled_from(["c", "c", "r"])), None
+        else:
+            # An update changes a few non-key columns (possibly to the same value: a touch).
+            changed = draw(st.lists(st.sampled_from(list(VALUES[table])), min_size=1, unique=True))
+            after = {**current, **{c: draw(VALUES[table][c]) for c in changed}}
+            op, before = "u", (None if draw(st.booleans()) else current)
+        live[key] = after
+        events.append(Event(table, op, lsn, key, after, dbz(op, lsn, after=after, before=before, wrapped=wrapped)))
+    cuts = draw(st.lists(st.integers(1, max(1, len(events) - 1)), max_size=3, unique=True)) if len(events) > 1 else []
+    return History(events, sorted(cuts))
+
+
+# ---- an independent model of the mirrors ------------------------------------------------------------
+def _micros(table: str, column: str, value: Any) -> Any:
+    encoding = TIMESTAMPS.get((table, column))
+    if value is None or encoding is None:
+        return value
+    if encoding == "millis":
+        return value * 1000
+    if encoding == "iso":
+        return (datetime.fromisoformat(value) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    return value
+
+
+def model_rows(events: list[Event]) -> dict[str, list[tuple[Any, ...]]]:
+    """Live rows per table after `events`: the newest non-replayed event per key, deletes remove."""
+    state: dict[str, dict[tuple[Any, ...], dict[str, Any] | None]] = {t: {} for t in TABLES}
+    for event in events:
+        if event.replay_of is None:
+            state[event.table][event.key] = event.after
+    return {
+        t: sorted(
+            (tuple(_micros(t, c, row[c]) for c in COLUMNS[t]) for row in rows.values() if row is not None), key=repr
+        )
+        for t, rows in state.items()
+    }
+
+
+def mirror_rows(lake: Lake, table: str) -> list[tuple[Any, ...]]:
+    select = ", ".join(
+        f"unix_micros(`{c}`) AS `{c}`" if (table, c) in TIMESTAMPS else f"`{c}`" for c in COLUMNS[table]
+    )
+    frame = lake.spark.sql(f"SELECT {select} FROM ({live_rows_sql(lake.names, lake.sources[table])})")
+    return sorted((tuple(r) for r in frame.collect()), key=repr)
+
+
+# ---- a fresh lake per example ---------------------------------------------------------------------
+@dataclass
+class Lake:
+    spark: Any
+    settings: LakeSettings
+    sources: SourceRegistry
+
+    @property
+    def names(self) -> TableNames:
+        return TableNames(self.settings.catalog_name)
+
+
+def fresh_lake(spark: Any, root: Path, sources: SourceRegistry) -> Lake:
+    """A new catalog + warehouse on the shared session (the `lake` fixture is per test, not per example)."""
+    from spark.session import use_catalog
+
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    lake_settings = small_settings(root / name, name)
+    use_catalog(spark, lake_settings)
+    return Lake(spark, lake_settings, sources)
+
+
+def view_plans(lake: Lake) -> list:
+    return [plan_view(v, lake.sources) for v in load_views(LakeSettings().view_dirs).values()]
+
+
+@contextmanager
+def source_temp_views(lake: Lake) -> Iterator[None]:
+    """The live mirror rows registered under the plain source names the view SQL reads."""
+    for table in TABLES:
+        lake.spark.sql(live_rows_sql(lake.names, lake.sources[table])).createOrReplaceTempView(table)
+    try:
+        yield
+    finally:
+        for table in TABLES:
+            lake.spark.catalog.dropTempView(table)
+
+
+def view_state(lake: Lake, maintainer) -> dict[tuple[Any, ...], Any]:
+    rows = lake.spark.table(maintainer.table).select(*maintainer.plan.columns).collect()
+    state = {tuple(r[k] for k in maintainer.plan.key_names): r for r in rows}
+    assert len(state) == len(rows), f"{maintainer.plan.name}: duplicate keys in the view table"
+    return state
+
+
+def assert_views_are_fresh(lake: Lake, processor: BatchProcessor) -> None:
+    """Each view table equals lakemv's full recompute and the verbatim SQL over the live mirrors."""
+    for m in processor.maintainers:
+        expected = m.recompute()
+        actual = lake.spark.table(m.table).select(*expected.columns)
+        assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+    with source_temp_views(lake):
+        for m in processor.maintainers:
+            expected = lake.spark.sql(m.plan.definition.sql)
+            actual = lake.spark.table(m.table).select(*expected.columns)
+            assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def assert_feed_is_the_diff(lake: Lake, maintainer, batch_id: int, before: dict, after: dict) -> None:
+    """The change feed rows of `batch_id` are exactly the view rows that changed or vanished."""
+    keys = maintainer.plan.key_names
+    feed = lake.spark.table(lake.names.view_changes(maintainer.plan.name)).where(f"batch_id = {batch_id}").collect()
+    got: dict[tuple[Any, ...], tuple[str, Any]] = {}
+    for r in feed:
+        key = tuple(r[k] for k in keys)
+        assert key not in got, f"{maintainer.plan.name}: key {key} twice in the feed of batch {batch_id}"
+        got[key] = (r["op"], r["row"])
+    expected = {k: ("upsert", row) for k, row in after.items() if before.get(k) != row}
+    expected.update({k: ("delete", None) for k in before.keys() - after.keys()})
+    assert got == expected, f"{maintainer.plan.name}: change feed of batch {batch_id}"
+
+
+# ---- the property -----------------------------------------------------------------------------------
+@settings(
+    max_examples=12,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(history=histories())
+def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history):
+    note(history.describe())
+    lake = fresh_lake(spark, tmp_path, sources)
+    processor = BatchProcessor(lake.spark, lake.names, lake.sources, view_plans(lake))
+    views = {m.plan.name: view_state(lake, m) for m in processor.maintainers}
+    applied: list[Event] = []
+    for batch_id, batch in enumerate(history.batches):
+        note(f"checking after batch {batch_id}")
+        processor.process_lines(batch_id, [(e.line, at(e.table, f"b{batch_id}.json")) for e in batch])
+        applied += batch
+        expected = model_rows(applied)
+        for table in TABLES:
+            assert mirror_rows(lake, table) == expected[table], f"mirror {table} after batch {batch_id}"
+        assert_views_are_fresh(lake, processor)
+        for m in processor.maintainers:
+            now = view_state(lake, m)
+            assert_feed_is_the_diff(lake, m, batch_id, views[m.plan.name], now)
+            views[m.plan.name] = now
+
+
+# ---- deterministic tests ----------------------------------------------------------------------------
+def _user(email: str, username: str, id: int) -> dict[str, Any]:  # noqa: A002
+    return {"id": id, "email": email, "username": username, "registered_at": T_MICROS}
+
+
+def _repo(owner: str, name: str, description: str | None) -> dict[str, Any]:
+    return {"name": name, "owner": owner, "description": description, "star_count": 3, "fork_count": 0,
+            "created_at": T_MILLIS, "updated_at": None}  # fmt: skip
+
+
+def _star(username: str, owner: str, name: str) -> dict[str, Any]:
+    return {"username": username, "repo_name": name, "repo_owner": owner, "created_at": T_MICROS}
+
+
+def _snapshots(lake: Lake, table: str) -> list[int]:
+    return sorted(r[0] for r in lake.spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").collect())
+
+
+def _starred(row) -> list[tuple[str, str, str | None]]:
+    return [(s["repo_owner"], s["repo_name"], s["description"]) for s in row["starred_repos"]]
+
+
+def test_one_repo_edit_fans_out_to_every_profile_that_starred_it(lake):
+    processor = BatchProcessor(lake.spark, lake.names, lake.sources, view_plans(lake))
+    fans = [("a@x.io", "ann", 1), ("b@x.io", "bob", 2), ("c@x.io", "cy", 3)]
+    lines = [dbz("c", 1 + n, _user(*fan)) for n, fan in enumerate(fans)]
+    lines.append(dbz("c", 4, _user("d@x.io", "dee", 4)))
+    lines.append(dbz("c", 5, _repo("ann", "lake", "old words")))
+    lines.append(dbz("c", 6, _repo("bob", "pond", "other")))
+    stars = [dbz("c", 7 + n, _star(username, "ann", "lake")) for n, (_, username, _) in enumerate(fans)]
+    stars.append(dbz("c", 10, _star("dee", "bob", "pond")))
+    processor.process_lines(
+        0,
+        [(line, at("users")) for line in lines[:4]]
+        + [(line, at("repos")) for line in lines[4:]]
+        + [(line, at("stars")) for line in stars],
+    )
+    profiles = lake.names.view("user_profile")
+    before = {r["email"]: r for r in lake.spark.table(profiles).collect()}
+    assert {e: _starred(r) for e, r in before.items()} == {
+        "a@x.io": [("ann", "lake", "old words")],
+        "b@x.io": [("ann", "lake", "old words")],
+        "c@x.io": [("ann", "lake", "old words")],
+        "d@x.io": [("bob", "pond", "other")],
+    }
+
+    result = processor.process_lines(1, [(dbz("u", 20, _repo("ann", "lake", "new words")), at("repos"))])
+    assert result.views["user_profile"].upserts == 3
+    after = {r["email"]: r for r in lake.spark.table(profiles).collect()}
+    for email, *_ in fans:
+        assert _starred(after[email]) == [("ann", "lake", "new words")]
+        assert after[email]["pull_requests"] == before[email]["pull_requests"]
+    assert after["d@x.io"] == before["d@x.io"]
+
+    feed = lake.spark.table(lake.names.view_changes("user_profile")).where("batch_id = 1").collect()
+    assert sorted(r["email"] for r in feed) == ["a@x.io", "b@x.io", "c@x.io"]
+    assert {r["op"] for r in feed} == {"upsert"}
+    assert {r["source_position"] for r in feed} == {20}
+    assert all(r["row"] == after[r["email"]] for r in feed)
+
+    summary = {(r["owner"], r["name"]): r for r in lake.spark.table(lake.names.view("repo_summary")).collect()}
+    assert summary[("ann", "lake")]["description"] == "new words"
+    assert summary[("ann", "lake")]["stars"] == 3
+    assert summary[("ann", "lake")]["owner_email"] == "a@x.io"
+    assert summary[("bob", "pond")]["description"] == "other"
+    summary_feed = lake.spark.table(lake.names.view_changes("repo_summary")).where("batch_id = 1").collect()
+    assert [(r["owner"], r["name"], r["op"]) for r in summary_feed] == [("ann", "lake", "upsert")]
+    assert_views_are_fresh(lake, processor)
+
+
+def test_a_batch_that_changes_nothing_visible_writes_nothing(lake):
+    processor = BatchProcessor(lake.spark, lake.names, lake.sources, view_plans(lake))
+    pr = {"title": "fix", "repo": "lake", "repo_owner": "ann", "index": 1, "author": "ann", "status": "open",
+          "created_at": "2024-03-01T12:00:00Z"}  # fmt: skip
+    first = [
+        (dbz("c", 1, _user("a@x.io", "ann", 1)), at("users")),
+        (dbz("c", 2, _repo("ann", "lake", "d")), at("repos")),
+        (dbz("c", 3, pr, wrapped=True), at("pull_requests")),
+        (dbz("c", 4, _star("ann", "ann", "lake")), at("stars")),
+        (dbz("c", 5, {"id": 1, "user_id": 1, "verified": True}), at("payment_info")),
+    ]
+    processor.process_lines(0, first)
+    tables = [t for m in processor.maintainers for t in (m.table, lake.names.view_changes(m.plan.name))]
+    snapshots = {t: _snapshots(lake, t) for t in tables}
+    feeds = {t: lake.spark.table(t).count() for t in tables if t.endswith("__changes")}
+    assert all(feeds.values())
+
+    # 1. replays of already-applied events (one per table, verbatim, old positions)
+    result = processor.process_lines(1, [first[2], first[0], first[4]])
+    assert result.merged == {"users": 0, "pull_requests": 0, "payment_info": 0}
+    assert {t: _snapshots(lake, t) for t in tables} == snapshots
+    assert {t: lake.spark.table(t).count() for t in feeds} == feeds
+
+    # 2. newer changes no view can see: columns no view reads, the same instant spelled differently
+    invisible = [
+        (dbz("u", 10, {**_user("a@x.io", "ann", 1), "registered_at": T_MICROS + 7}), at("users")),
+        (dbz("u", 11, {**_repo("ann", "lake", "d"), "star_count": 99}, before=None), at("repos")),
+        (dbz("u", 12, {**pr, "created_at": "2024-03-01T13:00:00+01:00"}), at("pull_requests")),
+        (dbz("u", 13, {**_star("ann", "ann", "lake"), "created_at": T_MICROS + 1}), at("stars")),
+    ]
+    result = processor.process_lines(2, invisible)
+    assert result.merged == {"users": 1, "repos": 1, "pull_requests": 1, "stars": 1}
+    assert {t: _snapshots(lake, t) for t in tables} == snapshots
+    assert {t: lake.spark.table(t).count() for t in feeds} == feeds
+    assert_views_are_fresh(lake, processor)
