@@ -120,6 +120,7 @@ def main() -> None:
                     "view_upserts": view.upserts if view else 0,
                     "view_deletes": view.deletes if view else 0,
                     "view_seconds": round(view.seconds, 3) if view else 0.0,
+                    "view_steps": dict(view.steps) if view else {},
                     **figures,
                 }
             )
@@ -163,7 +164,8 @@ def main() -> None:
     for b in batches:
         label = f"batch {b['batch_id']}{' (warm-up)' if b['warmup'] else ''}: {b['events']} events, {b['keys_affected']} keys"
         table.add_row(label, str(b["seconds"]), str(b["spark_jobs"]), str(b["iceberg_commits"]))
-        table.add_row("  of which view step", str(b["view_seconds"]), "", "")
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in b["view_steps"].items())
+        table.add_row(f"  of which view step ({steps})", str(b["view_seconds"]), "", "")
     table.add_row("full recompute + write", f"{full['seconds']} / {full_again['seconds']}", str(full["spark_jobs"]), str(full["iceberg_commits"]))
     table.add_row("backfill (diff, nothing changed)", str(backfill["seconds"]), str(backfill["spark_jobs"]), str(backfill["iceberg_commits"]))
     console.print(table)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
@@ -31,6 +31,7 @@ class ViewResult:
     upserts: int = 0
     deletes: int = 0
     seconds: float = 0.0
+    steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step: keys, diff, feed, merge
 
     @property
     def changed(self) -> int:
@@ -123,19 +124,28 @@ class ViewMaintainer:
         if sql is None:
             return ViewResult(self.plan.name, 0)
         keys = self.spark.sql(sql).toArrow()
+        steps = {"keys": time.perf_counter() - started}
         if keys.num_rows == 0:
-            return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started)
+            return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
         relation = f"{self._temp}_keys"
         self.spark.createDataFrame(keys).createOrReplaceTempView(relation)
         try:
-            return self._write(relation, keys.num_rows, batch_id, position, started)
+            return self._write(relation, keys.num_rows, batch_id, position, started, steps)
         finally:
             self.spark.catalog.dropTempView(relation)
 
     def _write(
-        self, keys: str | None, count: int | None, batch_id: int | None, position: int | None, started: float | None = None
+        self,
+        keys: str | None,
+        count: int | None,
+        batch_id: int | None,
+        position: int | None,
+        started: float | None = None,
+        steps: dict[str, float] | None = None,
     ) -> ViewResult:
         started = time.perf_counter() if started is None else started
+        steps = {} if steps is None else steps
+        clock = time.perf_counter()
         # Materialised once, because the MERGE below changes the view table the diff is computed against:
         # in the driver for a batch's few keys, in executor memory for a backfill of every key.
         frame = self.spark.sql(diff_sql(self.plan, self.live, self.table, keys))
@@ -147,12 +157,17 @@ class ViewMaintainer:
             ops = rows.column(OP).to_pylist()
             counts = {op: ops.count(op) for op in set(ops)}
             diff = self.spark.createDataFrame(rows, schema=frame.schema) if rows.num_rows else None
+        steps["diff"] = time.perf_counter() - clock
         if counts and diff is not None:
             relation = f"{self._temp}_diff"
             diff.createOrReplaceTempView(relation)
             try:
+                clock = time.perf_counter()
                 self.spark.sql(feed_insert_sql(self.plan, self.feed, relation, batch_id, position))
+                steps["feed"] = time.perf_counter() - clock
+                clock = time.perf_counter()
                 self.spark.sql(merge_sql(self.plan, self.table, relation))
+                steps["merge"] = time.perf_counter() - clock
             finally:
                 self.spark.catalog.dropTempView(relation)
         return ViewResult(
@@ -161,4 +176,5 @@ class ViewMaintainer:
             upserts=counts.get("upsert", 0),
             deletes=counts.get("delete", 0),
             seconds=time.perf_counter() - started,
+            steps={k: round(v, 3) for k, v in steps.items()},
         )
