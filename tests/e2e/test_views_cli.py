@@ -225,3 +225,17 @@ def test_extra_views_folder_refuses_a_bad_view_and_maintains_a_good_one(tmp_path
         viewmodel.user_profile(truth.state),
         viewmodel.USER_PROFILE_KEY,
     )
+
+    # A backfill of an up-to-date view recomputes every key and writes nothing; an edited view is rebuilt
+    # by the next ingest, with no new landing files.
+    out = lakemv("--warehouse", str(warehouse), "backfill", "user_stars", env=env).stdout
+    assert "backfilled user_stars: all keys -> 0 upserted, 0 deleted" in out, out
+    (extra / "user_stars.sql").write_text(
+        "-- @key: username\nSELECT s.username, count(*) AS stars, max(s.repo_name) AS last_repo FROM stars s GROUP BY s.username\n"
+    )
+    out = lakemv("--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--once", env=env).stdout
+    assert "built user_stars: all keys ->" in out, out
+    rows = query_json(warehouse, "select * from user_stars", env=env)
+    check_columns("user_stars", rows, ("username", "stars", "last_repo"))
+    assert_same_rows("user_stars", [{k: r[k] for k in ("username", "stars")} for r in rows], expected, ("username",))
+    assert "no view named 'nope'" in one_error_line("backfill", "nope")

@@ -97,3 +97,32 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor)
         f"SELECT day, prs FROM {lake.names.view('daily_prs')} WHERE author = 'ann' ORDER BY day"
     ).collect()
     assert [(r.day.day, r.prs) for r in day] == [(1, 1), (2, 1)]  # ann's PRs of Mar 1 (pond) and Mar 2 (lake #1)
+
+
+def test_a_changed_definition_rebuilds_the_view_and_an_unchanged_one_is_left_alone(lake):
+    def processor_for(sql: str) -> BatchProcessor:
+        plan = plan_view(parse_view(f"-- @key: username\n{sql}", "fans"), lake.sources)
+        return BatchProcessor(lake.spark, lake.names, lake.sources, [plan])
+
+    def assert_fresh(processor: BatchProcessor) -> None:
+        (maintainer,) = processor.maintainers
+        expected = maintainer.recompute()
+        assert_df_equality(lake.spark.table(maintainer.table).select(*expected.columns), expected,
+                           ignore_row_order=True, ignore_nullable=True)  # fmt: skip
+
+    first = processor_for("SELECT s.username, count(*) AS stars FROM stars s GROUP BY s.username")
+    first.process_lines(0, [(line, at(table)) for table, line in BATCHES[0]])
+    assert_fresh(first)
+    # Same schema, new meaning: the fingerprint differs, so the view is rebuilt from the mirrors.
+    second = processor_for(  # now: stars of one's own repos (ann 1 -> 0, bob 2 -> 1)
+        "SELECT s.username, count_if(s.repo_owner = s.username) AS stars FROM stars s GROUP BY s.username"
+    )
+    assert [(b.view, b.keys, b.upserts) for b in second.built] == [("fans", None, 2)]
+    assert_fresh(second)
+    # A new column: the table is replaced with the new schema and rebuilt.
+    third = processor_for("SELECT s.username, count(*) AS stars, max(s.repo_name) AS last_repo FROM stars s GROUP BY s.username")
+    assert lake.spark.table(third.maintainers[0].table).columns == ["username", "stars", "last_repo"]
+    assert_fresh(third)
+    # The same definition again (formatted differently): nothing to do.
+    again = processor_for("select s.username, count(*) as stars, max(s.repo_name) as last_repo\nfrom stars s group by s.username")
+    assert again.built == []
