@@ -183,15 +183,15 @@ def explain(
     sql: Annotated[bool, typer.Option("--sql", help="Also print the SQL that recomputes affected keys.")] = False,
 ) -> None:
     """Show how changes reach a view's key and how its affected rows are recomputed."""
-    from catalog.tables import DELETED, TableNames
+    from catalog.tables import TableNames
     from spark.explain import explain as explain_plan
-    from spark.viewsql import live_sql
+    from spark.mirror import live_rows_sql
 
     plan = ctx.obj.plan(view)
     live = None
     if sql:
         names = TableNames(ctx.obj.settings.catalog_name)
-        live = {t: live_sql(names.mirror(t), ctx.obj.sources[t].column_names, DELETED) for t in plan.tables}
+        live = {t: live_rows_sql(names, ctx.obj.sources[t]) for t in plan.tables}
     print(explain_plan(plan, live))
 
 

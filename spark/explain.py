@@ -18,7 +18,7 @@ def _occurrence(plan: ViewPlan, occ_id: int) -> str:
 def _chain_text(plan: ViewPlan, occ_id: int) -> str:
     steps = []
     for link in plan.chain(occ_id):
-        child, parent = _occurrence(plan, link.child).split()[1], _occurrence(plan, link.parent).split()[1]
+        child, parent = plan.occurrence(link.child).alias, plan.occurrence(link.parent).alias
         steps.append(" AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs))
     anchor_alias = plan.occurrence(plan.anchor).alias
     keys = ", ".join(f"{over(k.expr, anchor_alias)} AS {k.name}" for k in plan.keys)

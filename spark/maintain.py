@@ -15,9 +15,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from catalog.declarations import SourceTable
-from catalog.tables import DELETED, TABLE_PROPERTIES, TableNames
+from catalog.tables import TABLE_PROPERTIES, TableNames
+from spark.mirror import live_rows_sql
 from spark.planner import ViewPlan
-from spark.viewsql import OP, affected_keys_sql, diff_sql, feed_insert_sql, live_sql, merge_sql, recompute_sql
+from spark.viewsql import OP, affected_keys_sql, diff_sql, feed_insert_sql, merge_sql, recompute_sql
 
 FINGERPRINT = "lakemv.view.fingerprint"
 
@@ -32,10 +33,6 @@ class ViewResult:
     deletes: int = 0
     seconds: float = 0.0
     steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step: keys, diff, feed, merge
-
-    @property
-    def changed(self) -> int:
-        return self.upserts + self.deletes
 
     def describe(self) -> str:
         scope = "all keys" if self.keys is None else f"{self.keys} keys"
@@ -54,7 +51,7 @@ class ViewMaintainer:
         self.plan = plan
         self.table = names.view(plan.name)
         self.feed = names.view_changes(plan.name)
-        self.live = {t: live_sql(names.mirror(t), sources[t].column_names, DELETED) for t in plan.tables}
+        self.live = {t: live_rows_sql(names, sources[t]) for t in plan.tables}
         self._temp = f"_lmv_{plan.name}"
 
     # ---- tables ------------------------------------------------------------------------------------

@@ -26,11 +26,6 @@ def q(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
-def live_sql(mirror: str, columns: Sequence[str], deleted_flag: str) -> str:
-    """The live rows of a mirror: declared columns, tombstones filtered out."""
-    return f"SELECT {', '.join(q(c) for c in columns)} FROM {mirror} WHERE NOT {q(deleted_flag)}"
-
-
 def _on(pairs: Sequence[tuple[str, str, str]], child: str, parent: str) -> str:
     return " AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in pairs)
 
@@ -78,21 +73,15 @@ def chain_sql(plan: ViewPlan, occ_id: int, delta: str, live: Mapping[str, str]) 
     key_exprs = [k.expr for k in plan.keys]
     # The last hop into the anchor can be skipped when the link already carries the key columns.
     if chain:
-        last = chain[-1]
-        carried = {parent: child for child, parent, op in last.pairs if op == "="}
+        carried = {parent: child for child, parent, op in chain[-1].pairs if op == "="}
         if all(e in carried for e in key_exprs):
             key_exprs = [carried[e] for e in key_exprs]
             chain = chain[:-1]
-            final = len(chain)
-        else:
-            final = len(chain)
-    else:
-        final = 0
     joins = []
     for index, link in enumerate(chain):
         parent_table = plan.occurrence(link.parent).table
         joins.append(f"JOIN ({live[parent_table]}) AS x{index + 1} ON {_on(link.pairs, f'x{index}', f'x{index + 1}')}")
-    alias = f"x{final}"
+    alias = f"x{len(chain)}"
     select = ", ".join(f"{over(e, alias)} AS {q(k.name)}" for e, k in zip(key_exprs, plan.keys, strict=True))
     not_null = " AND ".join(f"{over(e, alias)} IS NOT NULL" for e in key_exprs)
     return " ".join([f"SELECT {select} FROM {delta} AS x0", *joins, f"WHERE {not_null}"])

@@ -11,7 +11,9 @@ from catalog.settings import LakeSettings
 from spark.explain import explain
 from spark.planner import ViewPlan, over, plan_view
 from spark.views import load_views, parse_view
-from spark.viewsql import affected_keys_sql, chain_sql, diff_sql, live_sql, recompute_sql
+from catalog.tables import TableNames
+from spark.mirror import live_rows_sql
+from spark.viewsql import affected_keys_sql, chain_sql, diff_sql, recompute_sql
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +104,9 @@ def test_recompute_prefilters_every_table_by_its_parent_and_backfill_reads_every
     assert "FULL OUTER JOIN" in diff and "n.`starred_repos` <=> o.`starred_repos`" in diff
 
 
-def test_live_rows_hide_tombstones():
-    assert live_sql("lake.mirror.users", ["id", "email"], "_lmv_deleted") == (
-        "SELECT `id`, `email` FROM lake.mirror.users WHERE NOT `_lmv_deleted`"
+def test_live_rows_hide_tombstones(sources):
+    assert live_rows_sql(TableNames("lake"), sources["users"]) == (
+        "SELECT `id`, `email`, `username`, `registered_at` FROM lake.mirror.users WHERE NOT `_lmv_deleted`"
     )
 
 
