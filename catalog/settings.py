@@ -34,6 +34,18 @@ class LakeSettings(BaseSettings):
     extra_views_dir: Path | None = Field(
         default=None, description="A second folder of view definitions, e.g. a team's own views."
     )
+    max_files_per_batch: int | None = Field(
+        default=None, ge=1, description="Backpressure: at most this many landing files per batch (replaces the byte limit)."
+    )
+    max_bytes_per_batch: int = Field(
+        default=64 << 20, ge=1, description="Backpressure: landing bytes per batch (a bigger single file still forms one batch)."
+    )
+    max_events_per_batch: int = Field(
+        default=100_000, ge=1, description="Lines applied per unit: a bigger batch is applied in chunks of this size."
+    )
+    max_line_chars: int = Field(
+        default=4 << 20, ge=1024, description="A longer landing line is a dead letter, not parsed."
+    )
     jars_dir: Path = PROJECT_ROOT / "jvm" / "lib"
     spark_master: str = "local[*]"
     driver_memory: str = "4g"

@@ -12,6 +12,7 @@ MIRROR_NAMESPACE = "mirror"
 OPS_NAMESPACE = "lakemv"
 VIEW_NAMESPACE = "views"
 DEAD_LETTERS = "dead_letters"
+LEDGER = "batches"
 CHANGES_SUFFIX = "__changes"
 
 # Bookkeeping columns every mirror row carries next to the declared ones (Iceberg reserves `_deleted`,
@@ -79,6 +80,11 @@ class TableNames:
     @property
     def dead_letters(self) -> str:
         return f"{self.catalog}.{OPS_NAMESPACE}.{DEAD_LETTERS}"
+
+    @property
+    def ledger(self) -> str:
+        """One row per committed unit of ingest work (see spark.ledger)."""
+        return f"{self.catalog}.{OPS_NAMESPACE}.{LEDGER}"
 
 
 def mirror_arrow_schema(source: SourceTable) -> pa.Schema:

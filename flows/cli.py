@@ -1,4 +1,4 @@
-"""The `lakemv` command line: generate, ingest, query, views, explain, backfill, demo.
+"""The `lakemv` command line: generate, ingest, query, views, explain, backfill, compact, status, demo.
 
 User mistakes end as one red line."""
 
@@ -136,9 +136,10 @@ def ingest(
         on_batch=lambda batch: console.print(batch.describe()),
     )
     rate = result.events / result.seconds if result.seconds else 0.0
+    conflicts = f"; {result.conflicts_retried} commit conflicts retried" if result.conflicts_retried else ""
     console.print(
         f"ingested {result.events} events in {len(result.batches)} batches, {result.seconds:.1f}s "
-        f"({rate:,.0f} events/s); {result.dead_letters} dead letters"
+        f"({rate:,.0f} events/s); {result.dead_letters} dead letters{conflicts}"
     )
 
 
@@ -215,6 +216,33 @@ def backfill(
     with console.status(f"rebuilding {view}..."):
         result = ViewMaintainer(spark, names, ctx.obj.sources, plan).rebuild()
     console.print(f"backfilled {result.describe()}")
+
+
+@app.command()
+def compact(
+    ctx: typer.Context,
+    tables: Annotated[
+        list[str] | None, typer.Argument(help="Tables as namespace.name (default: every mirror, view and ops table).")
+    ] = None,
+    retention_hours: Annotated[float, typer.Option(min=1, help="Expire snapshots older than this.")] = 120.0,
+) -> None:
+    """Compact data and delete files and expire old snapshots; safe while ingest commits."""
+    from datetime import timedelta
+
+    from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
+    from spark.maintenance import lake_tables, maintain_table
+
+    spark = ctx.obj.spark()
+    catalog = ctx.obj.settings.catalog_name
+    known = lake_tables(spark, catalog, (MIRROR_NAMESPACE, VIEW_NAMESPACE, OPS_NAMESPACE))
+    chosen = tables or known
+    unknown = sorted(set(chosen) - set(known))
+    if unknown:
+        raise ConfigError(f"no table {', '.join(unknown)} (tables: {', '.join(known) or 'none yet'})", "TABLES")
+    for table in chosen:
+        with console.status(f"compacting {table}..."):
+            result = maintain_table(spark, catalog, table, retention=timedelta(hours=retention_hours))
+        console.print(result.describe())
 
 
 @app.command()

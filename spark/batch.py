@@ -1,4 +1,14 @@
-"""One ingest batch: raw lines -> parsed, deduplicated changes -> mirror MERGEs + dead letters."""
+"""One unit of ingest: raw lines -> parsed, deduplicated changes -> mirror MERGEs -> views, exactly once.
+
+The steps, each safe to repeat when a crash makes Spark replay the batch:
+
+1. parse the lines (pure, deterministic);
+2. plan: per table, the change rows that apply and the old/new images views need, saved in the
+   journal *before* any table changes (a replay reads the plan back: the old images may be gone);
+3. append dead letters, MERGE each mirror, maintain each view, append the ledger row. Every snapshot
+   is tagged with the unit's write id; a replay skips appends its first attempt committed, the mirror
+   MERGE's position guard and the view's content diff make the MERGEs no-ops once applied.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +18,20 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from catalog.declarations import SourceTable
-from catalog.tables import POSITION, TableNames, mirror_arrow_schema
-from spark.changeset import build_changeset, changes_to_arrow
-from spark.deadletters import append_dead_letters, ensure_dead_letters
+from catalog.tables import POSITION, SOURCE_TS, TableNames, mirror_arrow_schema
+from spark.changeset import ChangeSet, build_changeset, changes_to_arrow
+from spark.commits import Retries, WriteUnit, append_once, committed, tagged
+from spark.deadletters import dead_letters_to_arrow, ensure_dead_letters
 from spark.delta import effective_delta
+from spark.faults import crash_point
+from spark.journal import BatchRef, Journal, TablePlan
+from spark.ledger import LedgerEntry, TableEntry, append_entry, ensure_ledger
 from spark.maintain import ViewMaintainer, ViewResult
 from spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace, merge_changes, stored_rows
 from spark.planner import ViewPlan
-
 
 @dataclass(frozen=True)
 class BatchResult:
@@ -30,17 +43,30 @@ class BatchResult:
     merged: Mapping[str, int] = field(default_factory=dict)
     dead_letters: int = 0
     skipped: int = 0
+    skip_reasons: Mapping[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     views: Mapping[str, ViewResult] = field(default_factory=dict)
+    chunk: int = 0
+    replayed: bool = False  # a crash interrupted an earlier attempt of this unit
+    already_committed: bool = False  # ... which had finished: nothing was left to do
+    conflicts_retried: int = 0
 
     def describe(self) -> str:
+        name = f"batch {self.batch_id}" + (f".{self.chunk}" if self.chunk else "")
+        if self.already_committed:
+            return f"{name}: replayed, already committed ({self.lines} lines), {self.seconds:.2f}s"
         tables = ", ".join(f"{t} {n}" for t, n in sorted(self.merged.items())) or "no changes"
         views = "".join(
             f"; {v.view} {v.keys} keys -> {v.upserts} upserts, {v.deletes} deletes" for v in self.views.values()
         )
+        extra = (" (replayed)" if self.replayed else "") + (
+            f", {self.conflicts_retried} commit conflicts retried" if self.conflicts_retried else ""
+        )
+        reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.skip_reasons.items()))
+        skipped = f"{self.skipped} skipped" + (f" ({reasons})" if reasons else "")
         return (
-            f"batch {self.batch_id}: {self.lines} lines, {self.events} events -> {tables}; "
-            f"{self.dead_letters} dead letters, {self.skipped} skipped{views}, {self.seconds:.2f}s"
+            f"{name}{extra}: {self.lines} lines, {self.events} events -> {tables}; "
+            f"{self.dead_letters} dead letters, {skipped}{views}, {self.seconds:.2f}s"
         )
 
 
@@ -49,10 +75,11 @@ def _now_micros() -> int:
 
 
 class BatchProcessor:
-    """Applies batches of landing lines to the mirrors of one catalog and keeps its views fresh.
+    """Applies units of landing lines to the mirrors of one catalog and keeps its views fresh.
 
     Creating a processor creates missing tables and builds views that are new or whose SQL changed
-    (`built` holds what that did).
+    (`built` holds what that did). With a `journal`, a replayed unit is recognised and finished
+    exactly once; without one (tests of a single attempt), every unit is a first attempt.
     """
 
     def __init__(
@@ -61,68 +88,160 @@ class BatchProcessor:
         names: TableNames,
         sources: Mapping[str, SourceTable],
         views: Sequence[ViewPlan] = (),
+        journal: Journal | None = None,
+        max_line_chars: int | None = None,
     ):
         self.spark = spark
+        self.max_line_chars = max_line_chars
         self.names = names
-        self.sources = sources
+        self.sources = dict(sources)
+        self.journal = journal
         ensure_namespaces(spark, names)
         ensure_dead_letters(spark, names)
-        for source in sources.values():
+        ensure_ledger(spark, names)
+        for source in self.sources.values():
             ensure_mirror(spark, names, source)
         if views:
             ensure_view_namespace(spark, names)
-        self.maintainers = [ViewMaintainer(spark, names, sources, plan) for plan in views]
+        self.maintainers = [ViewMaintainer(spark, names, self.sources, plan) for plan in views]
         self.watched = {table for plan in views for table in plan.tables}
         self.built = [r for r in (m.ensure() for m in self.maintainers) if r is not None]
 
-    def process_lines(self, batch_id: int, lines: list[tuple[str, str]]) -> BatchResult:
-        """Apply `(line, file)` pairs as batch `batch_id`."""
+    def process_lines(self, batch_id: int, lines: list[tuple[str, str]], stream: str = "local") -> BatchResult:
+        """Apply `(line, file)` pairs as batch `batch_id` of `stream`."""
+        return self.process(BatchRef(stream, batch_id), lines)
+
+    def process(
+        self, ref: BatchRef, lines: list[tuple[str, str]], file_skips: Mapping[str, int] | None = None
+    ) -> BatchResult:
+        """Apply one unit of lines, exactly once however often it is replayed.
+
+        `file_skips` counts files that gave no lines (empty, or gone before Spark read them), by reason.
+        """
         started = time.perf_counter()
-        changeset = build_changeset(lines, self.sources)
-        now = _now_micros()
-        append_dead_letters(self.spark, self.names, changeset.dead_letters, batch_id, now)
-        merged: dict[str, int] = {}
-        deltas: dict[str, str] = {}
-        positions: list[int] = []
-        try:
-            for table, changes in sorted(changeset.changes.items()):
+        started_at = _now_micros()
+        plans = None
+        if self.journal is not None:
+            self.journal.forget_before(ref)
+            plans = self.journal.load(ref)
+        unit = WriteUnit(ref.write_id, replay=plans is not None, retries=Retries(), batch_id=ref.batch)
+        if unit.replay and committed(self.spark, self.names.ledger, ref.write_id):
+            crash_point("batch_end", ref.batch)
+            return BatchResult(
+                ref.batch, len(lines), 0, chunk=ref.chunk, replayed=True, already_committed=True,
+                seconds=time.perf_counter() - started,
+            )
+        changeset = build_changeset(lines, self.sources, self.max_line_chars)
+        changeset.skipped.update(file_skips or {})
+        crash_point("parsed", ref.batch)
+        if plans is None:
+            plans = self._plan(changeset, ref.batch, started_at)
+            if self.journal is not None:
+                self.journal.save(ref, plans)
+        crash_point("journaled", ref.batch)
+        with tagged(self.spark, ref.write_id):
+            views = self._apply(changeset, plans, unit, started_at)
+            result = BatchResult(
+                batch_id=ref.batch,
+                lines=len(lines),
+                events=changeset.events,
+                merged={t: p.rows.num_rows for t, p in plans.items()},
+                dead_letters=len(changeset.dead_letters),
+                skipped=sum(changeset.skipped.values()),
+                skip_reasons=dict(changeset.skipped),
+                views=views,
+                chunk=ref.chunk,
+                replayed=unit.replay,
+            )
+            entry = self._ledger_entry(ref, result, plans, unit, started_at)
+            append_once(self.spark, self.names.ledger, unit, lambda: append_entry(self.spark, self.names, entry))
+            crash_point("ledger", ref.batch)
+        crash_point("batch_end", ref.batch)
+        return BatchResult(
+            **{**result.__dict__, "seconds": time.perf_counter() - started, "conflicts_retried": unit.retries.count}
+        )
+
+    # ---- steps -------------------------------------------------------------------------------------
+    def _plan(self, changeset: ChangeSet, batch_id: int, now: int) -> dict[str, TablePlan]:
+        """Per table: the change rows that will apply and, for tables views read, their images."""
+        plans = {}
+        for table, changes in sorted(changeset.changes.items()):
+            source = self.sources[table]
+            rows = changes_to_arrow(source, changes, batch_id, now)
+            if table not in self.watched:
+                plans[table] = TablePlan(rows, None)
+                continue
+            stored = stored_rows(self.spark, self.names, source, rows)
+            delta = effective_delta(source.primary_key, source.column_names, rows.to_pylist(), stored.to_pylist())
+            schema = pa.schema([f for f in mirror_arrow_schema(source) if f.name in source.column_names])
+            images = pa.Table.from_pylist(delta.images, schema=schema)
+            plans[table] = TablePlan(rows.take(pa.array(delta.applied, type=pa.int64())), images)
+        return plans
+
+    def _apply(
+        self, changeset: ChangeSet, plans: Mapping[str, TablePlan], unit: WriteUnit, now: int
+    ) -> dict[str, ViewResult]:
+        if changeset.dead_letters:
+            letters = dead_letters_to_arrow(changeset.dead_letters, unit.batch_id or 0, now)
+            append_once(
+                self.spark,
+                self.names.dead_letters,
+                unit,
+                lambda: self.spark.createDataFrame(letters).writeTo(self.names.dead_letters).append(),
+            )
+        crash_point("dead_letters", unit.batch_id)
+        for table, plan in sorted(plans.items()):
+            if plan.rows.num_rows:
                 source = self.sources[table]
-                rows = changes_to_arrow(source, changes, batch_id, now)
-                if table in self.watched:
-                    rows = self._with_delta(source, rows, deltas)
-                if rows.num_rows:
-                    merge_changes(self.spark, self.names, source, rows)
-                    positions.append(pc.max(rows.column(POSITION)).as_py())
-                merged[table] = rows.num_rows
-            position = max(positions) if positions else None
-            views = {m.plan.name: m.apply(deltas, batch_id, position) for m in self.maintainers if deltas}
+                unit.retries.run(
+                    f"MERGE into mirror {table}", lambda: merge_changes(self.spark, self.names, source, plan.rows)
+                )
+                crash_point(f"mirror:{table}", unit.batch_id)
+        deltas: dict[str, str] = {}
+        try:
+            for table, plan in sorted(plans.items()):
+                if plan.images is not None and plan.images.num_rows:
+                    relation = f"_lmv_delta_{table}"
+                    self.spark.createDataFrame(plan.images).createOrReplaceTempView(relation)
+                    deltas[table] = relation
+            position = _max(plans, POSITION)
+            return {m.plan.name: m.apply(deltas, unit, position) for m in self.maintainers if deltas}
         finally:
             for relation in deltas.values():
                 self.spark.catalog.dropTempView(relation)
-        return BatchResult(
-            batch_id=batch_id,
-            lines=len(lines),
-            events=changeset.events,
-            merged=merged,
-            dead_letters=len(changeset.dead_letters),
-            skipped=sum(changeset.skipped.values()),
-            seconds=time.perf_counter() - started,
+
+    def _ledger_entry(
+        self, ref: BatchRef, result: BatchResult, plans: Mapping[str, TablePlan], unit: WriteUnit, started_at: int
+    ) -> LedgerEntry:
+        tables = {
+            t: TableEntry(p.rows.num_rows, _column_max(p.rows, POSITION), _column_max(p.rows, SOURCE_TS))
+            for t, p in plans.items()
+        }
+        views = {v.view: (v.keys or 0, v.upserts, v.deletes) for v in result.views.values()}
+        return LedgerEntry(
+            stream_id=ref.stream,
+            batch_id=ref.batch,
+            chunk=ref.chunk,
+            lines=result.lines,
+            events=result.events,
+            dead_letters=result.dead_letters,
+            skipped=result.skipped,
+            tables=tables,
             views=views,
+            conflicts_retried=unit.retries.count,
+            replayed=unit.replay,
+            started_at_micros=started_at,
+            finished_at_micros=_now_micros(),
         )
 
-    def _with_delta(self, source: SourceTable, rows: pa.Table, deltas: dict[str, str]) -> pa.Table:
-        """Keep the rows that will apply; register their old and new images as `_lmv_delta_<table>`."""
-        stored = stored_rows(self.spark, self.names, source, rows)
-        delta = effective_delta(source.primary_key, source.column_names, rows.to_pylist(), stored.to_pylist())
-        if delta.images:
-            schema = pa.schema([f for f in mirror_arrow_schema(source) if f.name in source.column_names])
-            relation = f"_lmv_delta_{source.name}"
-            self.spark.createDataFrame(pa.Table.from_pylist(delta.images, schema=schema)).createOrReplaceTempView(relation)
-            deltas[source.name] = relation
-        return rows.take(pa.array(delta.applied, type=pa.int64()))
 
-    def process_dataframe(self, frame: DataFrame, batch_id: int) -> BatchResult:
-        """Apply a micro-batch of lines: columns `value` (the line) and `file` (where it came from)."""
-        table = frame.toArrow()
-        lines = list(zip(table.column("value").to_pylist(), table.column("file").to_pylist(), strict=True))
-        return self.process_lines(batch_id, lines)
+def _column_max(rows: pa.Table, column: str) -> int | None:
+    if rows.num_rows == 0:
+        return None
+    value = pc.max(rows.column(column).cast(pa.int64()))
+    return value.as_py()
+
+
+def _max(plans: Mapping[str, TablePlan], column: str) -> int | None:
+    values = [v for v in (_column_max(p.rows, column) for p in plans.values()) if v is not None]
+    return max(values) if values else None

@@ -62,12 +62,18 @@ def latest_per_key(changes: Iterable[Change]) -> list[Change]:
     return list(best.values())
 
 
-def build_changeset(lines: Iterable[tuple[str, str]], sources: Mapping[str, SourceTable]) -> ChangeSet:
-    """Parse `(line, file)` pairs and dedupe them per table."""
+def build_changeset(
+    lines: Iterable[tuple[str, str]], sources: Mapping[str, SourceTable], max_line_chars: int | None = None
+) -> ChangeSet:
+    """Parse `(line, file)` pairs and dedupe them per table; a line over `max_line_chars` is not parsed."""
     result = ChangeSet()
     parsed: dict[str, list[Change]] = {}
     for text, file in lines:
         table = table_of(file)
+        if max_line_chars is not None and len(text) > max_line_chars:
+            reason = f"line of {len(text):,} characters is over the limit of {max_line_chars:,} (LAKEMV_MAX_LINE_CHARS)"
+            result.dead_letters.append(DeadLetter(text, file, table, reason))
+            continue
         source = sources.get(table)
         if source is None:
             known = ", ".join(sorted(sources))

@@ -44,9 +44,3 @@ def dead_letters_to_arrow(letters: list[DeadLetter], batch_id: int, failed_at_mi
         ],
         schema=SCHEMA,
     )
-
-
-def append_dead_letters(spark: SparkSession, names: TableNames, letters: list[DeadLetter], batch_id: int, now: int) -> None:
-    """Append this batch's dead letters."""
-    if letters:
-        spark.createDataFrame(dead_letters_to_arrow(letters, batch_id, now)).writeTo(names.dead_letters).append()

@@ -1,11 +1,20 @@
-"""Streaming ingest: Spark Structured Streaming over `<landing>/<table>/*` with foreachBatch."""
+"""Streaming ingest: Spark Structured Streaming over `<landing>/<table>/*` with foreachBatch.
+
+Each micro-batch is bounded (bytes or files per batch) and applied in chunks of at most
+`max_events_per_batch` lines, each chunk a unit of `BatchProcessor` with its own journal entry and
+write id, so memory stays bounded however large the backlog and a crash replays exactly.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -14,13 +23,14 @@ from catalog.errors import ConfigError
 from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from spark.batch import BatchProcessor, BatchResult
+from spark.journal import BatchRef, Journal
 from spark.maintain import ViewResult
 from spark.planner import ViewPlan
 
 
 @dataclass
 class IngestResult:
-    """Totals over the batches one ingest run processed."""
+    """Totals over the units one ingest run processed."""
 
     batches: list[BatchResult] = field(default_factory=list)
 
@@ -36,11 +46,48 @@ class IngestResult:
     def seconds(self) -> float:
         return sum(b.seconds for b in self.batches)
 
+    @property
+    def conflicts_retried(self) -> int:
+        return sum(b.conflicts_retried for b in self.batches)
+
 
 def checkpoint_dir(settings: LakeSettings, landing: Path) -> Path:
     """One checkpoint per (catalog, landing folder), kept under the warehouse."""
     digest = hashlib.sha1(f"{settings.catalog_name}:{landing.resolve()}".encode()).hexdigest()[:12]
     return settings.checkpoint_root / f"ingest-{digest}"
+
+
+def stream_id(checkpoint: Path) -> str:
+    """Spark's id of the streaming query, kept in the checkpoint (a new checkpoint, a new id)."""
+    first = (checkpoint / "metadata").read_text(encoding="utf-8").splitlines()[0]
+    return str(json.loads(first)["id"])
+
+
+def _local_path(uri: str) -> str:
+    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+
+
+def planned_files(checkpoint: Path, batch_id: int) -> list[str]:
+    """The files Spark's file source assigned to `batch_id` (from its source log in the checkpoint)."""
+    log = checkpoint / "sources" / "0"
+    candidates = [log / str(batch_id), log / f"{batch_id}.compact"]
+    for path in candidates:
+        if path.exists():
+            entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
+            return [e["path"] for e in entries if e.get("batchId") == batch_id]
+    return []
+
+
+def file_skips(planned: Sequence[str], read: set[str]) -> Counter[str]:
+    """Files of a batch that gave no line: empty, or removed between listing and reading."""
+    skips: Counter[str] = Counter()
+    seen = {_local_path(uri) for uri in read}
+    for uri in planned:
+        path = _local_path(uri)
+        if path in seen:
+            continue
+        skips["empty file" if os.path.exists(path) else "file gone before it was read"] += 1
+    return skips
 
 
 def run_ingest(
@@ -59,25 +106,45 @@ def run_ingest(
     """Ingest landing files and maintain `views`; with `once`, everything present now, then return."""
     if not landing.is_dir():
         raise ConfigError("landing directory does not exist", str(landing))
-    processor = BatchProcessor(spark, TableNames(settings.catalog_name), sources, views)
+    checkpoint = checkpoint_dir(settings, landing)
+    processor = BatchProcessor(
+        spark,
+        TableNames(settings.catalog_name),
+        sources,
+        views,
+        journal=Journal(checkpoint / "lakemv-journal"),
+        max_line_chars=settings.max_line_chars,
+    )
     for built in processor.built:
         if on_build is not None:
             on_build(built)
     result = IngestResult()
+    chunk_size = settings.max_events_per_batch
+    identity: list[str] = []
 
     def each_batch(frame: DataFrame, batch_id: int) -> None:
-        outcome = processor.process_dataframe(frame, batch_id)
-        result.batches.append(outcome)
-        if on_batch is not None:
-            on_batch(outcome)
+        if not identity:
+            identity.append(stream_id(checkpoint))
+        table = frame.toArrow()
+        skips = file_skips(planned_files(checkpoint, batch_id), set(table.column("file").to_pylist()))
+        for chunk, start in enumerate(range(0, max(table.num_rows, 1), chunk_size)):
+            part = table.slice(start, chunk_size)
+            lines = list(zip(part.column("value").to_pylist(), part.column("file").to_pylist(), strict=True))
+            outcome = processor.process(BatchRef(identity[0], batch_id, chunk), lines, skips if chunk == 0 else None)
+            result.batches.append(outcome)
+            if on_batch is not None:
+                on_batch(outcome)
 
-    reader = spark.readStream.format("text")
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+    reader = spark.readStream.format("text").option("ignoreMissingFiles", "true")
+    max_files = max_files_per_trigger or settings.max_files_per_batch
+    if max_files:
+        reader = reader.option("maxFilesPerTrigger", str(max_files))
+    else:
+        reader = reader.option("maxBytesPerTrigger", str(settings.max_bytes_per_batch))
     stream = reader.load(str(landing.resolve() / "*" / "*")).selectExpr("value", "_metadata.file_path AS file")
     writer = (
         stream.writeStream.foreachBatch(each_batch)
-        .option("checkpointLocation", str(checkpoint_dir(settings, landing)))
+        .option("checkpointLocation", str(checkpoint))
         .queryName(f"lakemv_ingest_{settings.catalog_name}")
     )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")

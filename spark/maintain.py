@@ -16,6 +16,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from catalog.declarations import SourceTable
 from catalog.tables import TABLE_PROPERTIES, TableNames
+from spark.commits import WriteUnit, append_once, tagged
+from spark.faults import crash_point
 from spark.mirror import live_rows_sql
 from spark.planner import ViewPlan
 from spark.viewsql import OP, affected_keys_sql, diff_sql, feed_insert_sql, merge_sql, recompute_sql
@@ -109,25 +111,43 @@ class ViewMaintainer:
         self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{fingerprint}')")
         return result
 
-    # ---- maintenance -------------------------------------------------------------------------------
-    def backfill(self, batch_id: int | None = None) -> ViewResult:
-        """Recompute every key; write only what differs from the view table."""
-        return self._write(None, None, batch_id, None)
+    def _current_snapshot(self) -> str:
+        rows = self.spark.sql(
+            f"SELECT snapshot_id FROM {self.table}.history WHERE is_current_ancestor ORDER BY made_current_at DESC LIMIT 1"
+        ).collect()
+        return str(rows[0][0]) if rows else "empty"
 
-    def apply(self, deltas: Mapping[str, str], batch_id: int, position: int | None) -> ViewResult:
-        """Recompute the keys the changed rows in `deltas` (table -> relation of old and new images) reach."""
+    # ---- maintenance -------------------------------------------------------------------------------
+    def backfill(self) -> ViewResult:
+        """Recompute every key; write only what differs from the view table.
+
+        Its write id names the definition and the view snapshot the diff is computed against: after
+        a crash between the change-feed append and the view MERGE, the rerun finds its feed rows and
+        does not append them again.
+        """
+        fingerprint = self.plan.definition.fingerprint[:16]
+        unit = WriteUnit(f"build:{self.plan.name}:{fingerprint}@{self._current_snapshot()}", replay=True)
+        with tagged(self.spark, unit.write_id):
+            return self._write(None, None, None, None, unit)
+
+    def apply(self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None) -> ViewResult:
+        """Recompute the keys the changed rows in `deltas` (table -> relation of old and new images) reach.
+
+        Runs inside the batch's tagged block; `unit.batch_id` goes to the change feed.
+        """
         started = time.perf_counter()
         sql = affected_keys_sql(self.plan, self.live, {t: r for t, r in deltas.items() if t in self.live})
         if sql is None:
             return ViewResult(self.plan.name, 0)
         keys = self.spark.sql(sql).toArrow()
         steps = {"keys": time.perf_counter() - started}
+        crash_point(f"keys:{self.plan.name}", unit.batch_id)
         if keys.num_rows == 0:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
         relation = f"{self._temp}_keys"
         self.spark.createDataFrame(keys).createOrReplaceTempView(relation)
         try:
-            return self._write(relation, keys.num_rows, batch_id, position, started, steps)
+            return self._write(relation, keys.num_rows, unit.batch_id, position, unit, started, steps)
         finally:
             self.spark.catalog.dropTempView(relation)
 
@@ -137,6 +157,7 @@ class ViewMaintainer:
         count: int | None,
         batch_id: int | None,
         position: int | None,
+        unit: WriteUnit,
         started: float | None = None,
         steps: dict[str, float] | None = None,
     ) -> ViewResult:
@@ -160,11 +181,15 @@ class ViewMaintainer:
             diff.createOrReplaceTempView(relation)
             try:
                 clock = time.perf_counter()
-                self.spark.sql(feed_insert_sql(self.plan, self.feed, relation, batch_id, position))
+                feed = feed_insert_sql(self.plan, self.feed, relation, batch_id, position)
+                append_once(self.spark, self.feed, unit, lambda: self.spark.sql(feed))
                 steps["feed"] = time.perf_counter() - clock
+                crash_point(f"feed:{self.plan.name}", unit.batch_id)
                 clock = time.perf_counter()
-                self.spark.sql(merge_sql(self.plan, self.table, relation))
+                merge = merge_sql(self.plan, self.table, relation)
+                unit.retries.run(f"MERGE into view {self.plan.name}", lambda: self.spark.sql(merge))
                 steps["merge"] = time.perf_counter() - clock
+                crash_point(f"view:{self.plan.name}", unit.batch_id)
             finally:
                 self.spark.catalog.dropTempView(relation)
         return ViewResult(

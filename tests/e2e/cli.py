@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from catalog.declarations import SourceTable
 from spark.coerce import iso_to_micros
@@ -48,3 +49,41 @@ def move_round(staging: Path, landing: Path, number: int) -> int:
         path.rename(target)
         moved += 1
     return moved
+
+
+def _ordered(value: Any) -> Any:
+    """A sortable stand-in for a key value (None first, never compared with a value)."""
+    return (0, "") if value is None else (1, value)
+
+
+def assert_same_rows(name: str, got: list[dict[str, Any]], expected: list[dict[str, Any]], key: Sequence[str], context: str = "") -> None:
+    """Compare as sets keyed by `key` (lists inside rows in their given order); a short message on mismatch."""
+
+    def by_key(rows: list[dict[str, Any]], side: str) -> dict[tuple, dict[str, Any]]:
+        keyed: dict[tuple, dict[str, Any]] = {}
+        for row in rows:
+            k = tuple(row[c] for c in key)
+            assert k not in keyed, f"{name}{context}: {side} has key {k} twice:\n  {keyed[k]}\n  {row}"
+            keyed[k] = row
+        return keyed
+
+    lake, model = by_key(got, "lake"), by_key(expected, "model")
+    if lake == model:
+        return
+    ordered = sorted(set(lake) | set(model), key=lambda k: tuple(_ordered(v) for v in k))
+    missing = [k for k in ordered if k not in lake]
+    extra = [k for k in ordered if k not in model]
+    differing = [k for k in ordered if k in lake and k in model and lake[k] != model[k]]
+    lines = [f"{name}{context}: {len(lake)} rows in the lake, {len(model)} in the model; "
+             f"{len(missing)} missing, {len(extra)} extra, {len(differing)} differ"]
+    if missing:
+        lines.append(f"first missing key {missing[0]}: model row {model[missing[0]]}")
+    if extra:
+        lines.append(f"first extra key {extra[0]}: lake row {lake[extra[0]]}")
+    if differing:
+        k = differing[0]
+        columns = [c for c in model[k] if lake[k].get(c) != model[k].get(c)]
+        lines.append(f"first differing key {k}, columns {columns}:")
+        for c in columns:
+            lines.append(f"  {c}:\n    lake : {lake[k].get(c)!r}\n    model: {model[k].get(c)!r}")
+    raise AssertionError("\n".join(lines))

@@ -14,7 +14,7 @@ from typing import Any
 
 from spark.coerce import iso_to_micros
 from tests import viewmodel
-from tests.e2e.cli import lakemv, move_round
+from tests.e2e.cli import assert_same_rows, lakemv, move_round
 from workload.github import GitHubWorkload, WorkloadConfig
 
 Row = dict[str, Any]
@@ -57,44 +57,6 @@ def check_columns(name: str, rows: list[Row], columns: Sequence[str], structs: d
         for column, fields in (structs or {}).items():
             for element in row[column] or ():
                 assert list(element) == list(fields), f"{name}.{column}: fields {list(element)}, expected {list(fields)}"
-
-
-def _ordered(value: Any) -> Any:
-    """A sortable stand-in for a key value (None first, never compared with a value)."""
-    return (0, "") if value is None else (1, value)
-
-
-def assert_same_rows(name: str, got: list[Row], expected: list[Row], key: Sequence[str], context: str = "") -> None:
-    """Compare as sets keyed by `key` (lists inside rows in their given order); a short message on mismatch."""
-
-    def by_key(rows: list[Row], side: str) -> dict[tuple, Row]:
-        keyed: dict[tuple, Row] = {}
-        for row in rows:
-            k = tuple(row[c] for c in key)
-            assert k not in keyed, f"{name}{context}: {side} has key {k} twice:\n  {keyed[k]}\n  {row}"
-            keyed[k] = row
-        return keyed
-
-    lake, model = by_key(got, "lake"), by_key(expected, "model")
-    if lake == model:
-        return
-    ordered = sorted(set(lake) | set(model), key=lambda k: tuple(_ordered(v) for v in k))
-    missing = [k for k in ordered if k not in lake]
-    extra = [k for k in ordered if k not in model]
-    differing = [k for k in ordered if k in lake and k in model and lake[k] != model[k]]
-    lines = [f"{name}{context}: {len(lake)} rows in the lake, {len(model)} in the model; "
-             f"{len(missing)} missing, {len(extra)} extra, {len(differing)} differ"]
-    if missing:
-        lines.append(f"first missing key {missing[0]}: model row {model[missing[0]]}")
-    if extra:
-        lines.append(f"first extra key {extra[0]}: lake row {lake[extra[0]]}")
-    if differing:
-        k = differing[0]
-        columns = [c for c in model[k] if lake[k].get(c) != model[k].get(c)]
-        lines.append(f"first differing key {k}, columns {columns}:")
-        for c in columns:
-            lines.append(f"  {c}:\n    lake : {lake[k].get(c)!r}\n    model: {model[k].get(c)!r}")
-    raise AssertionError("\n".join(lines))
 
 
 def check_model_is_not_trivial(state: dict) -> None:

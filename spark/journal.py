@@ -1,0 +1,126 @@
+"""The batch journal: what a batch will change, made durable before the first table changes.
+
+A batch's effect on the views depends on the mirrors' rows *before* the batch (the old images). After
+a crash part-way, those rows may already be overwritten, so they cannot be looked up again. The
+journal keeps, per table, the change rows the batch applies and the old and new images of the rows
+they change. A replay of the batch reads them back instead of recomputing them, and so does exactly
+what the first attempt would have done.
+
+It lives in the stream's checkpoint folder (`<checkpoint>/lakemv-journal/<batch>.<chunk>/`), as Arrow
+IPC files, written into a temporary folder and renamed into place: an entry is there whole or not
+at all. Entries of committed batches are removed as later batches start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+
+@dataclass(frozen=True, order=True)
+class BatchRef:
+    """One unit of ingest work: batch `batch` of stream `stream`, part `chunk` of it."""
+
+    stream: str
+    batch: int
+    chunk: int = 0
+
+    @property
+    def write_id(self) -> str:
+        """The tag its Iceberg commits carry (see spark.commits)."""
+        return f"{self.stream}:{self.batch}.{self.chunk}"
+
+    @property
+    def entry_name(self) -> str:
+        return f"{self.batch:012d}.{self.chunk:06d}"
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """What a batch does to one mirror: the change rows it MERGEs and the images views need."""
+
+    rows: pa.Table
+    images: pa.Table | None  # old and new images of the rows that change; None if no view reads it
+
+
+def _write(path: Path, table: pa.Table) -> None:
+    with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _read(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as source:
+        return ipc.open_file(source).read_all()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    """The journal of one ingest stream."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def _entry(self, ref: BatchRef) -> Path:
+        return self.root / ref.entry_name
+
+    def load(self, ref: BatchRef) -> dict[str, TablePlan] | None:
+        """The plan saved for `ref`, or None when this is the batch's first attempt."""
+        entry = self._entry(ref)
+        manifest = entry / "manifest.json"
+        if not manifest.exists():
+            return None
+        meta = json.loads(manifest.read_text(encoding="utf-8"))
+        if meta["write_id"] != ref.write_id:  # a checkpoint folder reused by another stream
+            return None
+        plans = {}
+        for table, has_images in meta["tables"].items():
+            images = _read(entry / f"{table}.images.arrow") if has_images else None
+            plans[table] = TablePlan(_read(entry / f"{table}.rows.arrow"), images)
+        return plans
+
+    def save(self, ref: BatchRef, plans: Mapping[str, TablePlan]) -> None:
+        """Make `plans` durable for `ref` (atomically: a crash leaves the whole entry or none)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self._entry(ref)
+        temporary = self.root / f".tmp-{ref.entry_name}-{os.getpid()}"
+        shutil.rmtree(temporary, ignore_errors=True)
+        temporary.mkdir()
+        for table, plan in plans.items():
+            _write(temporary / f"{table}.rows.arrow", plan.rows)
+            if plan.images is not None:
+                _write(temporary / f"{table}.images.arrow", plan.images)
+        meta = {"write_id": ref.write_id, "tables": {t: p.images is not None for t, p in plans.items()}}
+        (temporary / "manifest.json").write_text(json.dumps(meta), encoding="utf-8")
+        for path in temporary.iterdir():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        _fsync_dir(temporary)
+        shutil.rmtree(final, ignore_errors=True)  # a half-removed older entry of the same name
+        os.rename(temporary, final)
+        _fsync_dir(self.root)
+
+    def forget_before(self, ref: BatchRef) -> None:
+        """Drop entries of batches before `ref`'s (Spark committed them) and abandoned temp folders.
+
+        Earlier chunks of `ref`'s own batch stay: a crash now replays the whole batch, chunk 0 first.
+        """
+        if not self.root.is_dir():
+            return
+        batch_prefix = f"{ref.batch:012d}"
+        for path in self.root.iterdir():
+            if path.name.startswith(".tmp-") or (path.name[0].isdigit() and path.name < batch_prefix):
+                shutil.rmtree(path, ignore_errors=True)

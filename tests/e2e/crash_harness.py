@@ -1,0 +1,284 @@
+"""Crash harness: run `lakemv ingest` as a real process, SIGKILL it at named steps, restart, compare.
+
+One *trial* = one generated input (a seed) fed to two warehouses:
+
+- the reference: one uninterrupted `lakemv ingest --once`;
+- the crashed: a schedule of (crash point, batch) pairs in pipeline order. Each run arms one point
+  (`LAKEMV_CRASH_AT`), waits until the process reports it reached the point, and kills the process
+  group with SIGKILL (the JVM dies with it). The next run restarts from the checkpoint, so it replays
+  the interrupted batch first. A last clean run finishes the input.
+
+Then both lakes are read with DuckDB (no Spark) and must be equal: mirrors (tombstones and
+bookkeeping included), views, change feeds (as multisets: a duplicate entry is a failure), dead
+letters and ledger rows. The crashed lake's views must also equal an independent Python model of the
+generator's true state.
+
+`python -m tests.e2e.crash_harness --seeds 1 2 3` runs several trials and prints the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from catalog.declarations import SourceRegistry, load_sources
+from catalog.duck import connect_duckdb, metadata_location
+from catalog.settings import LakeSettings
+from catalog.tables import DEAD_LETTERS, LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
+from spark.coerce import EPOCH, ONE_MICRO
+from tests import viewmodel
+from tests.conftest import LAKEMV
+from tests.e2e.cli import assert_same_rows
+from workload.github import WorkloadConfig, generate_files
+
+TABLES = ("payment_info", "pull_requests", "repos", "stars", "users")
+VIEWS = ("repo_summary", "user_profile")
+# Every crash point of a batch, in the order ingest reaches them.
+POINTS = (
+    "parsed",
+    "journaled",
+    "dead_letters",
+    *(f"mirror:{t}" for t in TABLES),
+    *(f"{step}:{v}" for v in VIEWS for step in ("keys", "feed", "view")),
+    "ledger",
+    "batch_end",
+)
+MODELS = {
+    "user_profile": (viewmodel.user_profile, viewmodel.USER_PROFILE_KEY),
+    "repo_summary": (viewmodel.repo_summary, viewmodel.REPO_SUMMARY_KEY),
+}
+HOSTILE = (
+    '{"op": "c", "after": {',  # malformed JSON
+    '["not", "an", "envelope"]',
+    '{"op": "x", "after": {"id": 1}, "source": {"lsn": 1}}',  # unknown op
+    '{"op": "c", "after": {"id": "12", "email": "s@x", "username": "s"}, "source": {"lsn": 5}}',  # string into BIGINT
+)
+
+
+@dataclass
+class Trial:
+    """What one seed's trial did."""
+
+    seed: int
+    schedule: list[tuple[str, int]]
+    kills: list[str] = field(default_factory=list)
+    not_reached: list[str] = field(default_factory=list)
+    runs: int = 0
+    seconds: float = 0.0
+    compared: dict[str, int] = field(default_factory=dict)  # table -> rows compared
+
+
+def schedule_for(seed: int, batches: int) -> list[tuple[str, int]]:
+    """Every crash point once, spread over batches 1..batches-1 in pipeline order (rotated by seed)."""
+    spans = batches - 1
+    shift = seed % spans
+    per_batch = -(-len(POINTS) // spans)
+    return [(point, 1 + (index // per_batch + shift) % spans) for index, point in enumerate(POINTS)]
+
+
+def _ordered_schedule(schedule: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    order = {p: i for i, p in enumerate(POINTS)}
+    return sorted(schedule, key=lambda pair: (pair[1], order[pair[0]]))
+
+
+def prepare_landing(out: Path, seed: int, users: int, rounds: int, sources: SourceRegistry) -> tuple[dict, int]:
+    """Generate the input, add hostile lines to every round, give files distinct, ordered mtimes."""
+    workload, _, _ = generate_files(WorkloadConfig(users=users, seed=seed, rounds=rounds), sources, out)
+    for number in range(rounds):
+        (out / "users" / f"r{number:04d}-zz-hostile.json").write_text("\n".join(HOSTILE) + "\n")
+        (out / "nope").mkdir(exist_ok=True)
+        (out / "nope" / f"r{number:04d}-x.json").write_text('{"op": "c", "after": {"id": 1}, "source": {"lsn": 1}}\n')
+    files = sorted(out.glob("*/*.json"), key=lambda p: (p.name[:5], p.parent.name, p.name))
+    base = time.time() - 10_000
+    for index, path in enumerate(files):
+        os.utime(path, (base + index, base + index))
+    per_round = len(files) // rounds
+    return workload.state, per_round
+
+
+def copy_landing(source: Path, target: Path) -> None:
+    for path in source.glob("*/*.json"):
+        destination = target / path.parent.name / path.name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_bytes(path.read_bytes())
+        stat = path.stat()
+        os.utime(destination, (stat.st_atime, stat.st_mtime))
+
+
+def _env(files_per_batch: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "LAKEMV_SPARK_MASTER": "local[2]",
+        "LAKEMV_DRIVER_MEMORY": "2g",
+        "LAKEMV_SHUFFLE_PARTITIONS": "2",
+        "LAKEMV_MAX_FILES_PER_BATCH": str(files_per_batch),
+    }
+    env.pop("LAKEMV_CRASH_AT", None)
+    env.pop("LAKEMV_CRASH_SIGNAL", None)
+    env.update(extra or {})
+    return env
+
+
+def ingest(warehouse: Path, landing: Path, env: Mapping[str, str], signal_file: Path | None = None, timeout: float = 600) -> str | None:
+    """Run `lakemv ingest --once`; with a signal file, SIGKILL the process group once it appears.
+
+    Returns the point the process reported (it was killed there), or None if it ran to completion.
+    """
+    args = [LAKEMV, "--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--once"]
+    log = warehouse.parent / f"{warehouse.name}-ingest.log"
+    with open(log, "a", encoding="utf-8") as out:
+        process = subprocess.Popen(args, env=dict(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if signal_file is not None and signal_file.exists() and signal_file.read_text().strip():
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                reached = signal_file.read_text().strip()
+                signal_file.unlink()
+                return reached
+            code = process.poll()
+            if code is not None:
+                if code != 0:
+                    raise AssertionError(f"ingest exited {code}; see {log}:\n{log.read_text()[-3000:]}")
+                return None
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError(f"ingest did not finish within {timeout}s; see {log}")
+
+
+# ---- reading a lake ------------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """DuckDB values as comparable plain data (timestamps as epoch micros)."""
+    if isinstance(value, datetime):
+        return (value - EPOCH) // ONE_MICRO if value.tzinfo else (value.replace(tzinfo=EPOCH.tzinfo) - EPOCH) // ONE_MICRO
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def read_lake(warehouse: Path, sources: SourceRegistry) -> dict[str, list[dict[str, Any]]]:
+    """Every table a crash could corrupt, as rows without run-dependent columns (times, stream ids)."""
+    settings = LakeSettings(warehouse=warehouse)
+    con = connect_duckdb(threads=2)
+    tables: dict[str, tuple[str, str, str]] = {}
+    for name, source in sources.items():
+        columns = ", ".join(f'"{c}"' for c in source.column_names)
+        tables[f"mirror.{name}"] = (MIRROR_NAMESPACE, name, f"{columns}, _lmv_position, _lmv_op, _lmv_deleted, _lmv_source_ts, _lmv_batch_id")
+    for view in VIEWS:
+        tables[f"views.{view}"] = (VIEW_NAMESPACE, view, "*")
+        tables[f"views.{view}__changes"] = (VIEW_NAMESPACE, f"{view}__changes", "* EXCLUDE (changed_at)")
+    tables["dead_letters"] = (
+        OPS_NAMESPACE,
+        DEAD_LETTERS,
+        "raw, raw_chars, regexp_extract(source_file, '[^/]+/[^/]+$') AS file, source_table, reason, batch_id",
+    )
+    tables["ledger"] = (OPS_NAMESPACE, LEDGER, "batch_id, chunk, lines, events, dead_letters, skipped, list_transform(tables, t -> struct_pack(name := t.name, changes := t.changes)) AS tables")
+    lake = {}
+    for label, (namespace, table, select) in tables.items():
+        location = metadata_location(settings, namespace, table)
+        assert location is not None, f"{label} does not exist in {warehouse}"
+        relation = con.execute(f"SELECT {select} FROM iceberg_scan('{location}')")
+        names = [d[0] for d in relation.description]
+        lake[label] = [dict(zip(names, (_plain(v) for v in row), strict=True)) for row in relation.fetchall()]
+    con.close()
+    return lake
+
+
+def _canonical(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+
+
+def assert_same_lake(reference: Mapping[str, list[dict]], crashed: Mapping[str, list[dict]], context: str) -> dict[str, int]:
+    """Table by table, the same rows with the same multiplicity."""
+    compared = {}
+    for label, expected in reference.items():
+        want, got = _canonical(expected), _canonical(crashed[label])
+        if want != got:
+            missing = sorted(set(want) - set(got))[:2]
+            extra = sorted(set(got) - set(want))[:2]
+            duplicated = sorted({r for r in got if got.count(r) > want.count(r)})[:2]
+            raise AssertionError(
+                f"{context}: {label} differs: {len(got)} rows after crashes, {len(want)} without;\n"
+                f"  missing: {missing}\n  extra: {extra}\n  repeated: {duplicated}"
+            )
+        compared[label] = len(want)
+    ledger = [(r["batch_id"], r["chunk"]) for r in crashed["ledger"]]
+    assert len(ledger) == len(set(ledger)), f"{context}: a unit has two ledger rows: {sorted(ledger)}"
+    return compared
+
+
+def assert_views_match_model(lake: Mapping[str, list[dict]], state: dict, context: str) -> None:
+    for view, (model, key) in MODELS.items():
+        assert_same_rows(view, lake[f"views.{view}"], model(state), key, context)
+
+
+# ---- a trial -------------------------------------------------------------------------------------------
+def run_trial(root: Path, seed: int, *, users: int = 120, rounds: int = 5, sources: SourceRegistry | None = None) -> Trial:
+    """Reference run and crashed run of one generated input; raises AssertionError on any difference."""
+    started = time.monotonic()
+    sources = sources or load_sources(LakeSettings().sources_dirs)
+    generated = root / "generated"
+    state, per_round = prepare_landing(generated, seed, users, rounds, sources)
+    trial = Trial(seed, _ordered_schedule(schedule_for(seed, rounds)))
+    lakes = {}
+    for name in ("reference", "crashed"):
+        landing, warehouse = root / f"{name}-landing", root / f"{name}-wh"
+        copy_landing(generated, landing)
+        if name == "crashed":
+            signal_file = root / "crash-signal"
+            for point, batch in trial.schedule:
+                env = _env(per_round, {"LAKEMV_CRASH_AT": f"{point}@{batch}", "LAKEMV_CRASH_SIGNAL": str(signal_file)})
+                trial.runs += 1
+                reached = ingest(warehouse, landing, env, signal_file)
+                if reached is None:
+                    trial.not_reached.append(f"{point}@{batch}")
+                else:
+                    trial.kills.append(reached)
+        trial.runs += 1
+        assert ingest(warehouse, landing, _env(per_round)) is None
+        lakes[name] = read_lake(warehouse, sources)
+    context = f"seed {seed}"
+    trial.compared = assert_same_lake(lakes["reference"], lakes["crashed"], context)
+    assert_views_match_model(lakes["crashed"], state, f" ({context}, after crashes)")
+    trial.seconds = time.monotonic() - started
+    return trial
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--users", type=int, default=120)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--root", type=Path, default=Path("/tmp/lakemv-crash"))
+    args = parser.parse_args(argv)
+    import shutil
+
+    total_kills = 0
+    for seed in args.seeds:
+        root = args.root / f"seed-{seed}"
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        trial = run_trial(root, seed, users=args.users, rounds=args.rounds)
+        total_kills += len(trial.kills)
+        print(
+            f"seed {seed}: {len(trial.kills)} kills ({', '.join(trial.kills)}), not reached: {trial.not_reached or 'none'}; "
+            f"{trial.runs} ingest runs; equal: {sum(trial.compared.values())} rows in {len(trial.compared)} tables; "
+            f"{trial.seconds:.0f}s",
+            flush=True,
+        )
+    print(f"{len(args.seeds)} trials, {total_kills} kills, every lake equal to its crash-free run")
+
+
+if __name__ == "__main__":
+    main()
