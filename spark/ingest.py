@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from catalog.declarations import SourceTable
 from catalog.errors import ConfigError
@@ -149,8 +152,27 @@ def run_ingest(
     )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
     query = writer.start()
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
+    _await(query)
     return result
+
+
+def _await(query: StreamingQuery) -> None:
+    """Wait for the query to end; on SIGINT/SIGTERM stop it (a batch cut short is replayed next run).
+
+    PySpark's own SIGINT handler calls into the JVM while the main thread is inside a JVM call, which
+    breaks the gateway; here the handler only raises a flag and the loop stops the query.
+    """
+    stopping = threading.Event()
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGINT, signal.SIGTERM):
+            handlers[number] = signal.signal(number, lambda *_: stopping.set())
+    try:
+        while query.isActive and not stopping.is_set():
+            query.awaitTermination(1.0)
+        if stopping.is_set():
+            query.stop()
+        query.awaitTermination()  # raises if the query failed
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
