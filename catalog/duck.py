@@ -77,11 +77,12 @@ def lake_connection(settings: LakeSettings, sources: Mapping[str, SourceTable]) 
         location = metadata_location(settings, MIRROR_NAMESPACE, source.name)
         if location is None:
             continue
-        columns = ", ".join(_quote(c) for c in source.column_names)
-        con.execute(
-            f"CREATE VIEW {_quote(source.name)} AS SELECT {columns} "
-            f"FROM iceberg_scan('{_literal(location)}') WHERE NOT {_quote(DELETED)}"
-        )
+        # Declared columns first, then any the mirror gained from schema drift; no bookkeeping.
+        scan = f"iceberg_scan('{_literal(location)}')"
+        present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()]
+        evolved = [c for c in present if c not in source.column_names and not c.startswith("_lmv_")]
+        columns = ", ".join(_quote(c) for c in (*source.column_names, *evolved))
+        con.execute(f"CREATE VIEW {_quote(source.name)} AS SELECT {columns} FROM {scan} WHERE NOT {_quote(DELETED)}")
     return con
 
 

@@ -107,6 +107,13 @@ def generate(
     console.print(f"wrote {events} events in {files} files to {out} ({time.perf_counter() - started:.1f}s); live rows: {live}")
 
 
+def _print_batch(batch) -> None:  # noqa: ANN001 - spark.batch.BatchResult, imported lazily
+    console.print(batch.describe())
+    for note in batch.notes:
+        style = "red" if "error:" in note else "yellow"
+        console.print(f"  [{style}]schema drift[/{style}]: {note}", highlight=False)
+
+
 @app.command()
 def ingest(
     ctx: typer.Context,
@@ -133,7 +140,7 @@ def ingest(
         once=once,
         trigger_seconds=trigger_seconds,
         max_files_per_trigger=max_files_per_trigger,
-        on_batch=lambda batch: console.print(batch.describe()),
+        on_batch=_print_batch,
     )
     rate = result.events / result.seconds if result.seconds else 0.0
     conflicts = f"; {result.conflicts_retried} commit conflicts retried" if result.conflicts_retried else ""
@@ -243,6 +250,34 @@ def compact(
         with console.status(f"compacting {table}..."):
             result = maintain_table(spark, catalog, table, retention=timedelta(hours=retention_hours))
         console.print(result.describe())
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,  # noqa: A002
+) -> None:
+    """Per source: last position, live rows, tombstones, dead letters; per view: last batch, rows, lag (no Spark)."""
+    import pyarrow as pa
+
+    from catalog.status import lake_status, status_tables, to_seconds, with_kind
+
+    views = {name: plan.tables for name, plan in ctx.obj.plans.items()}
+    tables = status_tables(lake_status(ctx.obj.settings, ctx.obj.sources, views))
+    if format is Format.json:  # one object per line, each with its `kind`: source, view, totals
+        print("\n".join(out for kind, t in tables.items() if (out := render(with_kind(kind, t), "json"))))
+    elif format is Format.csv:  # one CSV: the union of the kinds' columns
+        print(render(pa.concat_tables([with_kind(k, t) for k, t in tables.items()], promote_options="default"), "csv"))
+    else:
+        totals = tables["totals"].to_pylist()[0]
+        for kind in ("source", "view"):
+            print(render(to_seconds(tables[kind]), "table"))
+        unattributed = totals["dead_letters_unattributed"]
+        console.print(
+            f"{totals['live_rows']} live rows, {totals['tombstones']} tombstones, {totals['dead_letters']} dead letters"
+            + (f" ({unattributed} from folders that are not a declared source)" if unattributed else "")
+            + "; lag = now - source time of the newest change applied"
+        )
 
 
 @app.command()

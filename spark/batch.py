@@ -13,6 +13,7 @@ The steps, each safe to repeat when a crash makes Spark replay the batch:
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from catalog.declarations import SourceTable
+from catalog.evolution import infer_column, with_columns
 from catalog.tables import POSITION, SOURCE_TS, TableNames, mirror_arrow_schema
 from spark.changeset import ChangeSet, build_changeset, changes_to_arrow
 from spark.commits import Retries, WriteUnit, append_once, committed, tagged
@@ -30,7 +32,15 @@ from spark.faults import crash_point
 from spark.journal import BatchRef, Journal, TablePlan
 from spark.ledger import LedgerEntry, TableEntry, append_entry, ensure_ledger
 from spark.maintain import ViewMaintainer, ViewResult
-from spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace, merge_changes, stored_rows
+from spark.mirror import (
+    add_mirror_columns,
+    ensure_mirror,
+    ensure_namespaces,
+    ensure_view_namespace,
+    evolved_source,
+    merge_changes,
+    stored_rows,
+)
 from spark.planner import ViewPlan
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class BatchResult:
     replayed: bool = False  # a crash interrupted an earlier attempt of this unit
     already_committed: bool = False  # ... which had finished: nothing was left to do
     conflicts_retried: int = 0
+    notes: tuple[str, ...] = ()  # schema drift: columns added, columns missing, views affected
 
     def describe(self) -> str:
         name = f"batch {self.batch_id}" + (f".{self.chunk}" if self.chunk else "")
@@ -99,8 +110,9 @@ class BatchProcessor:
         ensure_namespaces(spark, names)
         ensure_dead_letters(spark, names)
         ensure_ledger(spark, names)
-        for source in self.sources.values():
+        for name, source in list(self.sources.items()):
             ensure_mirror(spark, names, source)
+            self.sources[name] = evolved_source(spark, names, source)
         if views:
             ensure_view_namespace(spark, names)
         self.maintainers = [ViewMaintainer(spark, names, self.sources, plan) for plan in views]
@@ -132,6 +144,10 @@ class BatchProcessor:
                 seconds=time.perf_counter() - started,
             )
         changeset = build_changeset(lines, self.sources, self.max_line_chars)
+        notes: list[str] = []
+        if changeset.new_fields and self._evolve(changeset.new_fields, notes):
+            changeset = build_changeset(lines, self.sources, self.max_line_chars)  # again, with the new columns
+        notes += self._absent_notes(changeset.absent)
         changeset.skipped.update(file_skips or {})
         crash_point("parsed", ref.batch)
         if plans is None:
@@ -152,6 +168,7 @@ class BatchProcessor:
                 views=views,
                 chunk=ref.chunk,
                 replayed=unit.replay,
+                notes=tuple(notes),
             )
             entry = self._ledger_entry(ref, result, plans, unit, started_at)
             append_once(self.spark, self.names.ledger, unit, lambda: append_entry(self.spark, self.names, entry))
@@ -160,6 +177,40 @@ class BatchProcessor:
         return BatchResult(
             **{**result.__dict__, "seconds": time.perf_counter() - started, "conflicts_retried": unit.retries.count}
         )
+
+    # ---- schema drift ------------------------------------------------------------------------------
+    def _evolve(self, new_fields: Mapping[str, Mapping[str, object]], notes: list[str]) -> bool:
+        """Add a nullable mirror column for each new after-image field; True if any was added."""
+        added = False
+        for table, fields in sorted(new_fields.items()):
+            columns = []
+            for name, sample in sorted(fields.items()):
+                column = infer_column(name, sample)
+                if isinstance(column, str):
+                    notes.append(f"{table}: {column}")
+                    continue
+                columns.append(column)
+                notes.append(f"{table}: new column `{name}` ({column.type}) added to the mirror")
+            if columns:
+                add_mirror_columns(self.spark, self.names, self.sources[table], columns)
+                self.sources[table] = with_columns(self.sources[table], columns)
+                added = True
+        return added
+
+    def _absent_notes(self, absent: Mapping[str, Counter[str]]) -> list[str]:
+        notes = []
+        for table, counts in sorted(absent.items()):
+            for column, count in sorted(counts.items()):
+                readers = sorted(m.plan.name for m in self.maintainers if column in m.plan.reads(table))
+                note = f"{table}: column `{column}` missing from {count} after-images (stored as NULL)"
+                if readers:
+                    subject = f"view {readers[0]} reads" if len(readers) == 1 else f"views {', '.join(readers)} read"
+                    note += (
+                        f"; error: {subject} {table}.{column}, which the source no longer sends: "
+                        "NULL shows there until the view stops reading it"
+                    )
+                notes.append(note)
+        return notes
 
     # ---- steps -------------------------------------------------------------------------------------
     def _plan(self, changeset: ChangeSet, batch_id: int, now: int) -> dict[str, TablePlan]:

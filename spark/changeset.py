@@ -40,6 +40,8 @@ class ChangeSet:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     events: int = 0  # lines that parsed into a change, before dedupe
+    new_fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # table -> field -> first non-null value
+    absent: dict[str, Counter[str]] = field(default_factory=dict)  # table -> declared column -> images lacking it
 
     @property
     def max_position(self) -> dict[str, int]:
@@ -91,6 +93,13 @@ def build_changeset(
             continue
         result.events += 1
         parsed.setdefault(table, []).append(outcome)
+        if outcome.unknown:
+            fields = result.new_fields.setdefault(table, {})
+            for name, value in outcome.unknown:
+                if fields.get(name) is None:
+                    fields[name] = value
+        if outcome.absent:
+            result.absent.setdefault(table, Counter()).update(outcome.absent)
     result.changes = {table: latest_per_key(changes) for table, changes in parsed.items()}
     return result
 

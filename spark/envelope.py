@@ -28,6 +28,8 @@ class Change:
     position: int
     source_ts_ms: int | None
     row: tuple[Any, ...] | None  # declared columns in order; None for a delete
+    unknown: tuple[tuple[str, Any], ...] = ()  # after-image fields the declaration lacks (schema drift)
+    absent: tuple[str, ...] = ()  # declared columns the after-image lacks (stored as NULL)
 
     @property
     def is_delete(self) -> bool:
@@ -110,5 +112,12 @@ def parse_envelope(text: str, source: SourceTable) -> Change | Skip:
         if value is None:
             raise EnvelopeError(f"missing primary-key field {name!r} in '{image_name}'")
         key.append(coerce(source.column(name), value))
-    row = None if op == "d" else tuple(coerce(column, image.get(column.name)) for column in source.columns)
-    return Change(source.name, op, tuple(key), position, source_ts, row)
+    if op == "d":
+        return Change(source.name, op, tuple(key), position, source_ts, None)
+    row = tuple(coerce(column, image.get(column.name)) for column in source.columns)
+    names = source.column_names
+    unknown = absent = ()
+    if len(image) != len(names) or not all(name in image for name in names):
+        unknown = tuple((k, v) for k, v in image.items() if k not in names)
+        absent = tuple(n for n in names if n not in image)
+    return Change(source.name, op, tuple(key), position, source_ts, row, unknown, absent)

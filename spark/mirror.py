@@ -5,8 +5,12 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from catalog.declarations import SourceTable
+from collections.abc import Sequence
+
+from catalog.declarations import Column, SourceTable
+from catalog.evolution import mirror_columns
 from catalog.tables import (
+    BOOKKEEPING_SPARK,
     DELETED,
     MIRROR_NAMESPACE,
     OPS_NAMESPACE,
@@ -17,6 +21,9 @@ from catalog.tables import (
     mirror_ddl_columns,
     tblproperties_sql,
 )
+
+
+BOOKKEEPING_NAMES = tuple(name for name, _ in BOOKKEEPING_SPARK)
 
 
 def ensure_namespaces(spark: SparkSession, names: TableNames) -> None:
@@ -34,6 +41,21 @@ def ensure_mirror(spark: SparkSession, names: TableNames, source: SourceTable) -
         f"CREATE TABLE IF NOT EXISTS {names.mirror(source.name)} ({mirror_ddl_columns(source)}) "
         f"USING iceberg TBLPROPERTIES ({tblproperties_sql()})"
     )
+
+
+def evolved_source(spark: SparkSession, names: TableNames, source: SourceTable) -> SourceTable:
+    """`source` with the columns its mirror gained from schema drift in earlier runs."""
+    schema = spark.table(names.mirror(source.name)).schema
+    return mirror_columns(source, [(f.name, f.dataType.simpleString()) for f in schema.fields], BOOKKEEPING_NAMES)
+
+
+def add_mirror_columns(spark: SparkSession, names: TableNames, source: SourceTable, columns: Sequence[Column]) -> None:
+    """Add nullable columns to the mirror of `source` (those it already has are skipped)."""
+    existing = set(spark.table(names.mirror(source.name)).columns)
+    missing = [c for c in columns if c.name not in existing]
+    if missing:
+        ddl = ", ".join(f"`{c.name}` {c.spark_type}" for c in missing)
+        spark.sql(f"ALTER TABLE {names.mirror(source.name)} ADD COLUMNS ({ddl})")
 
 
 def merge_sql(target: str, source_view: str, source: SourceTable) -> str:
@@ -68,7 +90,8 @@ def stored_rows(spark: SparkSession, names: TableNames, source: SourceTable, row
     spark.createDataFrame(rows.select(list(source.primary_key))).createOrReplaceTempView(view)
     on = " AND ".join(f"m.`{k}` = k.`{k}`" for k in source.primary_key)
     try:
-        stored = spark.sql(f"SELECT m.* FROM {names.mirror(source.name)} m LEFT SEMI JOIN {view} k ON {on}").toArrow()
+        columns = ", ".join(f"m.`{f.name}`" for f in mirror_arrow_schema(source))
+        stored = spark.sql(f"SELECT {columns} FROM {names.mirror(source.name)} m LEFT SEMI JOIN {view} k ON {on}").toArrow()
     finally:
         spark.catalog.dropTempView(view)
     return stored.cast(mirror_arrow_schema(source)) if stored.num_rows else mirror_arrow_schema(source).empty_table()

@@ -101,6 +101,12 @@ class ViewPlan(BaseModel):
         """Source tables the view reads, in first-read order."""
         return tuple(dict.fromkeys(o.table for o in self.occurrences))
 
+    def reads(self, table: str) -> frozenset[str]:
+        """Columns of `table` the view's SQL mentions (through any alias of a read of it)."""
+        aliases = {o.alias for o in self.occurrences if o.table == table}
+        tree = sqlglot.parse_one(self.body, read="spark")
+        return frozenset(c.name for c in tree.find_all(exp.Column) if c.table in aliases)
+
     def occurrence(self, occ_id: int) -> Occurrence:
         return self.occurrences[occ_id]
 
