@@ -114,7 +114,7 @@ def copy_landing(source: Path, target: Path) -> None:
         os.utime(destination, (stat.st_atime, stat.st_mtime))
 
 
-def _env(files_per_batch: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def ingest_env(files_per_batch: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
         **os.environ,
         "LAKEMV_SPARK_MASTER": "local[2]",
@@ -238,7 +238,7 @@ def run_trial(root: Path, seed: int, *, users: int = 120, rounds: int = 5, sourc
         if name == "crashed":
             signal_file = root / "crash-signal"
             for point, batch in trial.schedule:
-                env = _env(per_round, {"LAKEMV_CRASH_AT": f"{point}@{batch}", "LAKEMV_CRASH_SIGNAL": str(signal_file)})
+                env = ingest_env(per_round, {"LAKEMV_CRASH_AT": f"{point}@{batch}", "LAKEMV_CRASH_SIGNAL": str(signal_file)})
                 trial.runs += 1
                 reached = ingest(warehouse, landing, env, signal_file)
                 if reached is None:
@@ -246,7 +246,7 @@ def run_trial(root: Path, seed: int, *, users: int = 120, rounds: int = 5, sourc
                 else:
                     trial.kills.append(reached)
         trial.runs += 1
-        assert ingest(warehouse, landing, _env(per_round)) is None
+        assert ingest(warehouse, landing, ingest_env(per_round)) is None
         lakes[name] = read_lake(warehouse, sources)
     context = f"seed {seed}"
     trial.compared = assert_same_lake(lakes["reference"], lakes["crashed"], context)
