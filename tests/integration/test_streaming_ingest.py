@@ -48,6 +48,22 @@ def test_max_files_per_trigger_splits_the_backlog(lake, tmp_path):
     assert len(usernames(lake)) == 4
 
 
+def test_byte_and_event_limits_bound_every_unit_of_a_backlog(lake, tmp_path):
+    landing = tmp_path / "landing"
+    lines = [dbz("c", n + 1, user(f"u{n}@x.io", f"u{n}", n)) for n in range(230)]
+    drop(landing, "users", "big.json", *lines[:200])  # one big file: more lines than a unit may hold
+    for n in range(200, 230, 10):
+        drop(landing, "users", f"small-{n}.json", *lines[n : n + 10])
+    settings = lake.settings.model_copy(update={"max_events_per_batch": 60, "max_bytes_per_batch": 4096})
+    result = run_ingest(lake.spark, settings, lake.sources, landing, once=True)
+    assert max(b.lines for b in result.batches) <= 60
+    assert sum(b.events for b in result.batches) == 230
+    # The 200-line file is one Spark batch applied in four units; the small files come in later batches.
+    assert [b.chunk for b in result.batches if b.batch_id == result.batches[0].batch_id] == [0, 1, 2, 3]
+    assert len({b.batch_id for b in result.batches}) >= 2
+    assert len(usernames(lake)) == 230
+
+
 def test_continuous_mode_picks_up_files_that_arrive_while_running(lake, tmp_path):
     landing = tmp_path / "landing"
     landing.mkdir()
