@@ -53,6 +53,7 @@ class ViewStatus:
     last_refresh: datetime | None  # that ledger row's finished_at, else the view table's snapshot time
     newest_change_ts: datetime | None  # newest source time applied to a table the view reads
     lag_seconds: float | None  # now - newest_change_ts (negative if the source clock runs ahead)
+    # newest_change_ts and lag_seconds are None while the view's table does not exist
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ def _utc(value: datetime | None) -> datetime | None:
 
 @dataclass(frozen=True)
 class _Table:
+    exists: bool
     scan: str | None  # `iceberg_scan('<metadata.json>')`, None when the table is missing or has no snapshot
     snapshot_at: datetime | None
 
@@ -94,12 +96,12 @@ def _table(settings: LakeSettings, namespace: str, name: str) -> _Table:
     try:
         table = pyiceberg_catalog(settings).load_table((namespace, name))
     except (NoSuchTableError, NoSuchNamespaceError):
-        return _Table(None, None)
+        return _Table(False, None, None)
     snapshot = table.current_snapshot()
     if snapshot is None:
-        return _Table(None, None)
+        return _Table(True, None, None)
     location = table.metadata_location.replace("'", "''")
-    return _Table(f"iceberg_scan('{location}')", datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC))
+    return _Table(True, f"iceberg_scan('{location}')", datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC))
 
 
 def lake_status(
@@ -165,7 +167,7 @@ def _status(
         rows = con.execute(f"SELECT count(*) FROM {table.scan}").fetchone()[0] if table.scan else 0
         batch_id, finished = refreshed.get(name, (None, None))
         changes = [newest_change[t] for t in tables if t in newest_change]
-        newest = max(changes) if changes else None
+        newest = max(changes) if changes and table.exists else None  # a view not created yet has no lag
         lag = (now - newest).total_seconds() if newest is not None else None
         view_rows.append(ViewStatus(name, rows, batch_id, finished or table.snapshot_at, newest, lag))
 
