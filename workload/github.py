@@ -237,7 +237,8 @@ class GitHubWorkload:
                 table, event = self.rng.choice(replayable)  # replay of an old event
             else:
                 table, event = self.rng.choice(emitted)  # duplicate within the round
-            self.events[table].insert(self.rng.randrange(len(self.events[table]) + 1), event)
+            target = self.events.setdefault(table, [])  # an old event of a table quiet this round
+            target.insert(self.rng.randrange(len(target) + 1), event)
 
     def rounds(self) -> Iterator[dict[str, list[dict[str, Any]]]]:
         """Yield, per round, the events emitted for each table (round 0: snapshot)."""

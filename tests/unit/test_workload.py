@@ -56,3 +56,10 @@ def test_files_hold_wrapped_and_plain_envelopes(sources, tmp_path: Path):
     wrapped = sum("payload" in x for x in lines)
     assert 0 < wrapped < len(lines)
     assert not list(tmp_path.glob("*/.*")), "no temporary files left behind"
+
+
+def test_a_replayed_event_of_a_table_quiet_in_its_round_is_kept(sources):
+    # Seed 3 at 80 users replays an old payment_info event in a round with no other payment change.
+    workload = GitHubWorkload(WorkloadConfig(users=80, seed=3, rounds=5), sources)
+    rounds = list(workload.rounds())
+    assert len(rounds) == 5 and all(rounds)
