@@ -18,7 +18,7 @@ from catalog.declarations import SourceTable
 from catalog.lake import pyiceberg_catalog
 from catalog.errors import QueryError
 from catalog.settings import LakeSettings
-from catalog.tables import DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
+from catalog.tables import BOOKKEEPING_NAMES, DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
 
 
 def connect_duckdb(threads: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -80,7 +80,7 @@ def lake_connection(settings: LakeSettings, sources: Mapping[str, SourceTable]) 
         # Declared columns first, then any the mirror gained from schema drift; no bookkeeping.
         scan = f"iceberg_scan('{_literal(location)}')"
         present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()]
-        evolved = [c for c in present if c not in source.column_names and not c.startswith("_lmv_")]
+        evolved = [c for c in present if c not in source.column_names and c not in BOOKKEEPING_NAMES]
         columns = ", ".join(_quote(c) for c in (*source.column_names, *evolved))
         con.execute(f"CREATE VIEW {_quote(source.name)} AS SELECT {columns} FROM {scan} WHERE NOT {_quote(DELETED)}")
     return con

@@ -33,6 +33,8 @@ BOOKKEEPING_SPARK = (
     (BATCH_ID, "BIGINT"),
 )
 
+BOOKKEEPING_NAMES = tuple(name for name, _ in BOOKKEEPING_SPARK)
+
 _UTC_MICROS = pa.timestamp("us", tz="UTC")
 ARROW_TYPES = {
     "string": pa.string(),

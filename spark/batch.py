@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -174,9 +174,7 @@ class BatchProcessor:
             append_once(self.spark, self.names.ledger, unit, lambda: append_entry(self.spark, self.names, entry))
             crash_point("ledger", ref.batch)
         crash_point("batch_end", ref.batch)
-        return BatchResult(
-            **{**result.__dict__, "seconds": time.perf_counter() - started, "conflicts_retried": unit.retries.count}
-        )
+        return replace(result, seconds=time.perf_counter() - started, conflicts_retried=unit.retries.count)
 
     # ---- schema drift ------------------------------------------------------------------------------
     def _evolve(self, new_fields: Mapping[str, Mapping[str, object]], notes: list[str]) -> bool:

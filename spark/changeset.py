@@ -48,10 +48,15 @@ class ChangeSet:
         return {t: max(c.position for c in cs) for t, cs in self.changes.items() if cs}
 
 
+def local_path(file_path: str) -> str:
+    """A landing file's path on disk, from a `file:` URI (as Spark reports it) or a plain path."""
+    path = urlparse(file_path).path if "://" in file_path or file_path.startswith("file:") else file_path
+    return unquote(path)
+
+
 def table_of(file_path: str) -> str:
     """The source table a landing file belongs to: the name of its parent folder."""
-    path = urlparse(file_path).path if "://" in file_path or file_path.startswith("file:") else file_path
-    return PurePosixPath(unquote(path)).parent.name
+    return PurePosixPath(local_path(file_path)).parent.name
 
 
 def latest_per_key(changes: Iterable[Change]) -> list[Change]:

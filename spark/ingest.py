@@ -16,7 +16,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -26,6 +25,7 @@ from catalog.errors import ConfigError
 from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from spark.batch import BatchProcessor, BatchResult
+from spark.changeset import local_path
 from spark.journal import BatchRef, Journal
 from spark.maintain import ViewResult
 from spark.planner import ViewPlan
@@ -66,10 +66,6 @@ def stream_id(checkpoint: Path) -> str:
     return str(json.loads(first)["id"])
 
 
-def _local_path(uri: str) -> str:
-    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
-
-
 def planned_files(checkpoint: Path, batch_id: int) -> list[str]:
     """The files Spark's file source assigned to `batch_id` (from its source log in the checkpoint)."""
     log = checkpoint / "sources" / "0"
@@ -84,9 +80,9 @@ def planned_files(checkpoint: Path, batch_id: int) -> list[str]:
 def file_skips(planned: Sequence[str], read: set[str]) -> Counter[str]:
     """Files of a batch that gave no line: empty, or removed between listing and reading."""
     skips: Counter[str] = Counter()
-    seen = {_local_path(uri) for uri in read}
+    seen = {local_path(uri) for uri in read}
     for uri in planned:
-        path = _local_path(uri)
+        path = local_path(uri)
         if path in seen:
             continue
         skips["empty file" if os.path.exists(path) else "file gone before it was read"] += 1

@@ -128,7 +128,7 @@ class ViewMaintainer:
         fingerprint = self.plan.definition.fingerprint[:16]
         unit = WriteUnit(f"build:{self.plan.name}:{fingerprint}@{self._current_snapshot()}", replay=True)
         with tagged(self.spark, unit.write_id):
-            return self._write(None, None, None, None, unit)
+            return self._write(None, None, None, unit)
 
     def apply(self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None) -> ViewResult:
         """Recompute the keys the changed rows in `deltas` (table -> relation of old and new images) reach.
@@ -147,7 +147,7 @@ class ViewMaintainer:
         relation = f"{self._temp}_keys"
         self.spark.createDataFrame(keys).createOrReplaceTempView(relation)
         try:
-            return self._write(relation, keys.num_rows, unit.batch_id, position, unit, started, steps)
+            return self._write(relation, keys.num_rows, position, unit, started, steps)
         finally:
             self.spark.catalog.dropTempView(relation)
 
@@ -155,7 +155,6 @@ class ViewMaintainer:
         self,
         keys: str | None,
         count: int | None,
-        batch_id: int | None,
         position: int | None,
         unit: WriteUnit,
         started: float | None = None,
@@ -181,7 +180,7 @@ class ViewMaintainer:
             diff.createOrReplaceTempView(relation)
             try:
                 clock = time.perf_counter()
-                feed = feed_insert_sql(self.plan, self.feed, relation, batch_id, position)
+                feed = feed_insert_sql(self.plan, self.feed, relation, unit.batch_id, position)
                 append_once(self.spark, self.feed, unit, lambda: self.spark.sql(feed))
                 steps["feed"] = time.perf_counter() - clock
                 crash_point(f"feed:{self.plan.name}", unit.batch_id)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 from pyspark.sql import SparkSession
-
-from collections.abc import Sequence
 
 from catalog.declarations import Column, SourceTable
 from catalog.evolution import mirror_columns
 from catalog.tables import (
-    BOOKKEEPING_SPARK,
+    BOOKKEEPING_NAMES,
     DELETED,
     MIRROR_NAMESPACE,
     OPS_NAMESPACE,
@@ -21,9 +21,6 @@ from catalog.tables import (
     mirror_ddl_columns,
     tblproperties_sql,
 )
-
-
-BOOKKEEPING_NAMES = tuple(name for name, _ in BOOKKEEPING_SPARK)
 
 
 def ensure_namespaces(spark: SparkSession, names: TableNames) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterator, Mapping
+from functools import cached_property
 
 import sqlglot
 from pydantic import BaseModel, ConfigDict
@@ -103,9 +104,18 @@ class ViewPlan(BaseModel):
 
     def reads(self, table: str) -> frozenset[str]:
         """Columns of `table` the view's SQL mentions (through any alias of a read of it)."""
-        aliases = {o.alias for o in self.occurrences if o.table == table}
-        tree = sqlglot.parse_one(self.body, read="spark")
-        return frozenset(c.name for c in tree.find_all(exp.Column) if c.table in aliases)
+        return self._columns_read.get(table, frozenset())
+
+    @cached_property
+    def _columns_read(self) -> dict[str, frozenset[str]]:
+        """Per table, the columns the body mentions; the body is parsed once per plan."""
+        mentioned: dict[str, set[str]] = {}
+        for column in sqlglot.parse_one(self.body, read="spark").find_all(exp.Column):
+            mentioned.setdefault(column.table, set()).add(column.name)
+        return {
+            table: frozenset(name for o in self.occurrences if o.table == table for name in mentioned.get(o.alias, ()))
+            for table in self.tables
+        }
 
     def occurrence(self, occ_id: int) -> Occurrence:
         return self.occurrences[occ_id]
