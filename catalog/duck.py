@@ -66,8 +66,13 @@ def view_tables(settings: LakeSettings) -> dict[str, str]:
     return found
 
 
-def lake_connection(settings: LakeSettings, sources: Mapping[str, SourceTable]) -> duckdb.DuckDBPyConnection:
-    """DuckDB connection where every ingested source and every view is a view named after it."""
+def lake_connection(
+    settings: LakeSettings, sources: Mapping[str, SourceTable], snapshots: Mapping[str, int | None] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """DuckDB connection where every ingested source and every view is a view named after it.
+
+    `snapshots` pins sources to a snapshot id (None: the table was still empty then).
+    """
     con = connect_duckdb()
     for name, location in sorted(view_tables(settings).items()):
         if name in sources:
@@ -78,11 +83,13 @@ def lake_connection(settings: LakeSettings, sources: Mapping[str, SourceTable]) 
         if location is None:
             continue
         # Declared columns first, then any the mirror gained from schema drift; no bookkeeping.
-        scan = f"iceberg_scan('{_literal(location)}')"
+        pinned = (snapshots or {}).get(source.name, 0)
+        scan = f"iceberg_scan('{_literal(location)}'" + (f", snapshot_from_id => {int(pinned)})" if pinned else ")")
         present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()]
         evolved = [c for c in present if c not in source.column_names and c not in BOOKKEEPING_NAMES]
         columns = ", ".join(_quote(c) for c in (*source.column_names, *evolved))
-        con.execute(f"CREATE VIEW {_quote(source.name)} AS SELECT {columns} FROM {scan} WHERE NOT {_quote(DELETED)}")
+        empty = " AND FALSE" if snapshots and source.name in snapshots and snapshots[source.name] is None else ""
+        con.execute(f"CREATE VIEW {_quote(source.name)} AS SELECT {columns} FROM {scan} WHERE NOT {_quote(DELETED)}{empty}")
     return con
 
 

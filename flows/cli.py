@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from catalog.declarations import SourceRegistry, load_sources
 from catalog.errors import ConfigError, LakemvError
-from catalog.settings import LakeSettings
 from flows.console import console, err_console, render
+from flows.lake import Lake
+from flows.progress import terminal
 
 app = typer.Typer(
     add_completion=False,
@@ -34,43 +33,10 @@ class Format(str, Enum):
     csv = "csv"
 
 
-class Context:
-    """What every command needs: validated settings and the declared sources."""
-
-    def __init__(self, settings: LakeSettings):
-        self.settings = settings
-        self._sources: SourceRegistry | None = None
-        self._plans: dict | None = None
-
-    @property
-    def sources(self) -> SourceRegistry:
-        if self._sources is None:
-            self._sources = load_sources(self.settings.sources_dirs)
-        return self._sources
-
-    @property
-    def plans(self) -> dict:
-        """Every view definition, planned (a view outside the supported class fails here)."""
-        if self._plans is None:
-            from spark.planner import plan_view
-            from spark.views import load_views
-
-            views = load_views(self.settings.view_dirs)
-            self._plans = {name: plan_view(view, self.sources) for name, view in views.items()}
-        return self._plans
-
-    def plan(self, name: str):  # noqa: ANN201
-        plans = self.plans
-        if name not in plans:
-            known = ", ".join(sorted(plans)) or "none"
-            raise ConfigError(f"no view named {name!r} (views: {known})", "VIEW")
-        return plans[name]
-
-    def spark(self):  # noqa: ANN201 - pyspark imported lazily: commands without Spark start fast
-        from spark.session import get_spark
-
-        with console.status("starting Spark..."):
-            return get_spark(self.settings)
+def _run_flow(ctx: typer.Context, flow, **parameters) -> dict:  # noqa: ANN001 - a Prefect flow
+    """Run a flow in this process (a Prefect flow run), showing its progress on the console."""
+    with terminal(console):
+        return flow(warehouse=str(ctx.obj.settings.warehouse), **parameters)
 
 
 @app.callback()
@@ -80,12 +46,7 @@ def main_options(
         Path | None, typer.Option(help="Warehouse folder (env LAKEMV_WAREHOUSE).", show_default="./warehouse")
     ] = None,
 ) -> None:
-    try:
-        settings = LakeSettings(warehouse=warehouse) if warehouse else LakeSettings()
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(first["msg"], "LAKEMV_" + str(first["loc"][0]).upper()) from None
-    ctx.obj = Context(settings)
+    ctx.obj = Lake.at(warehouse)
 
 
 @app.command()
@@ -107,13 +68,6 @@ def generate(
     console.print(f"wrote {events} events in {files} files to {out} ({time.perf_counter() - started:.1f}s); live rows: {live}")
 
 
-def _print_batch(batch) -> None:  # noqa: ANN001 - spark.batch.BatchResult, imported lazily
-    console.print(batch.describe())
-    for note in batch.notes:
-        style = "red" if "error:" in note else "yellow"
-        console.print(f"  [{style}]schema drift[/{style}]: {note}", highlight=False)
-
-
 @app.command()
 def ingest(
     ctx: typer.Context,
@@ -122,31 +76,18 @@ def ingest(
     trigger_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds between batches when continuous.")] = 2.0,
     max_files_per_trigger: Annotated[int | None, typer.Option(min=1, help="Backpressure: files per batch.")] = None,
 ) -> None:
-    """Stream landing files into the mirror tables (continuous unless --once)."""
-    from spark.ingest import run_ingest
+    """Stream landing files into the mirror tables and maintain the views (the `maintain` flow)."""
+    from flows.maintain import maintain
 
     if not landing.is_dir():
         raise ConfigError("landing directory does not exist", str(landing))
-    sources = ctx.obj.sources
-    plans = list(ctx.obj.plans.values())
-    spark = ctx.obj.spark()
-    result = run_ingest(
-        spark,
-        ctx.obj.settings,
-        sources,
-        landing,
-        views=plans,
-        on_build=lambda built: console.print(f"built {built.describe()}"),
+    _run_flow(
+        ctx,
+        maintain,
+        landing=str(landing.resolve()),
         once=once,
         trigger_seconds=trigger_seconds,
         max_files_per_trigger=max_files_per_trigger,
-        on_batch=_print_batch,
-    )
-    rate = result.events / result.seconds if result.seconds else 0.0
-    conflicts = f"; {result.conflicts_retried} commit conflicts retried" if result.conflicts_retried else ""
-    console.print(
-        f"ingested {result.events} events in {len(result.batches)} batches, {result.seconds:.1f}s "
-        f"({rate:,.0f} events/s); {result.dead_letters} dead letters{conflicts}"
     )
 
 
@@ -207,22 +148,26 @@ def explain(
 def backfill(
     ctx: typer.Context,
     view: Annotated[str, typer.Argument(help="View name to rebuild from the mirrors.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and the estimated row count only.")] = False,
 ) -> None:
-    """Recompute every row of a view from the live mirrors; writes only rows that differ."""
-    from catalog.tables import TableNames
-    from spark.maintain import ViewMaintainer
-    from spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace
+    """Rebuild a view by write-audit-publish on an Iceberg branch; safe while ingest runs."""
+    from flows.backfill import backfill as backfill_flow
 
-    plan = ctx.obj.plan(view)
-    spark = ctx.obj.spark()
-    names = TableNames(ctx.obj.settings.catalog_name)
-    ensure_namespaces(spark, names)
-    ensure_view_namespace(spark, names)
-    for table in plan.tables:
-        ensure_mirror(spark, names, ctx.obj.sources[table])
-    with console.status(f"rebuilding {view}..."):
-        result = ViewMaintainer(spark, names, ctx.obj.sources, plan).rebuild()
-    console.print(f"backfilled {result.describe()}")
+    ctx.obj.plan(view)  # an unknown view is a usage error, before Prefect starts
+    _run_flow(ctx, backfill_flow, view=view, dry_run=dry_run)
+
+
+@app.command()
+def verify(
+    ctx: typer.Context,
+    view: Annotated[str, typer.Argument(help="View name to check against an independent DuckDB recompute.")],
+    sample: Annotated[int, typer.Option(min=0, help="Differing keys to show per kind.")] = 5,
+) -> None:
+    """Recompute a view with DuckDB from the mirrors and diff it with the view table; exit 1 on any difference."""
+    from flows.verify import verify as verify_flow
+
+    ctx.obj.plan(view)  # an unknown view is a usage error, before Prefect starts
+    _run_flow(ctx, verify_flow, view=view, sample=sample)
 
 
 @app.command()
@@ -232,24 +177,22 @@ def compact(
         list[str] | None, typer.Argument(help="Tables as namespace.name (default: every mirror, view and ops table).")
     ] = None,
     retention_hours: Annotated[float, typer.Option(min=1, help="Expire snapshots older than this.")] = 120.0,
+    orphan_age_hours: Annotated[float, typer.Option(min=1, help="Remove unreferenced files older than this.")] = 72.0,
+    tombstone_retention_hours: Annotated[
+        float, typer.Option(min=1, help="Purge mirror tombstones ingested longer ago than this.")
+    ] = 168.0,
 ) -> None:
-    """Compact data and delete files and expire old snapshots; safe while ingest commits."""
-    from datetime import timedelta
+    """Compact files in the lookup-aware layout, expire snapshots, remove orphans, purge old tombstones."""
+    from flows.compact import compact as compact_flow
 
-    from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
-    from spark.maintenance import lake_tables, maintain_table
-
-    spark = ctx.obj.spark()
-    catalog = ctx.obj.settings.catalog_name
-    known = lake_tables(spark, catalog, (MIRROR_NAMESPACE, VIEW_NAMESPACE, OPS_NAMESPACE))
-    chosen = tables or known
-    unknown = sorted(set(chosen) - set(known))
-    if unknown:
-        raise ConfigError(f"no table {', '.join(unknown)} (tables: {', '.join(known) or 'none yet'})", "TABLES")
-    for table in chosen:
-        with console.status(f"compacting {table}..."):
-            result = maintain_table(spark, catalog, table, retention=timedelta(hours=retention_hours))
-        console.print(result.describe())
+    _run_flow(
+        ctx,
+        compact_flow,
+        tables=tables or None,
+        retention_hours=retention_hours,
+        orphan_age_hours=orphan_age_hours,
+        tombstone_retention_hours=tombstone_retention_hours,
+    )
 
 
 @app.command()
@@ -311,8 +254,16 @@ def demo(
     console.print("try: lakemv query \"select username, count(*) from pull_requests p join users u on p.author = u.username group by 1 order by 2 desc limit 5\"")
 
 
+def _prefect_for_the_terminal() -> None:
+    """Flows run by the CLI report through the rich console; Prefect's own console lines (run
+    banners, tracebacks of a failed run: those go to the API) and telemetry stay off."""
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
 def main() -> None:
     """Entry point: run the app; LakemvError and usage mistakes print one line, never a trace."""
+    _prefect_for_the_terminal()
     try:
         code = app(standalone_mode=False)
     except LakemvError as exc:

@@ -7,9 +7,11 @@ view writes nothing.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
@@ -20,6 +22,7 @@ from spark.commits import WriteUnit, append_once, tagged
 from spark.faults import crash_point
 from spark.mirror import live_rows_sql
 from spark.planner import ViewPlan
+from spark.viewstate import ViewState, changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
 from spark.viewsql import OP, affected_keys_sql, diff_sql, feed_insert_sql, merge_sql, recompute_sql
 
 FINGERPRINT = "lakemv.view.fingerprint"
@@ -35,10 +38,19 @@ class ViewResult:
     deletes: int = 0
     seconds: float = 0.0
     steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step: keys, diff, feed, merge
+    paused: bool = False  # a backfill holds the view: this batch left it alone
+    note: str | None = None  # paused by whom, caught up after a backfill, superseded by a backfill
 
     def describe(self) -> str:
+        if self.paused:
+            return f"{self.view}: {self.note or 'paused'}"
         scope = "all keys" if self.keys is None else f"{self.keys} keys"
-        return f"{self.view}: {scope} -> {self.upserts} upserted, {self.deletes} deleted ({self.seconds:.2f}s)"
+        note = f"; {self.note}" if self.note else ""
+        return f"{self.view}: {scope} -> {self.upserts} upserted, {self.deletes} deleted{note} ({self.seconds:.2f}s)"
+
+
+class _Superseded(Exception):
+    """The view changed hands (a backfill paused or published it) while this batch was writing it."""
 
 
 def _signature(schema: StructType) -> list[tuple[str, str]]:
@@ -50,11 +62,24 @@ class ViewMaintainer:
 
     def __init__(self, spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable], plan: ViewPlan):
         self.spark = spark
+        self.names = names
+        self.sources = sources
         self.plan = plan
         self.table = names.view(plan.name)
         self.feed = names.view_changes(plan.name)
         self.live = {t: live_rows_sql(names, sources[t]) for t in plan.tables}
+        self.on_main = True  # writes the view's main branch, which a backfill may pause
         self._temp = f"_lmv_{plan.name}"
+
+    def at(self, snapshots: Mapping[str, int | None] | None = None, branch: str | None = None) -> ViewMaintainer:
+        """The same view, reading the mirrors as of `snapshots` and/or writing `branch` (a backfill's)."""
+        other = copy.copy(self)
+        if snapshots is not None:
+            other.live = {t: live_at_sql(self.names, self.sources[t], snapshots[t]) for t in self.plan.tables}
+        if branch is not None:
+            other.table, other.feed = f"{self.table}.branch_{branch}", f"{self.feed}.branch_{branch}"
+            other.on_main = False
+        return other
 
     # ---- tables ------------------------------------------------------------------------------------
     def recompute(self) -> DataFrame:
@@ -87,7 +112,7 @@ class ViewMaintainer:
                 writer = writer.tableProperty(key, value)
             writer.createOrReplace() if replace else writer.create()
 
-    def _prepare(self) -> bool:
+    def prepare(self) -> bool:
         """Create or reshape the view's tables; True when the table holds this definition's rows."""
         schema = self.recompute().schema  # analysis only, no job
         if not self._exists(self.table):
@@ -99,13 +124,28 @@ class ViewMaintainer:
         return self._fingerprint() == self.plan.definition.fingerprint
 
     def ensure(self) -> ViewResult | None:
-        """Create the view's tables if needed and build the view when it is new or its SQL changed."""
-        return None if self._prepare() else self.rebuild(prepared=True)
+        """Create the view's tables if needed and build the view when it is new or its SQL changed.
+
+        A view a backfill holds is left alone; one a backfill has just published is caught up.
+        """
+        state = read_state(self.spark, self.table) if self._exists(self.table) else ViewState()
+        if state.state == "paused":
+            return ViewResult(self.plan.name, 0, paused=True, note=f"paused by {state.by}")
+        if not self.prepare():  # new, or its SQL changed: a rebuild covers any pending catch-up
+            result = self.rebuild(prepared=True)
+            if state.state == "resume":
+                write_state(self.spark, self.table, ViewState())
+            return result
+        if state.state == "resume":
+            unit = WriteUnit(f"resume:{self.plan.name}:{_digest(state.raw)}", replay=True)
+            with tagged(self.spark, unit.write_id):
+                return self.resume(state, unit, None)
+        return None
 
     def rebuild(self, prepared: bool = False) -> ViewResult:
         """Full recompute of every key (`lakemv backfill`), then mark the table as built from this SQL."""
         if not prepared:
-            self._prepare()
+            self.prepare()
         result = self.backfill()
         fingerprint = self.plan.definition.fingerprint
         self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{fingerprint}')")
@@ -118,6 +158,10 @@ class ViewMaintainer:
         return str(rows[0][0]) if rows else "empty"
 
     # ---- maintenance -------------------------------------------------------------------------------
+    def write_all(self, unit: WriteUnit) -> ViewResult:
+        """Recompute every key and write what differs (inside the caller's tagged block)."""
+        return self._write(None, None, None, unit)
+
     def backfill(self) -> ViewResult:
         """Recompute every key; write only what differs from the view table.
 
@@ -128,13 +172,57 @@ class ViewMaintainer:
         fingerprint = self.plan.definition.fingerprint[:16]
         unit = WriteUnit(f"build:{self.plan.name}:{fingerprint}@{self._current_snapshot()}", replay=True)
         with tagged(self.spark, unit.write_id):
-            return self._write(None, None, None, unit)
+            return self.write_all(unit)
 
     def apply(self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None) -> ViewResult:
         """Recompute the keys the changed rows in `deltas` (table -> relation of old and new images) reach.
 
-        Runs inside the batch's tagged block; `unit.batch_id` goes to the change feed.
+        Runs inside the batch's tagged block; `unit.batch_id` goes to the change feed. A view paused
+        by a backfill is skipped; one the backfill has published is first caught up.
         """
+        state = read_state(self.spark, self.table) if self.on_main else ViewState()
+        if state.state == "paused":
+            return ViewResult(self.plan.name, 0, paused=True, note=f"paused by {state.by}")
+        if state.state == "resume":
+            return self.resume(state, unit, position)
+        return self._apply(deltas, unit, position, state)
+
+    def resume(self, state: ViewState, unit: WriteUnit, position: int | None) -> ViewResult:
+        """Catch up with every mirror change since the snapshots a backfill last read, then resume.
+
+        The batches that skipped the view while it was paused are covered, this one included.
+        """
+        current = mirror_snapshots(self.spark, self.names, self.plan.tables)
+        result = self.catch_up(state.since, current, unit, position, state)
+        if read_state(self.spark, self.table).raw == state.raw:  # not paused again meanwhile
+            write_state(self.spark, self.table, ViewState())
+        return replace(result, note=f"caught up after {state.by}")
+
+    def catch_up(
+        self,
+        since: Mapping[str, int | None],
+        now: Mapping[str, int | None],
+        unit: WriteUnit,
+        position: int | None = None,
+        state: ViewState | None = None,
+    ) -> ViewResult:
+        """Recompute the keys reached by the mirror rows that differ between snapshots `since` and `now`."""
+        deltas: dict[str, str] = {}
+        try:
+            for table in self.plan.tables:
+                if since.get(table) == now[table]:
+                    continue
+                columns = sorted(self.plan.reads(table))
+                sql = changed_rows_sql(self.names, self.sources[table], since.get(table), now[table], columns)
+                relation = f"{self._temp}_since_{table}"
+                self.spark.sql(sql).localCheckpoint(eager=True).createOrReplaceTempView(relation)
+                deltas[table] = relation
+            return self._apply(deltas, unit, position, state or ViewState()) if deltas else ViewResult(self.plan.name, 0)
+        finally:
+            for relation in deltas.values():
+                self.spark.catalog.dropTempView(relation)
+
+    def _apply(self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None, state: ViewState) -> ViewResult:
         started = time.perf_counter()
         sql = affected_keys_sql(self.plan, self.live, {t: r for t, r in deltas.items() if t in self.live})
         if sql is None:
@@ -147,7 +235,7 @@ class ViewMaintainer:
         relation = f"{self._temp}_keys"
         self.spark.createDataFrame(keys).createOrReplaceTempView(relation)
         try:
-            return self._write(relation, keys.num_rows, position, unit, started, steps)
+            return self._write(relation, keys.num_rows, position, unit, started, steps, state)
         finally:
             self.spark.catalog.dropTempView(relation)
 
@@ -159,6 +247,7 @@ class ViewMaintainer:
         unit: WriteUnit,
         started: float | None = None,
         steps: dict[str, float] | None = None,
+        state: ViewState | None = None,
     ) -> ViewResult:
         started = time.perf_counter() if started is None else started
         steps = {} if steps is None else steps
@@ -185,10 +274,11 @@ class ViewMaintainer:
                 steps["feed"] = time.perf_counter() - clock
                 crash_point(f"feed:{self.plan.name}", unit.batch_id)
                 clock = time.perf_counter()
-                merge = merge_sql(self.plan, self.table, relation)
-                unit.retries.run(f"MERGE into view {self.plan.name}", lambda: self.spark.sql(merge))
+                self._merge(merge_sql(self.plan, self.table, relation), unit, state)
                 steps["merge"] = time.perf_counter() - clock
                 crash_point(f"view:{self.plan.name}", unit.batch_id)
+            except _Superseded:
+                return ViewResult(self.plan.name, count, paused=True, note="superseded by a backfill: left to it")
             finally:
                 self.spark.catalog.dropTempView(relation)
         return ViewResult(
@@ -199,3 +289,25 @@ class ViewMaintainer:
             seconds=time.perf_counter() - started,
             steps={k: round(v, 3) for k, v in steps.items()},
         )
+
+    def _merge(self, merge: str, unit: WriteUnit, state: ViewState | None) -> None:
+        """MERGE the diff; a retry after a lost race first checks that the view did not change hands.
+
+        Compaction never changes rows, so after losing to it the same diff is still right. A
+        backfill's publish does: if it paused or published the view meanwhile, this diff is stale and
+        the backfill's result (which covers this batch's mirror changes) stands.
+        """
+        first = True
+
+        def attempt() -> None:
+            nonlocal first
+            if not first and state is not None and self.on_main and read_state(self.spark, self.table).raw != state.raw:
+                raise _Superseded
+            first = False
+            self.spark.sql(merge)
+
+        unit.retries.run(f"MERGE into view {self.plan.name}", attempt)
+
+
+def _digest(text: str | None) -> str:
+    return hashlib.sha1((text or "").encode()).hexdigest()[:12]

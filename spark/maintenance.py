@@ -1,7 +1,8 @@
 """Iceberg table maintenance through Iceberg's own procedures, safe while ingest commits.
 
-Per table: `rewrite_data_files` (small files and merge-on-read deletes into fewer, bigger files),
-`rewrite_position_delete_files`, `expire_snapshots`. Each procedure commits optimistically; when an
+Per table: purge old tombstones (mirrors), `rewrite_data_files` (small files and merge-on-read
+deletes into fewer, bigger files, sorted by the columns views look the table up by),
+`rewrite_position_delete_files`, `expire_snapshots`, `remove_orphan_files`. Each procedure commits optimistically; when an
 ingest MERGE wins the race, the procedure is retried with backoff (see spark.commits), and when a
 maintenance commit wins, ingest retries its MERGE. Nothing is lost either way: a rewrite never changes
 a table's rows.
@@ -16,11 +17,20 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
 
+from catalog.errors import ConfigError
+from catalog.tables import DELETED, INGESTED_AT
 from spark.commits import Retries
+from spark.layout import SortOrder
 
 # Iceberg's own default for history.expire.max-snapshot-age-ms. A replayed batch finds its earlier
 # appends by the write ids in snapshot summaries, so snapshots must outlive any ingest outage.
 DEFAULT_RETENTION = timedelta(days=5)
+# Iceberg's own default: a file younger than this may belong to a commit still in flight.
+DEFAULT_ORPHAN_AGE = timedelta(days=3)
+MIN_ORPHAN_AGE = timedelta(hours=1)
+# Tombstones guard against replays of old events (a replayed create must not resurrect a deleted
+# row); keep them longer than the change stream's own retention (Kafka's default is 7 days).
+DEFAULT_TOMBSTONE_RETENTION = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -37,12 +47,19 @@ class TableMaintenance:
     expired_snapshots: int
     conflicts_retried: int
     seconds: float
+    sort_order: str | None = None
+    orphan_files_removed: int = 0
+    tombstones_purged: int = 0
 
     def describe(self) -> str:
         return (
             f"{self.table}: data files {self.data_files_before} -> {self.data_files_after}, "
             f"delete files {self.delete_files_before} -> {self.delete_files_after}, "
-            f"{self.bytes_before:,} -> {self.bytes_after:,} bytes, {self.expired_snapshots} snapshots expired"
+            f"{self.bytes_before:,} -> {self.bytes_after:,} bytes"
+            + (f" ({self.sort_order})" if self.sort_order else "")
+            + f", {self.expired_snapshots} snapshots expired"
+            + (f", {self.orphan_files_removed} orphan files removed" if self.orphan_files_removed else "")
+            + (f", {self.tombstones_purged} tombstones purged" if self.tombstones_purged else "")
             + (f", {self.conflicts_retried} commit conflicts retried" if self.conflicts_retried else "")
             + f" ({self.seconds:.1f}s)"
         )
@@ -57,24 +74,55 @@ def _files(spark: SparkSession, table: str) -> tuple[int, int, int]:
     return int(row["data"]), int(row["deletes"]), int(row["bytes"])
 
 
+def _timestamp(moment: datetime) -> str:
+    return f"TIMESTAMP '{moment.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S')}'"
+
+
+def _purge_tombstones(spark: SparkSession, full: str, older_than: datetime, retries: Retries) -> int:
+    """Delete mirror tombstones ingested before `older_than`; returns how many there were."""
+    condition = f"`{DELETED}` AND `{INGESTED_AT}` < {_timestamp(older_than)}"
+    count = spark.sql(f"SELECT count(*) AS n FROM {full} WHERE {condition}").collect()[0]["n"]
+    if count:
+        retries.run(f"purge tombstones of {full}", lambda: spark.sql(f"DELETE FROM {full} WHERE {condition}"))
+    return int(count)
+
+
 def maintain_table(
     spark: SparkSession,
     catalog: str,
     table: str,
     *,
+    sort: SortOrder | None = None,
     retention: timedelta = DEFAULT_RETENTION,
     retain_last: int = 5,
+    orphan_age: timedelta = DEFAULT_ORPHAN_AGE,
+    tombstone_retention: timedelta | None = None,
     retries: Retries | None = None,
 ) -> TableMaintenance:
-    """Compact `<catalog>.<table>` (table = 'namespace.name'), rewrite its delete files, expire old snapshots."""
+    """Maintain `<catalog>.<table>` (table = 'namespace.name'), every step through Iceberg's procedures.
+
+    In order: purge tombstones older than `tombstone_retention` (mirrors only), rewrite data files
+    (in `sort` order when given), rewrite position delete files, expire snapshots older than
+    `retention` (keeping `retain_last`), remove files no snapshot references that are older than
+    `orphan_age`.
+    """
+    if orphan_age < MIN_ORPHAN_AGE:
+        raise ConfigError(
+            f"orphan file age {orphan_age} is too short: files of a commit in flight would be deleted "
+            f"(at least {MIN_ORPHAN_AGE})",
+            "orphan age",
+        )
     retries = retries or Retries()
     started = time.perf_counter()
+    now = datetime.now(UTC)
     full = f"{catalog}.{table}"
     data_before, deletes_before, bytes_before = _files(spark, full)
+    purged = 0 if tombstone_retention is None else _purge_tombstones(spark, full, now - tombstone_retention, retries)
+    strategy = f", strategy => 'sort', sort_order => '{sort.sql()}'" if sort else ""
     retries.run(
         f"rewrite_data_files {table}",
         lambda: spark.sql(
-            f"CALL {catalog}.system.rewrite_data_files(table => '{table}', "
+            f"CALL {catalog}.system.rewrite_data_files(table => '{table}'{strategy}, "
             "options => map('min-input-files', '2', 'delete-file-threshold', '1'))"
         ).collect(),
     )
@@ -84,12 +132,17 @@ def maintain_table(
             f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))"
         ).collect(),
     )
-    cutoff = (datetime.now(UTC) - retention).strftime("%Y-%m-%d %H:%M:%S")
     expired = retries.run(
         f"expire_snapshots {table}",
         lambda: spark.sql(
             f"CALL {catalog}.system.expire_snapshots(table => '{table}', "
-            f"older_than => TIMESTAMP '{cutoff}', retain_last => {retain_last})"
+            f"older_than => {_timestamp(now - retention)}, retain_last => {retain_last})"
+        ).collect(),
+    )
+    orphans = retries.run(
+        f"remove_orphan_files {table}",
+        lambda: spark.sql(
+            f"CALL {catalog}.system.remove_orphan_files(table => '{table}', older_than => {_timestamp(now - orphan_age)})"
         ).collect(),
     )
     data_after, deletes_after, bytes_after = _files(spark, full)
@@ -104,6 +157,9 @@ def maintain_table(
         expired_snapshots=int(expired[0]["deleted_manifest_lists_count"]) if expired else 0,  # one list per snapshot
         conflicts_retried=retries.count,
         seconds=time.perf_counter() - started,
+        sort_order=sort.describe() if sort else None,
+        orphan_files_removed=len(orphans),
+        tombstones_purged=purged,
     )
 
 

@@ -75,10 +75,16 @@ def merge_changes(spark: SparkSession, names: TableNames, source: SourceTable, r
         spark.catalog.dropTempView(view)
 
 
-def live_rows_sql(names: TableNames, source: SourceTable) -> str:
-    """SELECT of the live rows of a mirror, declared columns only (what every reader sees)."""
-    columns = ", ".join(f"`{c}`" for c in source.column_names)
-    return f"SELECT {columns} FROM {names.mirror(source.name)} WHERE NOT `{DELETED}`"
+def live_rows_sql(
+    names: TableNames, source: SourceTable, snapshot: int | None = None, columns: Sequence[str] | None = None
+) -> str:
+    """SELECT of the live rows of a mirror, declared columns only (what every reader sees).
+
+    With `snapshot`, as of that snapshot (time travel); `columns` narrows the columns.
+    """
+    selected = ", ".join(f"`{c}`" for c in (source.column_names if columns is None else columns))
+    travel = f" VERSION AS OF {int(snapshot)}" if snapshot is not None else ""
+    return f"SELECT {selected} FROM {names.mirror(source.name)}{travel} WHERE NOT `{DELETED}`"
 
 
 def stored_rows(spark: SparkSession, names: TableNames, source: SourceTable, rows: pa.Table) -> pa.Table:

@@ -1,0 +1,193 @@
+"""`verify`: DuckDB recomputes a view from the mirrors on its own and diffs it with the view table by key.
+
+The second, independent engine that proves the incremental result: the view's Spark SQL is
+transpiled to DuckDB with sqlglot, run over the mirrors' live rows (read by DuckDB's iceberg
+extension, no Spark), and compared row by row with the view table: matching, mismatching (and which
+columns differ), missing from the table, extra in the table, duplicate keys.
+
+Where Spark and DuckDB order differently, the transpiled SQL says Spark's order explicitly:
+`array_sort(collect_list(struct(...)))` sorts structs field by field with NULL fields first in Spark
+and last in DuckDB, so it becomes `array_agg(struct ORDER BY field NULLS FIRST, ...)`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from catalog.declarations import SourceTable
+from catalog.duck import lake_connection, metadata_location
+from catalog.errors import LakemvError, QueryError
+from catalog.settings import LakeSettings
+from catalog.tables import VIEW_NAMESPACE
+
+
+class ViewMismatch(LakemvError):
+    """The view table differs from the view's recompute (the result says where)."""
+
+    def __init__(self, result: VerifyResult):
+        super().__init__(result.summary())
+        self.result = result
+
+
+def _spark_array_sort(node: exp.Expression) -> exp.Expression:
+    """array_sort(collect_list(struct(f1, f2, ...))) with Spark's order: fields ascending, NULL fields first."""
+    if not (isinstance(node, exp.ArraySort) and isinstance(node.this, exp.ArrayAgg)):
+        return node
+    struct = node.this.this
+    if not isinstance(struct, exp.Struct) or node.args.get("nulls_first"):
+        return node
+    fields = [e.expression if isinstance(e, (exp.PropertyEQ, exp.Alias)) else e for e in struct.expressions]
+    if not fields:
+        return node
+    order = exp.Order(
+        this=struct.copy(), expressions=[exp.Ordered(this=f.copy(), desc=False, nulls_first=True) for f in fields]
+    )
+    not_null = exp.Where(this=exp.Not(this=exp.Is(this=struct.copy(), expression=exp.Null())))
+    return exp.Filter(this=exp.ArrayAgg(this=order), expression=not_null)
+
+
+def duckdb_sql(spark_sql: str) -> str:
+    """The view's Spark SQL as DuckDB SQL (sqlglot), with Spark's ordering made explicit."""
+    try:
+        tree = sqlglot.parse_one(spark_sql, read="spark")
+        return tree.transform(_spark_array_sort).sql(dialect="duckdb")
+    except SqlglotError as exc:
+        raise QueryError(f"cannot translate the view's SQL to DuckDB: {str(exc).splitlines()[0]}") from None
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One key whose row differs: `kind` is mismatch, missing (not in the table) or extra (only there)."""
+
+    kind: str
+    key: Mapping[str, object]
+    columns: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        key = ", ".join(f"{k}={v!r}" for k, v in self.key.items())
+        return f"{self.kind}: {key}" + (f" (differs in {', '.join(self.columns)})" if self.columns else "")
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """How the view table compares with its independent recompute."""
+
+    view: str
+    expected_rows: int
+    table_rows: int
+    matching: int
+    mismatching: int
+    missing: int
+    extra: int
+    duplicate_keys: int
+    samples: tuple[Difference, ...] = field(default_factory=tuple)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.mismatching or self.missing or self.extra or self.duplicate_keys)
+
+    def summary(self) -> str:
+        verdict = "matches its recompute" if self.ok else "differs from its recompute"
+        duplicates = f", {self.duplicate_keys} duplicate keys" if self.duplicate_keys else ""
+        return (
+            f"{self.view} {verdict} (DuckDB): {self.matching} matching, {self.mismatching} mismatching, "
+            f"{self.missing} missing, {self.extra} extra{duplicates}; "
+            f"{self.table_rows} rows in the table, {self.expected_rows} expected ({self.seconds:.1f}s)"
+        )
+
+
+def _q(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _differences(
+    con: duckdb.DuckDBPyConnection, keys: Sequence[str], values: Sequence[str], sample: int
+) -> tuple[dict[str, int], list[Difference]]:
+    """Counts per kind and up to `sample` differences of each kind, between `expected` and `actual`."""
+    on = " AND ".join(f"e.{_q(k)} IS NOT DISTINCT FROM a.{_q(k)}" for k in keys)
+    flags = [f"e.{_q(c)} IS DISTINCT FROM a.{_q(c)} AS {_q('d_' + c)}" for c in values]
+    select = ", ".join(
+        [f"coalesce(e.{_q(k)}, a.{_q(k)}) AS {_q(k)}" for k in keys]
+        + ["CASE WHEN a._lmv_a IS NULL THEN 'missing' WHEN e._lmv_e IS NULL THEN 'extra' ELSE 'compare' END AS kind"]
+        + flags
+    )
+    con.execute(
+        f"CREATE TEMP TABLE compared AS SELECT {select} FROM (SELECT *, TRUE AS _lmv_e FROM expected) e "
+        f"FULL OUTER JOIN (SELECT *, TRUE AS _lmv_a FROM actual) a ON {on}"
+    )
+    differs = " OR ".join(_q("d_" + c) for c in values) or "FALSE"
+    kind = f"CASE WHEN kind = 'compare' THEN (CASE WHEN {differs} THEN 'mismatch' ELSE 'match' END) ELSE kind END"
+    con.execute(f"CREATE TEMP VIEW classified AS SELECT *, {kind} AS verdict FROM compared")
+    counts = dict(con.execute("SELECT verdict, count(*) FROM classified GROUP BY verdict").fetchall())
+    samples = []
+    for verdict in ("mismatch", "missing", "extra"):
+        rows = con.execute(
+            f"SELECT * FROM classified WHERE verdict = '{verdict}' ORDER BY {', '.join(_q(k) for k in keys)} LIMIT {sample}"
+        ).fetchall()
+        names = [d[0] for d in con.description]
+        for row in rows:
+            record = dict(zip(names, row, strict=True))
+            columns = tuple(c for c in values if record.get("d_" + c)) if verdict == "mismatch" else ()
+            samples.append(Difference(verdict, {k: record[k] for k in keys}, columns))
+    return counts, samples
+
+
+def verify_view(
+    settings: LakeSettings,
+    sources: Mapping[str, SourceTable],
+    view: str,
+    spark_sql: str,
+    key: Sequence[str],
+    *,
+    table_snapshot: int | None = None,
+    mirror_snapshots: Mapping[str, int | None] | None = None,
+    sample: int = 5,
+) -> VerifyResult:
+    """Recompute `view` in DuckDB and diff it with its table, by `key`.
+
+    `table_snapshot` reads the view table at that snapshot (a backfill's branch head), and
+    `mirror_snapshots` the mirrors at theirs (the state the backfill computed from).
+    """
+    started = time.perf_counter()
+    location = metadata_location(settings, VIEW_NAMESPACE, view)
+    if location is None:
+        raise QueryError(f"view {view} has no table yet: run lakemv ingest (it builds new views)")
+    con = lake_connection(settings, sources, snapshots=mirror_snapshots)
+    try:
+        scan = f"iceberg_scan('{location}'" + (f", snapshot_from_id => {int(table_snapshot)})" if table_snapshot else ")")
+        con.execute(f"CREATE TEMP TABLE actual AS SELECT * FROM {scan}")
+        con.execute(f"CREATE TEMP TABLE expected AS {duckdb_sql(spark_sql)}")
+        columns = [r[0] for r in con.execute("DESCRIBE expected").fetchall()]
+        missing_columns = [c for c in columns if c not in {r[0] for r in con.execute("DESCRIBE actual").fetchall()}]
+        if missing_columns:
+            raise QueryError(f"view table {view} lacks column(s) {', '.join(missing_columns)}: run lakemv backfill {view}")
+        values = [c for c in columns if c not in key]
+        keys = ", ".join(_q(k) for k in key)
+        duplicates = con.execute(f"SELECT count(*) - count(DISTINCT ({keys})) FROM actual").fetchone()[0]
+        expected_rows = con.execute("SELECT count(*) FROM expected").fetchone()[0]
+        table_rows = con.execute("SELECT count(*) FROM actual").fetchone()[0]
+        counts, samples = _differences(con, key, values, sample)
+    except duckdb.Error as exc:
+        raise QueryError(f"verify {view}: {str(exc).strip().splitlines()[0]}") from None
+    finally:
+        con.close()
+    return VerifyResult(
+        view=view,
+        expected_rows=int(expected_rows),
+        table_rows=int(table_rows),
+        matching=int(counts.get("match", 0)),
+        mismatching=int(counts.get("mismatch", 0)),
+        missing=int(counts.get("missing", 0)),
+        extra=int(counts.get("extra", 0)),
+        duplicate_keys=int(duplicates),
+        samples=tuple(samples),
+        seconds=time.perf_counter() - started,
+    )

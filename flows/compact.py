@@ -1,0 +1,88 @@
+"""The `compact` flow: Iceberg maintenance of every lakemv table, in the lookup-aware layout (`lakemv compact`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import timedelta
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from catalog.errors import ConfigError
+from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
+from flows.lake import Lake
+from flows.progress import report
+
+
+def table_layouts(lake: Lake) -> dict[str, object]:
+    """Per 'namespace.table', the sort order compaction writes it in (None: bin-packing only)."""
+    from spark.layout import sort_orders, view_sort_orders
+
+    layouts: dict[str, object] = {f"{MIRROR_NAMESPACE}.{t}": o for t, o in sort_orders(lake.plans.values()).items()}
+    layouts.update({f"{VIEW_NAMESPACE}.{v}": o for v, o in view_sort_orders(lake.plans).items()})
+    return layouts
+
+
+@task(name="compact-table", cache_policy=NO_CACHE)  # a SparkSession argument: nothing to cache on
+def compact_table(spark, catalog: str, table: str, sort, retention: timedelta, orphan_age: timedelta, tombstones):  # noqa: ANN001, ANN201
+    from spark.maintenance import maintain_table
+
+    return maintain_table(
+        spark, catalog, table, sort=sort, retention=retention, orphan_age=orphan_age, tombstone_retention=tombstones
+    )
+
+
+@flow(name="compact", validate_parameters=True)
+def compact(
+    tables: list[str] | None = None,
+    retention_hours: float = 120.0,
+    orphan_age_hours: float = 72.0,
+    tombstone_retention_hours: float = 168.0,
+    warehouse: str | None = None,
+) -> dict:
+    """Compact data and delete files, expire snapshots, remove orphan files, purge old tombstones.
+
+    Mirrors are sorted by the columns views look them up by and views by their key. Safe while
+    `maintain` commits: lost commit races are retried on both sides, and a rewrite never changes rows.
+    """
+    from spark.maintenance import lake_tables
+    from spark.session import use_catalog
+
+    lake = Lake.at(warehouse)
+    with report.status("starting Spark..."):
+        spark = lake.spark().newSession()  # own SQL conf: no batch's write-id tag on these commits
+        use_catalog(spark, lake.settings)
+    catalog = lake.settings.catalog_name
+    known = lake_tables(spark, catalog, (MIRROR_NAMESPACE, VIEW_NAMESPACE, OPS_NAMESPACE))
+    chosen = list(tables or known)
+    unknown = sorted(set(chosen) - set(known))
+    if unknown:
+        raise ConfigError(f"no table {', '.join(unknown)} (tables: {', '.join(known) or 'none yet'})", "TABLES")
+    layouts = table_layouts(lake)
+    retention, orphan_age = timedelta(hours=retention_hours), timedelta(hours=orphan_age_hours)
+    tombstones = timedelta(hours=tombstone_retention_hours)
+    results = []
+    for table in chosen:
+        with report.status(f"compacting {table}..."):
+            result = compact_table(
+                spark,
+                catalog,
+                table,
+                layouts.get(table),
+                retention,
+                orphan_age,
+                tombstones if table.startswith(f"{MIRROR_NAMESPACE}.") else None,
+            )
+        report.info(result.describe())
+        results.append(result)
+    totals = {
+        key: sum(getattr(r, key) for r in results)
+        for key in ("data_files_before", "data_files_after", "delete_files_before", "delete_files_after",
+                    "bytes_before", "bytes_after", "orphan_files_removed", "tombstones_purged", "conflicts_retried")
+    }  # fmt: skip
+    report.info(
+        f"compacted {len(results)} tables: files {totals['data_files_before'] + totals['delete_files_before']} -> "
+        f"{totals['data_files_after'] + totals['delete_files_after']}, "
+        f"{totals['bytes_before']:,} -> {totals['bytes_after']:,} bytes"
+    )
+    return {**totals, "tables": [asdict(r) for r in results], "seconds": round(sum(r.seconds for r in results), 3)}

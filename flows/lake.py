@@ -1,0 +1,67 @@
+"""What every flow and command needs: validated settings, the declared sources, the planned views, Spark.
+
+Flows take a warehouse path (a plain parameter a deployment can carry) and build a `Lake` from it;
+the CLI builds one from `--warehouse` and hands the same path to the flows it runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from catalog.declarations import SourceRegistry, load_sources
+from catalog.errors import ConfigError
+from catalog.settings import LakeSettings
+
+
+def lake_settings(warehouse: str | Path | None = None) -> LakeSettings:
+    """Settings from the environment (LAKEMV_*), with `warehouse` overriding LAKEMV_WAREHOUSE."""
+    try:
+        return LakeSettings(warehouse=Path(warehouse)) if warehouse else LakeSettings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(first["msg"], "LAKEMV_" + str(first["loc"][0]).upper()) from None
+
+
+class Lake:
+    """Settings plus the sources and view plans they point at, loaded once and on first use."""
+
+    def __init__(self, settings: LakeSettings):
+        self.settings = settings
+        self._sources: SourceRegistry | None = None
+        self._plans: dict | None = None
+
+    @classmethod
+    def at(cls, warehouse: str | Path | None = None) -> Lake:
+        return cls(lake_settings(warehouse))
+
+    @property
+    def sources(self) -> SourceRegistry:
+        if self._sources is None:
+            self._sources = load_sources(self.settings.sources_dirs)
+        return self._sources
+
+    @property
+    def plans(self) -> dict:
+        """Every view definition, planned (a view outside the supported class fails here)."""
+        if self._plans is None:
+            from spark.planner import plan_view
+            from spark.views import load_views
+
+            views = load_views(self.settings.view_dirs)
+            self._plans = {name: plan_view(view, self.sources) for name, view in views.items()}
+        return self._plans
+
+    def plan(self, name: str):  # noqa: ANN201 - spark.planner.ViewPlan, imported lazily
+        plans = self.plans
+        if name not in plans:
+            known = ", ".join(sorted(plans)) or "none"
+            raise ConfigError(f"no view named {name!r} (views: {known})", "VIEW")
+        return plans[name]
+
+    def spark(self):  # noqa: ANN201 - pyspark imported lazily: commands without Spark start fast
+        """The process's SparkSession with this lake's catalog (started on first use)."""
+        from spark.session import get_spark
+
+        return get_spark(self.settings)

@@ -1,0 +1,66 @@
+"""The `maintain` flow: land new changes into the mirrors and keep every view fresh (`lakemv ingest`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+
+from catalog.errors import ConfigError
+from flows.lake import Lake
+from flows.progress import report
+
+
+def _batch_line(batch) -> None:  # noqa: ANN001 - spark.batch.BatchResult
+    report.info(batch.describe())
+    for note in batch.notes:
+        report.info(f"schema drift: {note}", style="red" if "error:" in note else "yellow")
+
+
+@flow(name="maintain", log_prints=False, validate_parameters=True)
+def maintain(
+    landing: str,
+    once: bool = True,
+    trigger_seconds: float = 2.0,
+    max_files_per_trigger: int | None = None,
+    warehouse: str | None = None,
+) -> dict:
+    """Ingest the landing folder's new Debezium files and maintain the views, exactly once.
+
+    `once` processes what is there now and returns (the scheduled deployment); otherwise the stream
+    runs until the flow run is cancelled or the process is interrupted.
+    """
+    from spark.ingest import run_ingest
+
+    lake = Lake.at(warehouse)
+    folder = Path(landing)
+    if not folder.is_dir():
+        raise ConfigError("landing directory does not exist", str(folder))
+    sources, plans = lake.sources, list(lake.plans.values())
+    with report.status("starting Spark..."):
+        spark = lake.spark()
+    result = run_ingest(
+        spark,
+        lake.settings,
+        sources,
+        folder,
+        views=plans,
+        on_build=lambda built: report.info(f"built {built.describe()}"),
+        once=once,
+        trigger_seconds=trigger_seconds,
+        max_files_per_trigger=max_files_per_trigger,
+        on_batch=_batch_line,
+    )
+    rate = result.events / result.seconds if result.seconds else 0.0
+    conflicts = f"; {result.conflicts_retried} commit conflicts retried" if result.conflicts_retried else ""
+    report.info(
+        f"ingested {result.events} events in {len(result.batches)} batches, {result.seconds:.1f}s "
+        f"({rate:,.0f} events/s); {result.dead_letters} dead letters{conflicts}"
+    )
+    return {
+        "events": result.events,
+        "batches": len(result.batches),
+        "dead_letters": result.dead_letters,
+        "conflicts_retried": result.conflicts_retried,
+        "seconds": round(result.seconds, 3),
+    }
