@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from contextlib import ExitStack
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -193,6 +194,41 @@ def compact(
         orphan_age_hours=orphan_age_hours,
         tombstone_retention_hours=tombstone_retention_hours,
     )
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    landing: Annotated[Path, typer.Option(help="Landing directory the maintain deployment ingests.")],
+    maintain_every: Annotated[float, typer.Option(min=1, help="Seconds between maintain runs.")] = 60.0,
+    continuous: Annotated[
+        bool, typer.Option("--continuous", help="Maintain as one long-running stream (restarted by the schedule).")
+    ] = False,
+    trigger_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds between batches when continuous.")] = 2.0,
+    compact_every: Annotated[float, typer.Option(min=1, help="Seconds between compact runs.")] = 3600.0,
+    verify_every: Annotated[float, typer.Option(min=1, help="Seconds between verify runs.")] = 3600.0,
+    port: Annotated[int | None, typer.Option(help="Port of the local Prefect server (when PREFECT_API_URL is unset).")] = None,
+) -> None:
+    """Serve the Prefect deployments maintain, compact, verify (scheduled) and backfill (on demand) until interrupted."""
+    from flows.server import prefect_api
+
+    if not landing.is_dir():
+        raise ConfigError("landing directory does not exist", str(landing))
+    settings = ctx.obj.settings
+    ctx.obj.plans  # a refused view fails here, before anything starts  # noqa: B018
+    os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "INFO"  # flow runs log to this terminal
+    with ExitStack() as stack:
+        with console.status("starting the Prefect server..."):
+            api = stack.enter_context(prefect_api(settings.warehouse / "_prefect", port))
+        from prefect import serve as serve_deployments
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        from flows.deployments import Schedules, deployments
+
+        schedules = Schedules(maintain_every, continuous, trigger_seconds, compact_every, verify_every)
+        console.print(f"Prefect API: {api}")
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            serve_deployments(*deployments(landing.resolve(), settings.warehouse, schedules), print_starting_message=True)
 
 
 @app.command()

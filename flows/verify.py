@@ -1,4 +1,4 @@
-"""The `verify` flow: DuckDB re-derives a view from the mirrors and diffs it with the table (`lakemv verify`)."""
+"""The `verify` flow: DuckDB re-derives views from the mirrors and diffs them with their tables (`lakemv verify`)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,25 @@ from flows.progress import report
 
 
 @flow(name="verify", validate_parameters=True)
-def verify(view: str, sample: int = 5, warehouse: str | None = None) -> dict:
-    """Recompute `view` with DuckDB (its SQL transpiled by sqlglot, no Spark) and compare by key.
+def verify(view: str | None = None, sample: int = 5, warehouse: str | None = None) -> dict:
+    """Recompute `view` (default: every view) with DuckDB, its SQL transpiled by sqlglot, no Spark;
+    compare with the view table by key.
 
-    Returns the counts; any difference fails the run (ViewMismatch), after logging sample keys and
-    the columns that differ.
+    Returns the counts per view; any difference fails the run (ViewMismatch), after logging sample
+    keys and the columns that differ.
     """
     lake = Lake.at(warehouse)
-    plan = lake.plan(view)
-    with report.status(f"recomputing {view} with DuckDB..."):
-        result = verify_view(lake.settings, lake.sources, view, plan.definition.sql, plan.key_names, sample=sample)
-    report.info(result.summary(), style=None if result.ok else "red")
-    for difference in result.samples:
-        report.info(f"  {difference.describe()}", style="red")
-    if not result.ok:
-        raise ViewMismatch(result)
-    return {k: v for k, v in asdict(result).items() if k != "samples"}
+    names = [view] if view else sorted(lake.plans)
+    results, failed = {}, None
+    for name in names:
+        plan = lake.plan(name)
+        with report.status(f"recomputing {name} with DuckDB..."):
+            result = verify_view(lake.settings, lake.sources, name, plan.definition.sql, plan.key_names, sample=sample)
+        report.info(result.summary(), style=None if result.ok else "red")
+        for difference in result.samples:
+            report.info(f"  {difference.describe()}", style="red")
+        results[name] = {k: v for k, v in asdict(result).items() if k != "samples"}
+        failed = failed or (None if result.ok else result)
+    if failed is not None:
+        raise ViewMismatch(failed)
+    return {"views": results}

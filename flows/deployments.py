@@ -1,0 +1,79 @@
+"""The deployments `lakemv serve` starts, declared in code: what runs when.
+
+* `lakemv-maintain` - every `maintain_every` seconds, ingest what has landed (availableNow) and
+  maintain the views; with `continuous`, one long-running stream instead, which the schedule
+  restarts should it stop (one run at a time: a new run is cancelled while one is active);
+* `lakemv-compact` - Iceberg maintenance in the lookup-aware layout, every `compact_every` seconds;
+* `lakemv-verify` - DuckDB re-derives every view and diffs it, every `verify_every` seconds;
+* `lakemv-backfill` - on demand: `prefect deployment run backfill/lakemv-backfill -p view=user_profile`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+from prefect.deployments.runner import EntrypointType, RunnerDeployment
+
+from flows.backfill import backfill
+from flows.compact import compact
+from flows.maintain import maintain
+from flows.verify import verify
+
+ONE_AT_A_TIME = ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW)
+
+
+@dataclass(frozen=True)
+class Schedules:
+    """When each deployment runs (seconds)."""
+
+    maintain_every: float = 60.0
+    continuous: bool = False
+    trigger_seconds: float = 2.0
+    compact_every: float = 3600.0
+    verify_every: float = 3600.0
+
+
+def deployments(landing: Path, warehouse: Path, schedules: Schedules) -> list[RunnerDeployment]:
+    """The four deployments, parameterised for one landing folder and warehouse."""
+    lake = {"warehouse": str(warehouse)}
+    common = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["lakemv"]}
+    return [
+        maintain.to_deployment(
+            "lakemv-maintain",
+            interval=timedelta(seconds=schedules.maintain_every),
+            parameters={
+                "landing": str(landing),
+                "once": not schedules.continuous,
+                "trigger_seconds": schedules.trigger_seconds,
+                **lake,
+            },
+            concurrency_limit=ONE_AT_A_TIME,  # one stream per checkpoint
+            description="Ingest landed Debezium files into the mirrors and keep every view fresh.",
+            **common,
+        ),
+        compact.to_deployment(
+            "lakemv-compact",
+            interval=timedelta(seconds=schedules.compact_every),
+            parameters=lake,
+            concurrency_limit=ONE_AT_A_TIME,
+            description="Compact, sort by lookup columns, expire snapshots, remove orphans, purge old tombstones.",
+            **common,
+        ),
+        verify.to_deployment(
+            "lakemv-verify",
+            interval=timedelta(seconds=schedules.verify_every),
+            parameters=lake,
+            concurrency_limit=ONE_AT_A_TIME,
+            description="DuckDB recomputes every view from the mirrors and diffs it with the view table.",
+            **common,
+        ),
+        backfill.to_deployment(
+            "lakemv-backfill",
+            parameters=lake,
+            description="Rebuild a view by write-audit-publish on an Iceberg branch (parameter: view).",
+            **common,
+        ),
+    ]
