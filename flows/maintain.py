@@ -39,18 +39,19 @@ def maintain(
     sources, plans = lake.sources, list(lake.plans.values())
     with report.status("starting Spark..."):
         spark = lake.spark()
-    result = run_ingest(
-        spark,
-        lake.settings,
-        sources,
-        folder,
-        views=plans,
-        on_build=lambda built: report.info(f"built {built.describe()}"),
-        once=once,
-        trigger_seconds=trigger_seconds,
-        max_files_per_trigger=max_files_per_trigger,
-        on_batch=_batch_line,
-    )
+    with report.bound():  # batches are reported from Spark's callback thread
+        result = run_ingest(
+            spark,
+            lake.settings,
+            sources,
+            folder,
+            views=plans,
+            on_build=lambda built: report.info(f"built {built.describe()}"),
+            once=once,
+            trigger_seconds=trigger_seconds,
+            max_files_per_trigger=max_files_per_trigger,
+            on_batch=_batch_line,
+        )
     rate = result.events / result.seconds if result.seconds else 0.0
     conflicts = f"; {result.conflicts_retried} commit conflicts retried" if result.conflicts_retried else ""
     report.info(

@@ -17,6 +17,7 @@ from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 _terminal: Console | None = None
+_bound: logging.Logger | logging.LoggerAdapter | None = None  # the run logger, for threads without the run context
 
 
 @contextmanager
@@ -36,8 +37,8 @@ def _logger() -> logging.Logger | logging.LoggerAdapter:
 
     try:
         return get_run_logger()
-    except MissingContextError:  # called outside a flow run (a library caller)
-        return logging.getLogger("lakemv")
+    except MissingContextError:  # another thread (Spark's foreachBatch callback), or outside a flow run
+        return _bound or logging.getLogger("lakemv")
 
 
 @dataclass
@@ -56,6 +57,16 @@ class Steps:
 
 class Report:
     """A flow's voice: `info` lines, `status` spinners and `steps` progress bars."""
+
+    @contextmanager
+    def bound(self) -> Iterator[None]:
+        """Within a flow run: let threads started inside (Spark callbacks) log to this run too."""
+        global _bound
+        previous, _bound = _bound, _logger()
+        try:
+            yield
+        finally:
+            _bound = previous
 
     def info(self, message: str, style: str | None = None) -> None:
         level = logging.WARNING if style in ("red", "yellow") else logging.INFO

@@ -26,6 +26,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def prefect_server():
+    """One temporary Prefect API for the whole run (prefect_test_harness): flows called here record
+    their runs in it, and `lakemv` subprocesses reach it through PREFECT_API_URL instead of each
+    starting a temporary server of their own."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    with prefect_test_harness(server_startup_timeout=120):
+        os.environ["PREFECT_API_URL"] = PREFECT_API_URL.value()
+        try:
+            yield PREFECT_API_URL.value()
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+
+
 @pytest.fixture(scope="session")
 def sources() -> SourceRegistry:
     return load_sources(LakeSettings().sources_dirs)
@@ -60,9 +77,18 @@ class Lake:
 
 
 @pytest.fixture
-def lake(spark, tmp_path: Path, sources: SourceRegistry) -> Lake:
+def lake(spark, tmp_path: Path, sources: SourceRegistry, monkeypatch: pytest.MonkeyPatch) -> Lake:
+    """A fresh catalog; flows run in this process (they build settings from LAKEMV_* and a warehouse
+    path) see the same catalog name and sizing through the environment."""
     from spark.session import use_catalog
 
     settings = small_settings(tmp_path / "warehouse", f"t_{uuid.uuid4().hex[:10]}")
+    for key, value in (
+        ("LAKEMV_CATALOG_NAME", settings.catalog_name),
+        ("LAKEMV_SPARK_MASTER", settings.spark_master),
+        ("LAKEMV_DRIVER_MEMORY", settings.driver_memory),
+        ("LAKEMV_SHUFFLE_PARTITIONS", str(settings.shuffle_partitions)),
+    ):
+        monkeypatch.setenv(key, value)
     use_catalog(spark, settings)
     return Lake(spark, settings, sources)

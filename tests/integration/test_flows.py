@@ -1,0 +1,135 @@
+"""The Prefect flows, run for real (prefect_test_harness) on a temporary warehouse: maintain, verify,
+compact and backfill, each recorded as a flow run and returning its counts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+from prefect.client.schemas.sorting import FlowRunSort
+
+from catalog.duck import run_query
+from catalog.verify import ViewMismatch
+from flows.backfill import backfill
+from flows.compact import compact
+from flows.maintain import maintain
+from flows.verify import verify
+from spark.viewstate import read_state
+from tests.e2e.cli import move_round
+from workload.github import WorkloadConfig, generate_files
+
+
+def _final_states(flow_name: str) -> list[str]:
+    """Final state types of the recorded runs of a flow."""
+
+    async def read() -> list[str]:
+        async with get_client() as client:
+            runs = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])), sort=FlowRunSort.START_TIME_DESC, limit=50
+            )
+            return [r.state.type.value for r in runs if r.state is not None]
+
+    return asyncio.run(read())
+
+
+def _ingested(lake, tmp_path: Path, rounds: int = 3, users: int = 80, seed: int = 7) -> Path:
+    staging, landing = tmp_path / "staging", tmp_path / "landing"
+    generate_files(WorkloadConfig(users=users, seed=seed, rounds=rounds), lake.sources, staging)
+    for number in range(rounds):
+        move_round(staging, landing, number)
+    result = maintain(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
+    assert result["events"] > 0 and result["batches"] >= 1, result
+    return landing
+
+
+def _rows(lake, table: str, key: str) -> list[dict]:
+    return run_query(lake.settings, lake.sources, f'SELECT * FROM "{table}" ORDER BY {key}').to_pylist()
+
+
+def test_maintain_then_verify_pass_and_are_recorded_as_flow_runs(lake, tmp_path):
+    _ingested(lake, tmp_path)
+    result = verify(warehouse=str(lake.settings.warehouse))
+    assert set(result["views"]) == {"user_profile", "repo_summary"}
+    for name, counts in result["views"].items():
+        assert counts["matching"] == counts["expected_rows"] == counts["table_rows"] > 0, (name, counts)
+        assert counts["mismatching"] == counts["missing"] == counts["extra"] == counts["duplicate_keys"] == 0
+    assert "COMPLETED" in _final_states("maintain") and "COMPLETED" in _final_states("verify")
+
+
+def test_verify_catches_a_corrupted_row_and_a_missing_one(lake, tmp_path):
+    _ingested(lake, tmp_path)
+    table = lake.names.view("user_profile")
+    emails = [r["email"] for r in lake.spark.sql(f"SELECT email FROM {table} ORDER BY email LIMIT 2").collect()]
+    lake.spark.sql(f"UPDATE {table} SET payment_verified = NOT payment_verified WHERE email = '{emails[0]}'")
+    lake.spark.sql(f"DELETE FROM {table} WHERE email = '{emails[1]}'")
+
+    with pytest.raises(ViewMismatch) as caught:
+        verify(view="user_profile", warehouse=str(lake.settings.warehouse))
+    found = caught.value.result
+    assert (found.mismatching, found.missing, found.extra, found.duplicate_keys) == (1, 1, 0, 0), found.summary()
+    assert found.matching == found.expected_rows - 2
+    samples = {(d.kind, d.key["email"]): d.columns for d in found.samples}
+    assert samples == {("mismatch", emails[0]): ("payment_verified",), ("missing", emails[1]): ()}, samples
+    assert "FAILED" in _final_states("verify")
+    # The other view is untouched and still passes.
+    assert verify(view="repo_summary", warehouse=str(lake.settings.warehouse))["views"]["repo_summary"]["mismatching"] == 0
+
+
+def test_compact_keeps_every_query_result_and_reduces_the_file_count(lake, tmp_path):
+    _ingested(lake, tmp_path, rounds=5)
+    checked = {**{t: ", ".join(lake.sources[t].primary_key) for t in lake.sources}, "user_profile": "email", "repo_summary": "owner, name"}
+    before = {t: _rows(lake, t, key) for t, key in checked.items()}
+    tombstones = lake.spark.sql(f"SELECT count(*) FROM {lake.names.mirror('users')} WHERE _lmv_deleted").first()[0]
+    assert tombstones > 0
+    # A stray file in a table's data folder, older than the safe age: an orphan to remove.
+    data_dir = Path(lake.settings.warehouse) / "mirror" / "users" / "data"
+    stray = next(data_dir.rglob("*.parquet")).with_name("stray-orphan.parquet")
+    stray.write_bytes(b"not referenced by any snapshot")
+    old = time.time() - 4 * 24 * 3600
+    os.utime(stray, (old, old))
+
+    result = compact(tombstone_retention_hours=0.0, warehouse=str(lake.settings.warehouse))
+
+    files_before = result["data_files_before"] + result["delete_files_before"]
+    files_after = result["data_files_after"] + result["delete_files_after"]
+    assert files_after < files_before and result["delete_files_after"] == 0, result
+    assert result["tombstones_purged"] >= tombstones and result["orphan_files_removed"] >= 1, result
+    assert not stray.exists()
+    layouts = {t["table"]: t["sort_order"] for t in result["tables"]}
+    assert layouts["mirror.stars"].startswith("z-order(") and "username" in layouts["mirror.stars"], layouts
+    assert layouts["mirror.payment_info"] == "sorted by user_id" and layouts["views.user_profile"] == "sorted by email"
+    assert lake.spark.sql(f"SELECT count(*) FROM {lake.names.mirror('users')} WHERE _lmv_deleted").first()[0] == 0
+    for table, key in checked.items():
+        assert _rows(lake, table, key) == before[table], table
+    assert verify(warehouse=str(lake.settings.warehouse))["views"]["user_profile"]["mismatching"] == 0
+
+
+def test_backfill_repairs_a_view_through_a_branch_and_maintenance_resumes(lake, tmp_path):
+    landing = _ingested(lake, tmp_path)
+    table, feed = lake.names.view("user_profile"), lake.names.view_changes("user_profile")
+    victim = lake.spark.sql(f"SELECT email FROM {table} ORDER BY email LIMIT 1").first()[0]
+    lake.spark.sql(f"DELETE FROM {table} WHERE email = '{victim}'")
+    snapshot = lake.spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").first()[0]
+
+    planned = backfill(view="user_profile", dry_run=True, warehouse=str(lake.settings.warehouse))
+    assert planned["estimated_rows"] == planned["table_rows"] + 1, planned
+    assert lake.spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").first()[0] == snapshot
+
+    feed_rows = lake.spark.table(feed).count()
+    done = backfill(view="user_profile", warehouse=str(lake.settings.warehouse))
+    assert (done["upserts"], done["deletes"], done["attempts"]) == (1, 0, 1), done
+    assert "matches its recompute" in done["audit"]
+    assert verify(view="user_profile", warehouse=str(lake.settings.warehouse))["views"]["user_profile"]["missing"] == 0
+    assert lake.spark.table(feed).count() == feed_rows + 1  # the repair is in the change feed
+    refs = {r["name"] for r in lake.spark.sql(f"SELECT name FROM {table}.refs").collect()}
+    assert refs == {"main"}, refs  # the branch is gone once published
+    assert read_state(lake.spark, table).state == "resume"
+
+    maintain(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # no new files
+    assert read_state(lake.spark, table).state == "active"
+    assert "COMPLETED" in _final_states("backfill")
