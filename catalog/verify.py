@@ -41,7 +41,8 @@ def _spark_array_sort(node: exp.Expression) -> exp.Expression:
     if not (isinstance(node, exp.ArraySort) and isinstance(node.this, exp.ArrayAgg)):
         return node
     struct = node.this.this
-    if not isinstance(struct, exp.Struct) or node.args.get("nulls_first"):
+    nulls_first = node.args.get("nulls_first")
+    if not isinstance(struct, exp.Struct) or (nulls_first is not None and nulls_first.this is True):
         return node
     fields = [e.expression if isinstance(e, (exp.PropertyEQ, exp.Alias)) else e for e in struct.expressions]
     if not fields:
