@@ -68,8 +68,10 @@ class BatchResult:
             return f"{name}: replayed, already committed ({self.lines} lines), {self.seconds:.2f}s"
         tables = ", ".join(f"{t} {n}" for t, n in sorted(self.merged.items())) or "no changes"
         views = "".join(
-            f"; {v.view} {v.keys} keys -> {v.upserts} upserts, {v.deletes} deletes" for v in self.views.values()
-        )
+            f"; {v.view} {v.note}" if v.paused
+            else f"; {v.view} {v.keys} keys -> {v.upserts} upserts, {v.deletes} deletes" + (f" ({v.note})" if v.note else "")
+            for v in self.views.values()
+        )  # fmt: skip
         extra = (" (replayed)" if self.replayed else "") + (
             f", {self.conflicts_retried} commit conflicts retried" if self.conflicts_retried else ""
         )
