@@ -19,7 +19,7 @@ from flows.backfill import backfill
 from flows.compact import compact
 from flows.maintain import maintain
 from flows.verify import verify
-from spark.viewstate import read_state
+from spark.viewstate import ViewState, read_state, write_state
 from tests.e2e.cli import move_round
 from workload.github import WorkloadConfig, generate_files
 
@@ -133,3 +133,19 @@ def test_backfill_repairs_a_view_through_a_branch_and_maintenance_resumes(lake, 
     maintain(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # no new files
     assert read_state(lake.spark, table).state == "active"
     assert "COMPLETED" in _final_states("backfill")
+
+
+def test_resuming_from_expired_snapshots_recomputes_every_key(lake, tmp_path):
+    """A view paused longer than snapshot retention cannot be caught up snapshot to snapshot: it is rebuilt."""
+    landing = _ingested(lake, tmp_path)
+    table = lake.names.view("user_profile")
+    victim = lake.spark.sql(f"SELECT email FROM {table} ORDER BY email LIMIT 1").first()[0]
+    lake.spark.sql(f"DELETE FROM {table} WHERE email = '{victim}'")
+    gone = {t: 1 for t in ("users", "stars", "repos", "pull_requests", "payment_info")}  # no such snapshots
+    write_state(lake.spark, table, ViewState("resume", gone, by="backfill long-ago"))
+
+    maintain(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
+
+    assert read_state(lake.spark, table).state == "active"
+    counts = verify(view="user_profile", warehouse=str(lake.settings.warehouse))["views"]["user_profile"]
+    assert counts["missing"] == counts["mismatching"] == 0 and counts["matching"] == counts["expected_rows"], counts
