@@ -12,6 +12,7 @@ and last in DuckDB, so it becomes `array_agg(struct ORDER BY field NULLS FIRST, 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,13 +20,18 @@ from dataclasses import dataclass, field
 import duckdb
 import sqlglot
 from sqlglot import exp
+from pyiceberg.exceptions import NoSuchTableError
 from sqlglot.errors import SqlglotError
 
 from catalog.declarations import SourceTable
 from catalog.duck import lake_connection, metadata_location
+from catalog.lake import pyiceberg_catalog
 from catalog.errors import LakemvError, QueryError
 from catalog.settings import LakeSettings
-from catalog.tables import VIEW_NAMESPACE
+from catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
+
+
+STATE_PROPERTY = "lakemv.maintenance"  # spark.viewstate.STATE: who may write the view now
 
 
 class ViewMismatch(LakemvError):
@@ -139,6 +145,45 @@ def _differences(
             columns = tuple(c for c in values if record.get("d_" + c)) if verdict == "mismatch" else ()
             samples.append(Difference(verdict, {k: record[k] for k in keys}, columns))
     return counts, samples
+
+
+def consistent_cut(
+    settings: LakeSettings, view: str, tables: Sequence[str]
+) -> tuple[int | None, dict[str, int | None] | None] | str:
+    """The snapshots at which the view and its mirrors agree by contract: (view snapshot, mirror snapshots).
+
+    A batch MERGEs the mirrors before the views, so while ingest runs the current mirrors may be a
+    batch ahead of the view. The cut is the view's last content change: its current snapshot, with
+    each mirror as of that moment. A view a backfill published and maintain
+    has not caught up yet agrees with the mirror snapshots the backfill read; a paused view (a
+    backfill running) is not verified: the reason is returned instead.
+    """
+    catalog = pyiceberg_catalog(settings)
+    try:
+        table = catalog.load_table((VIEW_NAMESPACE, view))
+    except NoSuchTableError:
+        return None, None  # verify_view says there is no table yet
+    raw = table.properties.get(STATE_PROPERTY)
+    if raw:
+        state = json.loads(raw)
+        if state.get("state") == "paused":
+            return f"paused by {state.get('by')}: verify it after the backfill publishes"
+        if state.get("state") == "resume":
+            return None, dict(state.get("since", {}))
+    # The view's last content change (compaction's `replace` commits change no rows): the mirrors as
+    # of that moment are the ones it was computed from, even while a batch is merging mirrors now.
+    snapshot = table.current_snapshot()
+    while snapshot is not None and snapshot.summary is not None and snapshot.summary.operation.value == "replace":
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    if snapshot is None:
+        return None, None
+    cut = snapshot.timestamp_ms
+
+    def at(identifier: tuple[str, str]) -> int | None:
+        found = catalog.load_table(identifier).snapshot_as_of_timestamp(cut)
+        return found.snapshot_id if found else None
+
+    return table.current_snapshot().snapshot_id, {t: at((MIRROR_NAMESPACE, t)) for t in tables}
 
 
 def verify_view(
