@@ -12,7 +12,6 @@ and last in DuckDB, so it becomes `array_agg(struct ORDER BY field NULLS FIRST, 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +28,7 @@ from catalog.lake import pyiceberg_catalog
 from catalog.errors import LakemvError, QueryError
 from catalog.settings import LakeSettings
 from catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
-
-
-STATE_PROPERTY = "lakemv.maintenance"  # spark.viewstate.STATE: who may write the view now
+from catalog.viewstate import STATE, ViewState
 
 
 class ViewMismatch(LakemvError):
@@ -163,13 +160,11 @@ def consistent_cut(
         table = catalog.load_table((VIEW_NAMESPACE, view))
     except NoSuchTableError:
         return None, None  # verify_view says there is no table yet
-    raw = table.properties.get(STATE_PROPERTY)
-    if raw:
-        state = json.loads(raw)
-        if state.get("state") == "paused":
-            return f"paused by {state.get('by')}: verify it after the backfill publishes"
-        if state.get("state") == "resume":
-            return None, dict(state.get("since", {}))
+    state = ViewState.parse(table.properties.get(STATE))
+    if state.state == "paused":
+        return f"paused by {state.by}: verify it after the backfill publishes"
+    if state.state == "resume":
+        return None, dict(state.since)
     # The view's last content change (compaction's `replace` commits change no rows): the mirrors as
     # of that moment are the ones it was computed from, even while a batch is merging mirrors now.
     snapshot = table.current_snapshot()
@@ -212,7 +207,8 @@ def verify_view(
         con.execute(f"CREATE TEMP TABLE actual AS SELECT * FROM {scan}")
         con.execute(f"CREATE TEMP TABLE expected AS {duckdb_sql(spark_sql)}")
         columns = [r[0] for r in con.execute("DESCRIBE expected").fetchall()]
-        missing_columns = [c for c in columns if c not in {r[0] for r in con.execute("DESCRIBE actual").fetchall()}]
+        present = {r[0] for r in con.execute("DESCRIBE actual").fetchall()}
+        missing_columns = [c for c in columns if c not in present]
         if missing_columns:
             raise QueryError(f"view table {view} lacks column(s) {', '.join(missing_columns)}: run lakemv backfill {view}")
         values = [c for c in columns if c not in key]

@@ -47,7 +47,6 @@ class Steps:
 
     progress: Progress | None
     task: int | None
-    total: int
 
     def advance(self, description: str) -> None:
         _logger().info(description)
@@ -84,11 +83,11 @@ class Report:
         """A bar of `total` steps; each `advance` logs its description."""
         _logger().info(description)
         if _terminal is None:
-            yield Steps(None, None, total)
+            yield Steps(None, None)
             return
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=_terminal, transient=False) as progress:
-            yield Steps(progress, progress.add_task(description, total=total), total)
+            yield Steps(progress, progress.add_task(description, total=total))
 
 
 report = Report()

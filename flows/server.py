@@ -20,7 +20,8 @@ from pathlib import Path
 from catalog.errors import ConfigError
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on loopback now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -42,7 +43,7 @@ def prefect_api(home: Path, port: int | None = None, timeout: float = 90.0) -> I
         yield configured
         return
     home.mkdir(parents=True, exist_ok=True)
-    port = port or _free_port()
+    port = port or free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {
         **os.environ,

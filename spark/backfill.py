@@ -30,11 +30,12 @@ from catalog.errors import LakemvError
 from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from catalog.verify import VerifyResult, verify_view
+from catalog.viewstate import ViewState
 from spark.commits import WriteUnit, tagged
 from spark.maintain import FINGERPRINT, ViewMaintainer
 from spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace, live_rows_sql
 from spark.planner import ViewPlan, over
-from spark.viewstate import ViewState, mirror_snapshots, read_state, write_state
+from spark.viewstate import mirror_snapshots, read_state, ref_snapshot, write_state
 
 STEPS = ("pause", "write", "catch up", "audit", "publish", "resume")
 
@@ -207,7 +208,7 @@ class Backfill:
         clock = time.perf_counter()
         for table in (self.table, self.feed):
             self.spark.sql(f"ALTER TABLE {table} CREATE OR REPLACE BRANCH {self.branch}")
-        feed_base = self._head(self.feed, "main")
+        feed_base = ref_snapshot(self.spark, self.feed)
         snapshots = mirror_snapshots(self.spark, self.names, self.plan.tables)
         unit = WriteUnit(f"backfill:{self.plan.name}:{self.id}")
         written = self.maintainer.at(snapshots, self.branch).write_all(unit)
@@ -254,15 +255,11 @@ class Backfill:
             self.plan.name,
             self.plan.definition.sql,
             self.plan.key_names,
-            table_snapshot=self._head(self.table, self.branch),
+            table_snapshot=ref_snapshot(self.spark, self.table, self.branch),
             mirror_snapshots=snapshots,
         )
 
     # ---- Iceberg refs ----------------------------------------------------------------------------
-    def _head(self, table: str, ref: str) -> int | None:
-        rows = self.spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = '{ref}'").collect()
-        return int(rows[0][0]) if rows else None
-
     def _identifier(self, table: str) -> str:
         return table.split(".", 1)[1]  # the procedure's table argument: namespace.name
 
@@ -284,7 +281,7 @@ class Backfill:
         parents = dict(
             (r["snapshot_id"], r["parent_id"]) for r in self.spark.sql(f"SELECT snapshot_id, parent_id FROM {table}.snapshots").collect()
         )
-        chain, snapshot = [], self._head(table, self.branch)
+        chain, snapshot = [], ref_snapshot(self.spark, table, self.branch)
         while snapshot is not None and snapshot != base:
             chain.append(snapshot)
             snapshot = parents.get(snapshot)

@@ -18,11 +18,12 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from catalog.declarations import SourceTable
 from catalog.tables import TABLE_PROPERTIES, TableNames
+from catalog.viewstate import ViewState
 from spark.commits import WriteUnit, append_once, tagged
 from spark.faults import crash_point
 from spark.mirror import live_rows_sql
 from spark.planner import ViewPlan
-from spark.viewstate import ViewState, changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
+from spark.viewstate import changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
 from spark.viewsql import OP, affected_keys_sql, diff_sql, feed_insert_sql, merge_sql, recompute_sql
 
 FINGERPRINT = "lakemv.view.fingerprint"

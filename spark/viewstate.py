@@ -1,65 +1,18 @@
-"""Who may write a view's main branch now: `maintain`, or a backfill that paused it.
-
-The state is one table property of the view table, so it changes atomically with the catalog:
-
-* absent - active: each batch maintains the view;
-* `paused` - a backfill is writing the view to its own branch; batches skip the view (their mirror
-  changes are covered by the backfill, which reads the mirrors after the pause);
-* `resume` - the backfill published; the next batch first catches the view up from the mirror
-  snapshots the backfill last read (`since`) to the current ones, then clears the state.
-
-A catch-up derives the changed rows of each mirror by comparing two of its snapshots, so no change
+"""The view maintenance state (catalog.viewstate) read and written with Spark, and the mirror
+snapshot diffs a catch-up is computed from: comparing two snapshots of each mirror, no change
 between them is missed however many batches skipped the view.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Literal
+from collections.abc import Iterable, Sequence
 
 from pyspark.sql import SparkSession
 
 from catalog.declarations import SourceTable
 from catalog.tables import TableNames
+from catalog.viewstate import STATE, ViewState
 from spark.mirror import live_rows_sql
-
-STATE = "lakemv.maintenance"
-
-
-@dataclass(frozen=True)
-class ViewState:
-    """The maintenance state of one view (see the module docstring)."""
-
-    state: Literal["active", "paused", "resume"] = "active"
-    since: Mapping[str, int | None] = field(default_factory=dict)  # mirror snapshots: paused at / caught up to
-    by: str | None = None  # the backfill that paused the view
-    branch: str | None = None
-    published: bool = False
-    at: str | None = None  # when the state was set (UTC, ISO)
-    raw: str | None = None  # the property text: compared to notice a change of hands
-
-    def to_json(self) -> str:
-        body = {"state": self.state, "since": dict(self.since), "by": self.by, "branch": self.branch,
-                "published": self.published, "at": self.at or datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
-        return json.dumps(body, sort_keys=True)
-
-    @classmethod
-    def parse(cls, raw: str | None) -> ViewState:
-        if not raw:
-            return cls()
-        body = json.loads(raw)
-        return cls(
-            state=body["state"],
-            since={k: v for k, v in body.get("since", {}).items()},
-            by=body.get("by"),
-            branch=body.get("branch"),
-            published=bool(body.get("published")),
-            at=body.get("at"),
-            raw=raw,
-        )
 
 
 def read_state(spark: SparkSession, table: str) -> ViewState:
@@ -76,13 +29,15 @@ def write_state(spark: SparkSession, table: str, state: ViewState) -> None:
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('{STATE}' = '{state.to_json()}')")
 
 
+def ref_snapshot(spark: SparkSession, table: str, ref: str = "main") -> int | None:
+    """The snapshot a branch of an Iceberg table points at (None: no such branch, or no snapshot yet)."""
+    rows = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = '{ref}'").collect()
+    return int(rows[0][0]) if rows else None
+
+
 def mirror_snapshots(spark: SparkSession, names: TableNames, tables: Iterable[str]) -> dict[str, int | None]:
     """The current snapshot id of each mirror (None: the mirror has none yet)."""
-    found = {}
-    for table in tables:
-        rows = spark.sql(f"SELECT snapshot_id FROM {names.mirror(table)}.refs WHERE name = 'main'").collect()
-        found[table] = int(rows[0][0]) if rows else None
-    return found
+    return {table: ref_snapshot(spark, names.mirror(table)) for table in tables}
 
 
 def live_at_sql(names: TableNames, source: SourceTable, snapshot: int | None, columns: Sequence[str] | None = None) -> str:

@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from catalog.declarations import SourceTable
+from catalog.duck import connect_duckdb, metadata_location
+from catalog.settings import LakeSettings
+from catalog.tables import LEDGER, OPS_NAMESPACE
 from spark.coerce import iso_to_micros
 from tests.conftest import LAKEMV
 
@@ -87,3 +90,15 @@ def assert_same_rows(name: str, got: list[dict[str, Any]], expected: list[dict[s
         for c in columns:
             lines.append(f"  {c}:\n    lake : {lake[k].get(c)!r}\n    model: {model[k].get(c)!r}")
     raise AssertionError("\n".join(lines))
+
+
+def ledger_sum(settings: LakeSettings, column: str) -> int:
+    """Sum of a ledger column over the committed units (lines applied, conflicts retried)."""
+    location = metadata_location(settings, OPS_NAMESPACE, LEDGER)
+    if location is None:
+        return 0
+    con = connect_duckdb(threads=1)
+    try:
+        return int(con.execute(f"SELECT coalesce(sum({column}), 0) FROM iceberg_scan('{location}')").fetchone()[0])
+    finally:
+        con.close()

@@ -14,30 +14,17 @@ import threading
 import time
 from datetime import timedelta
 
-from catalog.duck import connect_duckdb, metadata_location
 from catalog.settings import LakeSettings
-from catalog.tables import LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
+from catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
 from spark.commits import Retries
 from spark.maintenance import lake_tables, maintain_table
 from spark.session import use_catalog
 from tests.conftest import LAKEMV
-from tests.e2e.cli import move_round
+from tests.e2e.cli import ledger_sum, move_round
 from tests.e2e.crash_harness import MODELS, assert_views_match_model, read_lake
 from workload.github import WorkloadConfig, generate_files
 
 ROUNDS = 20
-
-
-def _ledger_sum(settings: LakeSettings, column: str) -> int:
-    """Sum of a ledger column over the committed units (lines applied, conflicts retried)."""
-    location = metadata_location(settings, OPS_NAMESPACE, LEDGER)
-    if location is None:
-        return 0
-    con = connect_duckdb(threads=1)
-    try:
-        return int(con.execute(f"SELECT coalesce(sum({column}), 0) FROM iceberg_scan('{location}')").fetchone()[0])
-    finally:
-        con.close()
 
 
 def test_compaction_and_ingest_commit_concurrently_without_losing_a_change(tmp_path, spark, sources):
@@ -74,7 +61,7 @@ def test_compaction_and_ingest_commit_concurrently_without_losing_a_change(tmp_p
 
     try:
         deadline = time.monotonic() + 240
-        while _ledger_sum(settings, 'lines') == 0:
+        while ledger_sum(settings, 'lines') == 0:
             assert ingest.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "the first batch never committed"
             time.sleep(1)
@@ -84,10 +71,10 @@ def test_compaction_and_ingest_commit_concurrently_without_losing_a_change(tmp_p
             move_round(staging, landing, number)
             time.sleep(1)
         deadline = time.monotonic() + 600
-        while _ledger_sum(settings, 'lines') < events:
+        while ledger_sum(settings, 'lines') < events:
             assert ingest.poll() is None, f"ingest died:\n{log.read_text()[-3000:]}"
             assert not failures, f"maintenance failed: {failures[0]!r}"
-            assert time.monotonic() < deadline, f"ingest did not catch up: {_ledger_sum(settings, 'lines')} of {events} lines"
+            assert time.monotonic() < deadline, f"ingest did not catch up: {ledger_sum(settings, 'lines')} of {events} lines"
             time.sleep(1)
         while passes[0] < 1 and not failures:  # at least one full pass over every table while ingest ran
             time.sleep(1)
@@ -112,7 +99,7 @@ def test_compaction_and_ingest_commit_concurrently_without_losing_a_change(tmp_p
         truth = sorted(tuple(r[c] for c in sources[name].column_names) for r in workload.live_rows(name))
         assert live == truth, f"mirror {name}: {len(live)} live rows, {len(truth)} in the source"
     assert_views_match_model(lake, workload.state, " (after concurrent maintenance)")
-    ingest_retries = _ledger_sum(settings, "conflicts_retried")
+    ingest_retries = ledger_sum(settings, "conflicts_retried")
     print(f"maintenance passes {passes[0]}, conflicts retried: maintenance {retries.count}, ingest {ingest_retries}")
     assert retries.count + ingest_retries > 0, "no commit race happened: the test did not exercise the retries"
     assert set(MODELS) <= {k.split(".", 1)[1] for k in lake if k.startswith("views.")}

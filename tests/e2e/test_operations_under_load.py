@@ -18,30 +18,19 @@ import pytest
 
 from catalog.duck import connect_duckdb, metadata_location, run_query
 from catalog.lake import pyiceberg_catalog
-from catalog.tables import LEDGER, OPS_NAMESPACE, VIEW_NAMESPACE
+from catalog.tables import VIEW_NAMESPACE
 from flows.backfill import backfill
 from flows.compact import compact
 from flows.lake import lake_settings
 from flows.verify import verify
-from spark.viewstate import STATE
+from catalog.viewstate import STATE
 from tests.conftest import LAKEMV
-from tests.e2e.cli import move_round
+from tests.e2e.cli import ledger_sum, move_round
 from tests.e2e.crash_harness import assert_views_match_model, read_lake
 from workload.github import WorkloadConfig, generate_files
 
 ROUNDS = 12
 PROBE = "SELECT count(*) AS n, count(DISTINCT email) AS d, coalesce(sum(len(pull_requests)), 0) AS prs FROM {}"
-
-
-def _ledger_lines(settings) -> int:
-    location = metadata_location(settings, OPS_NAMESPACE, LEDGER)
-    if location is None:
-        return 0
-    con = connect_duckdb(threads=1)
-    try:
-        return int(con.execute(f"SELECT coalesce(sum(lines), 0) FROM iceberg_scan('{location}')").fetchone()[0])
-    finally:
-        con.close()
 
 
 def _probe_every_snapshot(settings) -> set[tuple]:
@@ -96,7 +85,7 @@ def test_backfill_compaction_and_queries_while_ingest_commits(tmp_path, sources,
     threads = [threading.Thread(target=feed, daemon=True), threading.Thread(target=query, daemon=True)]
     try:
         deadline = time.monotonic() + 300
-        while _ledger_lines(settings) == 0:  # the view exists and a first batch committed
+        while ledger_sum(settings, "lines") == 0:  # the view exists and a first batch committed
             assert ingest.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(1)
         for thread in threads:
@@ -110,7 +99,7 @@ def test_backfill_compaction_and_queries_while_ingest_commits(tmp_path, sources,
 
         threads[0].join(timeout=600)
         deadline = time.monotonic() + 600
-        while _ledger_lines(settings) < total_lines:
+        while ledger_sum(settings, "lines") < total_lines:
             assert ingest.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(2)
     finally:

@@ -24,18 +24,13 @@ from prefect.client.schemas.sorting import FlowRunSort
 from catalog.duck import run_query
 from catalog.lake import pyiceberg_catalog
 from flows.lake import lake_settings
+from flows.server import free_port
 from tests.conftest import LAKEMV
 from tests.e2e.cli import lakemv, move_round
 from workload.github import WorkloadConfig, generate_files
 
 
 FINAL = [StateType.COMPLETED, StateType.FAILED, StateType.CRASHED]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _states(api: str) -> dict[str, list[str]]:
@@ -61,7 +56,7 @@ def test_serve_runs_the_deployments_on_schedule(tmp_path, sources):
     staging, landing, warehouse = tmp_path / "staging", tmp_path / "landing", tmp_path / "wh"
     generate_files(WorkloadConfig(users=60, seed=4, rounds=2), sources, staging)
     move_round(staging, landing, 0)
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # serve starts its own server
     env.update(
         LAKEMV_SPARK_MASTER="local[2]", LAKEMV_DRIVER_MEMORY="2g", LAKEMV_SHUFFLE_PARTITIONS="2",

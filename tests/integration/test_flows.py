@@ -19,7 +19,8 @@ from flows.backfill import backfill
 from flows.compact import compact
 from flows.maintain import maintain
 from flows.verify import verify
-from spark.viewstate import ViewState, read_state, write_state
+from catalog.viewstate import ViewState
+from spark.viewstate import read_state, write_state
 from tests.e2e.cli import move_round
 from workload.github import WorkloadConfig, generate_files
 

@@ -11,7 +11,7 @@ from catalog.verify import duckdb_sql
 from spark.layout import SortOrder, lookups, sort_orders, view_sort_orders
 from spark.planner import plan_view
 from spark.views import load_views, parse_view
-from spark.viewstate import ViewState
+from catalog.viewstate import ViewState
 
 
 @pytest.fixture(scope="module")
