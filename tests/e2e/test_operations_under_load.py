@@ -24,6 +24,7 @@ from flows.compact import compact
 from flows.lake import lake_settings
 from flows.verify import verify
 from catalog.viewstate import STATE
+from spark.backfill import Backfill
 from tests.conftest import LAKEMV
 from tests.e2e.cli import ledger_sum, move_round
 from tests.e2e.crash_harness import assert_views_match_model, read_lake
@@ -62,13 +63,29 @@ def test_backfill_compaction_and_queries_while_ingest_commits(tmp_path, sources,
             [LAKEMV, "--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--trigger-seconds", "1"],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
-    stop, backfilled = threading.Event(), threading.Event()
+    stop, paused, backfilled = threading.Event(), threading.Event(), threading.Event()
     observed: list[tuple] = []
     errors: list[BaseException] = []
 
-    def feed() -> None:  # rounds keep arriving during the backfill; the last two after it
+    # The interleaving under test, made certain rather than left to timing: once the recompute is on
+    # its branch, one round arrives and the backfill waits until a batch has skipped the paused view.
+    audit = Backfill._audit
+
+    def audit_after_a_skipped_batch(self, snapshots):  # noqa: ANN001, ANN202
+        paused.set()
+        deadline = time.monotonic() + 300
+        while "user_profile paused by backfill" not in " ".join(log.read_text().split()):
+            assert ingest.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        return audit(self, snapshots)
+
+    monkeypatch.setattr(Backfill, "_audit", audit_after_a_skipped_batch)
+
+    def feed() -> None:  # rounds arrive before and during the backfill, the last one after it
         for number in range(1, ROUNDS):
-            if number >= ROUNDS - 2:
+            if number == ROUNDS - 2:
+                paused.wait(timeout=600)
+            if number == ROUNDS - 1:
                 backfilled.wait(timeout=600)
             move_round(staging, landing, number)
             time.sleep(2.0)
@@ -104,6 +121,7 @@ def test_backfill_compaction_and_queries_while_ingest_commits(tmp_path, sources,
             time.sleep(2)
     finally:
         stop.set()
+        paused.set()
         backfilled.set()
         if ingest.poll() is None:
             os.killpg(ingest.pid, signal.SIGINT)
