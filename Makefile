@@ -1,5 +1,5 @@
 # The two commands of the README, plus their common setup step.
-.PHONY: setup demo test
+.PHONY: setup demo test bench
 
 setup:
 	@bash scripts/setup.sh
@@ -9,3 +9,7 @@ demo: setup
 
 test: setup
 	.venv/bin/pytest
+
+# The benchmark suite (issue 6): JSON, Markdown report and plots in bench/results/suite-<time>/.
+bench: setup
+	.venv/bin/python -m bench.suite --users 100000 1000000

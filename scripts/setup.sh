@@ -32,7 +32,7 @@ PYTHON="${PYTHON:-python3}"
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ "$(cat .setup/python 2>/dev/null)" != "$want" ]; then
   say "installing Python packages (pinned by constraints.txt)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,bench]'
   echo "$want" > .setup/python
 fi
 

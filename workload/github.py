@@ -10,8 +10,9 @@ changes (delete + create), duplicates, replays of old events (resurrection attem
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +240,39 @@ class GitHubWorkload:
                 table, event = self.rng.choice(emitted)  # duplicate within the round
             target = self.events.setdefault(table, [])  # an old event of a table quiet this round
             target.insert(self.rng.randrange(len(target) + 1), event)
+
+    def change_round(self, changes: int | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The events of one round of `changes` random operations (default: the configured size), noise included."""
+        self.events, configured = {}, self.config
+        if changes is not None:
+            self.config = replace(configured, changes_per_round=changes)
+        try:
+            self._change_round()
+        finally:
+            self.config = configured
+        return self.events
+
+    def operate(self, name: str, count: int = 1) -> dict[str, list[dict[str, Any]]]:
+        """The events of `count` operations `name` (see OPERATIONS), without noise."""
+        if name not in {n for _, n in OPERATIONS}:
+            raise ValueError(f"unknown operation {name!r}")
+        self.events = {}
+        for _ in range(count):
+            self._operate(name)
+        return self.events
+
+    def describe_repo(self, owner: str, name: str) -> dict[str, list[dict[str, Any]]]:
+        """The event of one edit of a repository's description."""
+        self.events = {}
+        repo = self.state["repos"][(owner, name)]
+        self._update("repos", repo, {"description": f"{self.rng.choice(WORDS)} v{self._next()}"})
+        return self.events
+
+    def most_starred_repo(self) -> tuple[tuple[str, str], int]:
+        """((owner, name), stars) of the live repository with the most live stars."""
+        counts = Counter((s["repo_owner"], s["repo_name"]) for s in self.state["stars"].values())
+        live = ((key, n) for key, n in counts.most_common() if key in self.state["repos"])
+        return next(live)
 
     def rounds(self) -> Iterator[dict[str, list[dict[str, Any]]]]:
         """Yield, per round, the events emitted for each table (round 0: snapshot)."""

@@ -1,0 +1,442 @@
+"""lakemv's benchmark suite: every measure side by side on the same lake, from one command.
+
+    make bench                                              # 100k and 1M users
+    .venv/bin/python -m bench.suite --users 100000 1000000
+    .venv/bin/python -m bench.suite --users 20000 --quick   # a smoke run of every measure
+
+Per scale it loads a GitHub snapshot of `--users` users into the mirrors, builds `user_profile`, and
+measures, on that one lake and in this order:
+
+1. one 1k-change batch, incremental (whole batch and its view step), against a Spark full recompute
+   of the view (written to an Iceberg table) and a DuckDB full recompute (written to Parquet);
+2. fixed overhead: a batch of no lines, a batch of events already applied, a batch touching one table;
+3. fan-out: the description of the most-starred repository edited (one event, every stargazer's row);
+4. freshness: events written to the landing zone at a steady 1k and 2k events/s while `ingest` runs
+   continuously; p50 / p99 of (time the change is visible in user_profile - event time);
+5. catch-up: events per second draining a backlog of 1M change events.
+
+Cost is wall seconds and CPU seconds (this process plus its JVM, so Python parsing, Spark and DuckDB
+all count). Writes bench/results/suite-<time>/ with results.json, report.md and PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyspark
+from rich.console import Console
+
+from bench.report import write_report
+from catalog.declarations import load_sources
+from catalog.duck import lake_connection
+from catalog.settings import LakeSettings
+from catalog.tables import TableNames
+from catalog.verify import duckdb_sql
+from spark.batch import BatchProcessor, BatchResult
+from spark.ingest import checkpoint_dir, planned_files, run_ingest
+from spark.maintain import ViewMaintainer
+from spark.planner import plan_view
+from spark.session import get_spark
+from spark.views import load_views
+from workload.debezium import connect_schema, write_landing_files
+from workload.github import GitHubWorkload, WorkloadConfig
+
+RESULTS = Path(__file__).with_name("results")
+VIEW = "user_profile"
+TARGETS = {
+    "freshness_p50_seconds": 5.0,
+    "freshness_p99_seconds": 15.0,
+    "catch_up_events_per_second": 50_000,
+    "cheaper_than_spark_full": 50.0,
+    "faster_than_duckdb_full": 10.0,
+    "growth_for_10x_state": 1.5,
+    "empty_batch_seconds": 1.0,
+}
+Events = dict[str, list[dict[str, Any]]]
+
+
+def lines_of(events: Events) -> list[tuple[str, str]]:
+    return [(json.dumps(e, separators=(",", ":")), f"file:///landing/{t}/bench.json") for t, es in events.items() for e in es]
+
+
+def count(events: Events) -> int:
+    return sum(len(es) for es in events.values())
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
+
+
+class Meter:
+    """Wall seconds, CPU seconds (this process and its JVM), Spark jobs and Iceberg commits of a step."""
+
+    def __init__(self, spark, catalog: str):
+        self.spark = spark
+        self.catalog = catalog
+        self.jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        self.ticks = os.sysconf("SC_CLK_TCK")
+        self.steps = 0
+
+    def cpu(self) -> float:
+        with open(f"/proc/{self.jvm_pid}/stat", encoding="utf-8") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return time.process_time() + (int(fields[11]) + int(fields[12])) / self.ticks
+
+    def commits(self) -> int:
+        total = 0
+        present = {row[0] for row in self.spark.sql(f"SHOW NAMESPACES IN {self.catalog}").collect()}
+        for namespace in sorted(present & {"mirror", "views", "lakemv"}):
+            for row in self.spark.sql(f"SHOW TABLES IN {self.catalog}.{namespace}").collect():
+                table = f"{self.catalog}.{namespace}.{row['tableName']}"
+                total += self.spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
+        return total
+
+    def measure(self, label: str, step: Callable[[], Any], commits: bool = True) -> tuple[Any, dict[str, Any]]:
+        before = self.commits() if commits else 0
+        self.steps += 1
+        group = f"bench-{self.steps}-{label}"
+        context = self.spark.sparkContext
+        context.setJobGroup(group, label)
+        cpu, started = self.cpu(), time.perf_counter()
+        try:
+            result = step()
+        finally:
+            seconds, cpu = time.perf_counter() - started, self.cpu() - cpu
+            context.setJobGroup("bench-idle", "idle")
+        figures = {
+            "seconds": round(seconds, 3),
+            "cpu_seconds": round(cpu, 3),
+            "spark_jobs": len(context.statusTracker().getJobIdsForGroup(group)),
+        }
+        if commits:
+            figures["iceberg_commits"] = self.commits() - before
+        return result, figures
+
+
+def batch_figures(result: BatchResult, figures: dict[str, Any]) -> dict[str, Any]:
+    view = result.views.get(VIEW)
+    return {
+        **figures,
+        "events": result.events,
+        "merged": dict(result.merged),
+        "keys_affected": view.keys if view else 0,
+        "view_upserts": view.upserts if view else 0,
+        "view_deletes": view.deletes if view else 0,
+        "view_seconds": round(view.seconds, 3) if view else 0.0,
+        "view_steps": dict(view.steps) if view else {},
+    }
+
+
+class Scale:
+    """One lake of `users` users, and every measure run against it."""
+
+    def __init__(self, users: int, root: Path, args: argparse.Namespace, console: Console):
+        self.users = users
+        self.args = args
+        self.console = console
+        self.root = root / f"users-{users}"
+        self.settings = LakeSettings(warehouse=self.root / "warehouse", catalog_name=f"bench{users}")
+        self.sources = load_sources(self.settings.sources_dirs)
+        self.names = TableNames(self.settings.catalog_name)
+        self.plan = plan_view(load_views(self.settings.view_dirs)[VIEW], self.sources)
+        self.workload = GitHubWorkload(WorkloadConfig(users=users, seed=args.seed), self.sources)
+        self.schemas = {name: connect_schema(source) for name, source in self.workload.sources.items()}
+        self.spark = get_spark(self.settings)
+        self.meter = Meter(self.spark, self.settings.catalog_name)
+        self.batch_id = 0
+        self.processor: BatchProcessor | None = None
+
+    def say(self, text: str) -> None:
+        self.console.print(f"[bold]{self.users:,} users[/]: {text}")
+
+    # ---- setup ---------------------------------------------------------------------------------
+    def load(self) -> dict[str, Any]:
+        with self.console.status("generating the snapshot..."):
+            snapshot = next(self.workload.rounds())
+        events = count(snapshot)
+        loader = BatchProcessor(self.spark, self.names, self.sources)
+        chunk, started = self.args.load_chunk, time.perf_counter()
+        flat = [(t, e) for t, es in snapshot.items() for e in es]
+        del snapshot
+        with self.console.status(f"loading {events:,} snapshot events into the mirrors...") as status:
+            for start in range(0, len(flat), chunk):
+                part: Events = {}
+                for table, event in flat[start : start + chunk]:
+                    part.setdefault(table, []).append(event)
+                self.batch_id += 1
+                loader.process_lines(self.batch_id, lines_of(part))
+                status.update(f"loading snapshot events into the mirrors: {min(start + chunk, len(flat)):,} / {events:,}")
+        load_seconds = time.perf_counter() - started
+        rows = {t: self.spark.table(self.names.mirror(t)).count() for t in self.sources}
+        processor, build = self.meter.measure("build", lambda: BatchProcessor(self.spark, self.names, self.sources, [self.plan]))
+        self.processor = processor
+        view_rows = self.spark.table(self.names.view(VIEW)).count()
+        self.say(f"{events:,} snapshot events loaded in {load_seconds:.0f}s; {VIEW} built: {view_rows:,} rows in {build['seconds']}s")
+        return {"snapshot_events": events, "load_seconds": round(load_seconds, 1), "mirror_rows": rows,
+                "view_rows": view_rows, "build": build}  # fmt: skip
+
+    def batch(self, label: str, events: Events | list[tuple[str, str]]) -> dict[str, Any]:
+        assert self.processor is not None
+        lines = events if isinstance(events, list) else lines_of(events)
+        self.batch_id += 1
+        number = self.batch_id
+        result, figures = self.meter.measure(label, lambda: self.processor.process_lines(number, lines))
+        out = batch_figures(result, figures)
+        self.say(f"{label}: {out['events']:,} events, {out['keys_affected']:,} keys, {out['seconds']}s "
+                 f"(view step {out['view_seconds']}s, {out['spark_jobs']} Spark jobs, {out['iceberg_commits']} commits)")  # fmt: skip
+        return out
+
+    # ---- 1-3: batches --------------------------------------------------------------------------
+    def batches(self) -> dict[str, Any]:
+        changes = self.args.changes
+        for number in range(self.args.warmup):
+            self.batch(f"warm-up {number + 1}", self.workload.change_round(changes))
+        measured = []
+        for number in range(self.args.repeat):
+            events = self.workload.change_round(changes)
+            measured.append(self.batch(f"1k-change batch {number + 1}", events))
+        again = lines_of(events)  # the last batch's events, every one already applied
+        empty = self.batch("batch of no lines", [])
+        applied = self.batch("batch of already-applied events", again)
+        one_table = self.batch("batch touching payment_info only", self.workload.operate("payment_toggle", changes))
+        (owner, name), stars = self.workload.most_starred_repo()
+        fan_out = {**self.batch(f"fan-out: {owner}/{name} ({stars:,} stars) described", self.workload.describe_repo(owner, name)),
+                   "stars": stars}  # fmt: skip
+        return {"one_k": measured, "median_one_k": _median_batch(measured), "empty": empty,
+                "already_applied": applied, "one_table": one_table, "fan_out": fan_out}  # fmt: skip
+
+    def full_recomputes(self) -> dict[str, Any]:
+        maintainer = ViewMaintainer(self.spark, self.names, self.sources, self.plan)
+        scratch = f"{self.settings.catalog_name}.views.bench_full_{VIEW}"
+
+        def spark_full() -> None:
+            maintainer.recompute().writeTo(scratch).using("iceberg").createOrReplace()
+
+        out = self.root / "duckdb_full.parquet"
+        sql = duckdb_sql(self.plan.definition.sql)
+
+        def duckdb_full() -> int:
+            con = lake_connection(self.settings, self.sources)
+            try:
+                con.execute(f"COPY ({sql}) TO '{out}' (FORMAT parquet)")
+                return con.execute(f"SELECT count(*) FROM '{out}'").fetchone()[0]
+            finally:
+                con.close()
+
+        spark_runs = [self.meter.measure("spark full recompute", spark_full, commits=False)[1] for _ in range(self.args.repeat)]
+        duck_runs = []
+        for _ in range(self.args.repeat):
+            rows, figures = self.meter.measure("duckdb full recompute", duckdb_full, commits=False)
+            duck_runs.append({**figures, "rows": rows})
+        self.spark.sql(f"DROP TABLE IF EXISTS {scratch} PURGE")
+        best_spark = min(spark_runs, key=lambda r: r["seconds"])
+        best_duck = min(duck_runs, key=lambda r: r["seconds"])
+        self.say(f"full recompute: Spark {best_spark['seconds']}s ({best_spark['cpu_seconds']} CPU s), "
+                 f"DuckDB {best_duck['seconds']}s ({best_duck['cpu_seconds']} CPU s)")  # fmt: skip
+        return {"spark": spark_runs, "duckdb": duck_runs, "spark_best": best_spark, "duckdb_best": best_duck}
+
+    # ---- 4: freshness --------------------------------------------------------------------------
+    def _write(self, landing: Path, events: Events, prefix: str, rng: random.Random, files: int = 1) -> list[tuple[str, int]]:
+        written = []
+        for table, table_events in events.items():
+            for path in write_landing_files(landing, table, table_events, self.schemas[table], rng, prefix, files=files):
+                written.append((path.name, sum(1 for _ in path.open(encoding="utf-8"))))
+        return written
+
+    def freshness(self, rate: int) -> dict[str, Any]:
+        tick, warmup, seconds = 0.5, self.args.freshness_warmup, self.args.freshness_seconds
+        landing = self.root / f"landing-{rate}"
+        per_tick = rate * tick
+        probe = self.workload.change_round(100)
+        ratio = count(probe) / 100  # events per operation (noise, two-event operations)
+        ticks = [self.workload.change_round(max(1, round(per_tick / ratio))) for _ in range(int((warmup + seconds) / tick))]
+        offered = sum(count(t) for t in ticks) / (len(ticks) * tick)
+        fed: dict[str, tuple[float, int]] = {}  # file name -> (event time, events)
+        seen: dict[int, float] = {}  # batch id -> when its last unit committed
+        batches: list[dict[str, Any]] = []
+        rng = random.Random(rate)
+        feeding_done = threading.Event()
+
+        def feed() -> None:
+            start = time.time() + 1.0
+            for number, events in enumerate(ticks):
+                time.sleep(max(0.0, start + number * tick - time.time()))
+                now = time.time()
+                for table_events in events.values():
+                    for event in table_events:
+                        event["source"]["ts_ms"] = int(now * 1000)
+                        event["ts_ms"] = int(now * 1000)
+                for name, n in self._write(landing, events, f"t{number:05d}", rng):
+                    fed[name] = (now, n)
+            feeding_done.set()
+
+        def on_batch(result: BatchResult) -> None:
+            now = time.time()
+            seen[result.batch_id] = now
+            view = result.views.get(VIEW)
+            batches.append({"at": now, "batch_id": result.batch_id, "events": result.events, "seconds": round(result.seconds, 3),
+                            "view_seconds": round(view.seconds, 3) if view else 0.0})  # fmt: skip
+
+        for table in self.workload.sources:
+            (landing / table).mkdir(parents=True, exist_ok=True)
+        errors: list[BaseException] = []
+
+        def ingest() -> None:
+            try:
+                run_ingest(self.spark, self.settings, self.sources, landing, once=False, trigger_seconds=self.args.trigger_seconds,
+                           views=[self.plan], on_batch=on_batch)  # fmt: skip
+            except BaseException as exc:  # noqa: BLE001 - reported in the results
+                errors.append(exc)
+
+        self.say(f"freshness at {rate:,} events/s for {warmup + seconds:.0f}s (offered {offered:,.0f} events/s)...")
+        runner = threading.Thread(target=ingest, daemon=True)
+        runner.start()
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        feeder.join()
+        checkpoint = checkpoint_dir(self.settings, landing)
+        deadline = time.time() + self.args.drain_seconds
+        visible: dict[str, float] = {}
+        while time.time() < deadline and not errors:
+            for batch_id, at in list(seen.items()):
+                for uri in planned_files(checkpoint, batch_id):
+                    visible.setdefault(uri.rsplit("/", 1)[-1], at)
+            if len(visible) >= len(fed):
+                break
+            time.sleep(0.5)
+        stopped = time.time()
+        for query in self.spark.streams.active:
+            query.stop()
+        runner.join(timeout=300)
+        first = min(t for t, _ in fed.values())
+        latencies, unseen = [], 0
+        for name, (at, n) in fed.items():
+            if at - first < warmup:
+                continue
+            if name in visible:
+                latencies += [visible[name] - at] * n
+            else:
+                latencies += [stopped - at] * n  # not visible by the end: a lower bound
+                unseen += n
+        p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+        measured_events = len(latencies)
+        self.say(f"freshness at {rate:,} events/s: p50 {p50:.2f}s, p99 {p99:.2f}s over {measured_events:,} events"
+                 + (f" ({unseen:,} not visible after the {self.args.drain_seconds:.0f}s drain: lower bounds)" if unseen else ""))  # fmt: skip
+        return {
+            "rate": rate, "offered_events_per_second": round(offered), "seconds": seconds, "warmup_seconds": warmup,
+            "trigger_seconds": self.args.trigger_seconds, "events_measured": measured_events, "events_not_visible": unseen,
+            "p50_seconds": round(p50, 3) if p50 is not None else None, "p99_seconds": round(p99, 3) if p99 is not None else None,
+            "max_seconds": round(max(latencies), 3) if latencies else None,
+            "batches": [{**b, "at": round(b["at"] - first, 3)} for b in batches],
+            "file_latencies": sorted((round(at - first, 3), round(visible.get(name, stopped) - at, 3), n) for name, (at, n) in fed.items()),
+            "error": repr(errors[0]) if errors else None,
+        }  # fmt: skip
+
+    # ---- 5: catch-up ---------------------------------------------------------------------------
+    def catch_up(self) -> dict[str, Any]:
+        landing, target = self.root / "backlog", self.args.backlog_events
+        rng, total, number = random.Random(7), 0, 0
+        with self.console.status(f"writing a backlog of {target:,} change events...") as status:
+            while total < target:
+                events = self.workload.change_round(min(50_000, max(1, int((target - total) / 1.15))))
+                total += sum(n for _, n in self._write(landing, events, f"b{number:05d}", rng, files=3))
+                number += 1
+                status.update(f"writing a backlog of change events: {total:,} / {target:,}")
+        units: list[dict[str, Any]] = []
+
+        def on_batch(result: BatchResult) -> None:
+            view = result.views.get(VIEW)
+            units.append({"batch_id": result.batch_id, "chunk": result.chunk, "events": result.events, "seconds": round(result.seconds, 3),
+                          "view_seconds": round(view.seconds, 3) if view else 0.0, "keys": view.keys if view else 0})  # fmt: skip
+
+        self.say(f"draining a backlog of {total:,} events...")
+        result, figures = self.meter.measure(
+            "catch-up", lambda: run_ingest(self.spark, self.settings, self.sources, landing, once=True, views=[self.plan], on_batch=on_batch),
+            commits=False,
+        )  # fmt: skip
+        rate = result.events / figures["seconds"]
+        self.say(f"catch-up: {result.events:,} events in {figures['seconds']:.0f}s = {rate:,.0f} events/s over {len(units)} units")
+        return {**figures, "events": result.events, "events_per_second": round(rate), "units": units}
+
+    def run(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"users": self.users, "setup": self.load()}
+        out["batches"] = self.batches()
+        out["full_recompute"] = self.full_recomputes()
+        out["freshness"] = [self.freshness(rate) for rate in self.args.rates]
+        out["catch_up"] = self.catch_up()
+        return out
+
+
+def _median_batch(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    ordered = sorted(batches, key=lambda b: b["seconds"])
+    middle = ordered[len(ordered) // 2]
+    return {**middle, "cpu_seconds": statistics.median(b["cpu_seconds"] for b in batches)}
+
+
+def machine() -> dict[str, Any]:
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8") if line.startswith("model name")), "?")
+    memory = next((int(line.split()[1]) for line in open("/proc/meminfo", encoding="utf-8") if line.startswith("MemTotal")), 0)
+    return {"cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(memory / 2**20, 1), "python": platform.python_version(),
+            "spark": pyspark.__version__, "duckdb": duckdb.__version__, "os": platform.platform()}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--changes", type=int, default=1000, help="operations in the measured change batch")
+    parser.add_argument("--warmup", type=int, default=1, help="change batches before the measured ones")
+    parser.add_argument("--repeat", type=int, default=3, help="measured 1k-change batches and full recomputes")
+    parser.add_argument("--rates", type=int, nargs="+", default=[1000, 2000], help="freshness feed rates, events/s")
+    parser.add_argument("--freshness-seconds", type=float, default=60.0)
+    parser.add_argument("--freshness-warmup", type=float, default=15.0)
+    parser.add_argument("--drain-seconds", type=float, default=120.0, help="after the feed stops, wait this long for the last files")
+    parser.add_argument("--trigger-seconds", type=float, default=0.5)
+    parser.add_argument("--backlog-events", type=int, default=1_000_000)
+    parser.add_argument("--load-chunk", type=int, default=500_000, help="snapshot events per loading unit")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--quick", action="store_true", help="short runs: 20s of feed, a 100k-event backlog")
+    parser.add_argument("--root", type=Path, default=None, help="work folder (default: a temporary one, removed after)")
+    args = parser.parse_args()
+    if args.quick:
+        args.freshness_seconds, args.freshness_warmup, args.backlog_events, args.repeat = 20.0, 5.0, 100_000, 2
+    console = Console()
+    root = args.root or Path(tempfile.mkdtemp(prefix="lakemv-bench-"))
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    results: dict[str, Any] = {
+        "benchmark": "suite", "started": started, "machine": machine(), "targets": TARGETS,
+        "command": " ".join([".venv/bin/python -m bench.suite", *sys.argv[1:]]), "settings": {k: v for k, v in vars(args).items() if k != "root"},
+        "scales": [],
+    }  # fmt: skip
+    out = RESULTS / f"suite-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        for users in sorted(args.users):
+            results["scales"].append(Scale(users, root, args, console).run())
+            results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            (out / "results.json").write_text(json.dumps(results, indent=2))
+            write_report(results, out)  # after each scale: a long run leaves a report as it goes
+    finally:
+        if args.root is None:
+            shutil.rmtree(root, ignore_errors=True)
+    console.print(f"results: {out}/results.json, report: {out}/report.md")
+
+
+if __name__ == "__main__":
+    main()
