@@ -41,6 +41,7 @@ from spark.mirror import (
     merge_changes,
     stored_rows,
 )
+from spark.parallel import concurrently
 from spark.planner import ViewPlan
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class BatchResult:
     already_committed: bool = False  # ... which had finished: nothing was left to do
     conflicts_retried: int = 0
     notes: tuple[str, ...] = ()  # schema drift: columns added, columns missing, views affected
+    steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step (parse, plan, mirrors, views, ledger)
 
     def describe(self) -> str:
         name = f"batch {self.batch_id}" + (f".{self.chunk}" if self.chunk else "")
@@ -145,20 +147,24 @@ class BatchProcessor:
                 ref.batch, len(lines), 0, chunk=ref.chunk, replayed=True, already_committed=True,
                 seconds=time.perf_counter() - started,
             )
+        clock = _Clock()
         changeset = build_changeset(lines, self.sources, self.max_line_chars)
         notes: list[str] = []
         if changeset.new_fields and self._evolve(changeset.new_fields, notes):
             changeset = build_changeset(lines, self.sources, self.max_line_chars)  # again, with the new columns
         notes += self._absent_notes(changeset.absent)
         changeset.skipped.update(file_skips or {})
+        clock.lap("parse")
         crash_point("parsed", ref.batch)
         if plans is None:
             plans = self._plan(changeset, ref.batch, started_at)
+            clock.lap("plan")
             if self.journal is not None:
                 self.journal.save(ref, plans)
+                clock.lap("journal")
         crash_point("journaled", ref.batch)
         with tagged(self.spark, ref.write_id):
-            views = self._apply(changeset, plans, unit, started_at)
+            views = self._apply(changeset, plans, unit, started_at, clock)
             result = BatchResult(
                 batch_id=ref.batch,
                 lines=len(lines),
@@ -174,9 +180,11 @@ class BatchProcessor:
             )
             entry = self._ledger_entry(ref, result, plans, unit, started_at)
             append_once(self.spark, self.names.ledger, unit, lambda: append_entry(self.spark, self.names, entry))
+            clock.lap("ledger")
             crash_point("ledger", ref.batch)
         crash_point("batch_end", ref.batch)
-        return replace(result, seconds=time.perf_counter() - started, conflicts_retried=unit.retries.count)
+        seconds = time.perf_counter() - started
+        return replace(result, seconds=seconds, conflicts_retried=unit.retries.count, steps=clock.rounded())
 
     # ---- schema drift ------------------------------------------------------------------------------
     def _evolve(self, new_fields: Mapping[str, Mapping[str, object]], notes: list[str]) -> bool:
@@ -215,22 +223,23 @@ class BatchProcessor:
     # ---- steps -------------------------------------------------------------------------------------
     def _plan(self, changeset: ChangeSet, batch_id: int, now: int) -> dict[str, TablePlan]:
         """Per table: the change rows that will apply and, for tables views read, their images."""
+        rows = {t: changes_to_arrow(self.sources[t], c, batch_id, now) for t, c in sorted(changeset.changes.items())}
+        watched = [t for t in rows if t in self.watched]
+        stored = dict(zip(watched, concurrently(self.spark, lambda t: stored_rows(self.spark, self.names, self.sources[t], rows[t]), watched)))
         plans = {}
-        for table, changes in sorted(changeset.changes.items()):
-            source = self.sources[table]
-            rows = changes_to_arrow(source, changes, batch_id, now)
-            if table not in self.watched:
-                plans[table] = TablePlan(rows, None)
+        for table, changes in rows.items():
+            if table not in stored:
+                plans[table] = TablePlan(changes, None)
                 continue
-            stored = stored_rows(self.spark, self.names, source, rows)
-            delta = effective_delta(source.primary_key, source.column_names, rows.to_pylist(), stored.to_pylist())
+            source = self.sources[table]
+            delta = effective_delta(source.primary_key, source.column_names, changes.to_pylist(), stored[table].to_pylist())
             schema = pa.schema([f for f in mirror_arrow_schema(source) if f.name in source.column_names])
             images = pa.Table.from_pylist(delta.images, schema=schema)
-            plans[table] = TablePlan(rows.take(pa.array(delta.applied, type=pa.int64())), images)
+            plans[table] = TablePlan(changes.take(pa.array(delta.applied, type=pa.int64())), images)
         return plans
 
     def _apply(
-        self, changeset: ChangeSet, plans: Mapping[str, TablePlan], unit: WriteUnit, now: int
+        self, changeset: ChangeSet, plans: Mapping[str, TablePlan], unit: WriteUnit, now: int, clock: _Clock
     ) -> dict[str, ViewResult]:
         if changeset.dead_letters:
             letters = dead_letters_to_arrow(changeset.dead_letters, unit.batch_id or 0, now)
@@ -240,14 +249,16 @@ class BatchProcessor:
                 unit,
                 lambda: self.spark.createDataFrame(letters).writeTo(self.names.dead_letters).append(),
             )
+            clock.lap("dead letters")
         crash_point("dead_letters", unit.batch_id)
-        for table, plan in sorted(plans.items()):
-            if plan.rows.num_rows:
-                source = self.sources[table]
-                unit.retries.run(
-                    f"MERGE into mirror {table}", lambda: merge_changes(self.spark, self.names, source, plan.rows)
-                )
-                crash_point(f"mirror:{table}", unit.batch_id)
+
+        def merge(table: str) -> None:
+            source, rows = self.sources[table], plans[table].rows
+            unit.retries.run(f"MERGE into mirror {table}", lambda: merge_changes(self.spark, self.names, source, rows))
+            crash_point(f"mirror:{table}", unit.batch_id)
+
+        concurrently(self.spark, merge, [t for t, p in sorted(plans.items()) if p.rows.num_rows])
+        clock.lap("mirrors")
         deltas: dict[str, str] = {}
         try:
             for table, plan in sorted(plans.items()):
@@ -256,7 +267,9 @@ class BatchProcessor:
                     self.spark.createDataFrame(plan.images).createOrReplaceTempView(relation)
                     deltas[table] = relation
             position = _max(plans, POSITION)
-            return {m.plan.name: m.apply(deltas, unit, position) for m in self.maintainers if deltas}
+            views = {m.plan.name: m.apply(deltas, unit, position) for m in self.maintainers if deltas}
+            clock.lap("views")
+            return views
         finally:
             for relation in deltas.values():
                 self.spark.catalog.dropTempView(relation)
@@ -284,6 +297,22 @@ class BatchProcessor:
             started_at_micros=started_at,
             finished_at_micros=_now_micros(),
         )
+
+
+class _Clock:
+    """Adds the seconds since the previous lap to `steps[name]`."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.steps[name] = self.steps.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.steps.items()}
 
 
 def _column_max(rows: pa.Table, column: str) -> int | None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from catalog.declarations import SourceTable
@@ -22,9 +24,11 @@ from catalog.viewstate import ViewState
 from spark.commits import WriteUnit, append_once, tagged
 from spark.faults import crash_point
 from spark.mirror import live_rows_sql
-from spark.planner import ViewPlan
+from spark.planner import OCCURRENCE, ViewPlan
+from spark.literals import key_columns, key_filter
+from spark.parallel import concurrently
 from spark.viewstate import changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
-from spark.viewsql import OP, affected_keys_sql, diff_sql, feed_insert_sql, merge_sql, recompute_sql
+from spark.viewsql import OP, affected_key_queries, diff_sql, feed_insert_sql, filtered_ctes, merge_sql, old_rows_sql, recompute_sql
 
 FINGERPRINT = "lakemv.view.fingerprint"
 
@@ -230,10 +234,11 @@ class ViewMaintainer:
 
     def _apply(self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None, state: ViewState) -> ViewResult:
         started = time.perf_counter()
-        sql = affected_keys_sql(self.plan, self.live, {t: r for t, r in deltas.items() if t in self.live})
-        if sql is None:
+        queries = affected_key_queries(self.plan, self.live, {t: r for t, r in deltas.items() if t in self.live})
+        if not queries:
             return ViewResult(self.plan.name, 0)
-        keys = self.spark.sql(sql).toArrow()
+        reached = concurrently(self.spark, lambda sql: self.spark.sql(sql).toArrow(), queries)
+        keys = pa.concat_tables(reached, promote_options="permissive").group_by(list(self.plan.key_names)).aggregate([])  # distinct
         steps = {"keys": time.perf_counter() - started}
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
         if keys.num_rows == 0:
@@ -260,16 +265,17 @@ class ViewMaintainer:
         clock = time.perf_counter()
         # Materialised once, because the MERGE below changes the view table the diff is computed against:
         # in the driver for a batch's few keys, in executor memory for a backfill of every key.
-        frame = self.spark.sql(diff_sql(self.plan, self.live, self.table, keys))
+        prefilter = None
         if keys is None:
-            diff = frame.localCheckpoint(eager=True)
+            diff = self.spark.sql(diff_sql(self.plan, self.live, self.table, None)).localCheckpoint(eager=True)
             counts = {row[OP]: row["n"] for row in diff.groupBy(OP).count().withColumnRenamed("count", "n").collect()}
+            steps["diff"] = time.perf_counter() - clock
         else:
-            rows = frame.toArrow()
+            rows = self._diff_of_keys(keys, steps)
             ops = rows.column(OP).to_pylist()
             counts = {op: ops.count(op) for op in set(ops)}
-            diff = self.spark.createDataFrame(rows, schema=frame.schema) if rows.num_rows else None
-        steps["diff"] = time.perf_counter() - clock
+            diff = self.spark.createDataFrame(rows) if rows.num_rows else None
+            prefilter = key_filter("t", key_columns(rows, self.plan.key_names))
         if counts and diff is not None:
             relation = f"{self._temp}_diff"
             diff.createOrReplaceTempView(relation)
@@ -280,7 +286,7 @@ class ViewMaintainer:
                 steps["feed"] = time.perf_counter() - clock
                 crash_point(f"feed:{self.plan.name}", unit.batch_id)
                 clock = time.perf_counter()
-                self._merge(merge_sql(self.plan, self.table, relation), unit, state)
+                self._merge(merge_sql(self.plan, self.table, relation, prefilter), unit, state)
                 steps["merge"] = time.perf_counter() - clock
                 crash_point(f"view:{self.plan.name}", unit.batch_id)
             except _Superseded:
@@ -295,6 +301,56 @@ class ViewMaintainer:
             seconds=time.perf_counter() - started,
             steps={k: round(v, 3) for k, v in steps.items()},
         )
+
+    def _diff_of_keys(self, keys: str, steps: dict[str, float]) -> pa.Table:
+        """The diff for a batch's keys, in the driver: the view's new rows (its body over the rows the
+        keys read) and its stored rows for them, side by side; upserts where they differ, deletes
+        where no new row is left."""
+        clock = time.perf_counter()
+        prefiltered = self._prefilter(keys)
+        steps["rows"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        try:
+            schema = to_arrow_schema(self.spark.sql(self.plan.body).schema)
+            new, old = concurrently(
+                self.spark, lambda sql: self.spark.sql(sql).toArrow(), [self.plan.body, old_rows_sql(self.plan, self.table, keys)]
+            )
+        finally:
+            for relation in prefiltered:
+                self.spark.catalog.dropTempView(relation)
+        steps["recompute"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        rows = content_diff(new, old, self.plan.key_names, schema)
+        steps["diff"] = time.perf_counter() - clock
+        return rows
+
+    def _prefilter(self, keys: str) -> list[str]:
+        """The rows each occurrence of the view reads for `keys`, as small temp views named after it.
+
+        The anchor's rows for the keys first, then each child's rows that join its parent's: every
+        lookup is a scan of one table with a broadcast of the few rows above it (siblings run
+        concurrently), and the view's body then runs over driver-sized relations only.
+        """
+        ctes = dict(filtered_ctes(self.plan, self.live, keys))
+        done: list[str] = []
+
+        def materialize(name: str) -> None:
+            rows = self.spark.sql(ctes[name]).toArrow()
+            self.spark.createDataFrame(rows).createOrReplaceTempView(name)
+            done.append(name)
+
+        try:
+            anchor = OCCURRENCE.format(self.plan.anchor)
+            materialize(anchor)
+            level = [anchor]
+            while level:
+                level = [OCCURRENCE.format(l.child) for l in self.plan.links if OCCURRENCE.format(l.parent) in level]
+                concurrently(self.spark, materialize, level)
+        except BaseException:
+            for relation in done:
+                self.spark.catalog.dropTempView(relation)
+            raise
+        return done
 
     def _merge(self, merge: str, unit: WriteUnit, state: ViewState | None) -> None:
         """MERGE the diff; a retry after a lost race first checks that the view did not change hands.
@@ -313,6 +369,24 @@ class ViewMaintainer:
             self.spark.sql(merge)
 
         unit.retries.run(f"MERGE into view {self.plan.name}", attempt)
+
+
+def content_diff(new: pa.Table, old: pa.Table, key_names: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """Rows of `new` whose content differs from `old`'s row of the same key ('upsert'), then the keys
+    of `old` that `new` no longer has ('delete', other columns NULL), with the OP column added.
+
+    Values compare as Python values (arrays, structs and maps included); NaN never equals itself
+    here, which at worst rewrites an unchanged row."""
+    stored = {tuple(r[k] for k in key_names): r for r in old.to_pylist()}
+    upserts, present = [], set()
+    for row in new.to_pylist():
+        key = tuple(row[k] for k in key_names)
+        present.add(key)
+        if stored.get(key) != row:
+            upserts.append({**row, OP: "upsert"})
+    deletes = [{**{k: row[k] for k in key_names}, OP: "delete"} for key, row in stored.items() if key not in present]
+    fields = [f.with_nullable(True) for f in schema] + [pa.field(OP, pa.string())]  # a delete's values are NULL
+    return pa.Table.from_pylist(upserts + deletes, schema=pa.schema(fields))
 
 
 def _digest(text: str | None) -> str:

@@ -21,6 +21,7 @@ from catalog.tables import (
     mirror_ddl_columns,
     tblproperties_sql,
 )
+from spark.literals import key_columns, key_filter
 
 
 def ensure_namespaces(spark: SparkSession, names: TableNames) -> None:
@@ -55,9 +56,13 @@ def add_mirror_columns(spark: SparkSession, names: TableNames, source: SourceTab
         spark.sql(f"ALTER TABLE {names.mirror(source.name)} ADD COLUMNS ({ddl})")
 
 
-def merge_sql(target: str, source_view: str, source: SourceTable) -> str:
-    """MERGE that applies a change only when it is newer than the stored row (tombstones included)."""
-    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in source.primary_key)
+def merge_sql(target: str, source_view: str, source: SourceTable, prefilter: str | None = None) -> str:
+    """MERGE that applies a change only when it is newer than the stored row (tombstones included).
+
+    `prefilter`, a predicate on the target's key columns true for every source key (see
+    spark.literals), keeps the join from reading the rest of the table.
+    """
+    on = " AND ".join([f"t.`{k}` = s.`{k}`" for k in source.primary_key] + ([prefilter] if prefilter else []))
     return (
         f"MERGE INTO {target} t USING {source_view} s ON {on} "
         f"WHEN MATCHED AND s.`{POSITION}` > t.`{POSITION}` THEN UPDATE SET * "
@@ -70,7 +75,8 @@ def merge_changes(spark: SparkSession, names: TableNames, source: SourceTable, r
     view = f"_lmv_changes_{source.name}"
     spark.createDataFrame(rows).createOrReplaceTempView(view)
     try:
-        spark.sql(merge_sql(names.mirror(source.name), view, source))
+        prefilter = key_filter("t", key_columns(rows, source.primary_key))
+        spark.sql(merge_sql(names.mirror(source.name), view, source, prefilter))
     finally:
         spark.catalog.dropTempView(view)
 
@@ -92,9 +98,12 @@ def stored_rows(spark: SparkSession, names: TableNames, source: SourceTable, row
     view = f"_lmv_keys_{source.name}"
     spark.createDataFrame(rows.select(list(source.primary_key))).createOrReplaceTempView(view)
     on = " AND ".join(f"m.`{k}` = k.`{k}`" for k in source.primary_key)
+    prefilter = key_filter("m", key_columns(rows, source.primary_key))
+    where = f" WHERE {prefilter}" if prefilter else ""
     try:
         columns = ", ".join(f"m.`{f.name}`" for f in mirror_arrow_schema(source))
-        stored = spark.sql(f"SELECT {columns} FROM {names.mirror(source.name)} m LEFT SEMI JOIN {view} k ON {on}").toArrow()
+        sql = f"SELECT {columns} FROM {names.mirror(source.name)} m LEFT SEMI JOIN {view} k ON {on}{where}"
+        stored = spark.sql(sql).toArrow()
     finally:
         spark.catalog.dropTempView(view)
     return stored.cast(mirror_arrow_schema(source)) if stored.num_rows else mirror_arrow_schema(source).empty_table()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from spark.literals import q
 from spark.planner import OCCURRENCE, ViewPlan, over
 
 OP = "_lmv_op"
@@ -21,9 +22,6 @@ NEW_MARK = "_lmv_n"
 OLD_MARK = "_lmv_o"
 
 
-def q(identifier: str) -> str:
-    """Backquote an identifier for Spark SQL."""
-    return "`" + identifier.replace("`", "``") + "`"
 
 
 def _on(pairs: Sequence[tuple[str, str, str]], child: str, parent: str) -> str:
@@ -87,9 +85,23 @@ def chain_sql(plan: ViewPlan, occ_id: int, delta: str, live: Mapping[str, str]) 
     return " ".join([f"SELECT {select} FROM {delta} AS x0", *joins, f"WHERE {not_null}"])
 
 
+def affected_key_queries(plan: ViewPlan, live: Mapping[str, str], deltas: Mapping[str, str]) -> list[str]:
+    """One query per occurrence of a changed table: the view keys its changed rows reach (repeats possible)."""
+    return [chain_sql(plan, o.id, deltas[o.table], live) for o in plan.occurrences if o.table in deltas]
+
+
+def old_rows_sql(plan: ViewPlan, view_table: str, keys: str) -> str:
+    """The view table's rows for the keys in relation `keys`."""
+    match = " AND ".join(f"k.{q(k)} = v.{q(k)}" for k in plan.key_names)
+    return f"SELECT v.* FROM {view_table} AS v LEFT SEMI JOIN {keys} AS k ON {match}"
+
+
 def affected_keys_sql(plan: ViewPlan, live: Mapping[str, str], deltas: Mapping[str, str]) -> str | None:
     """Distinct view keys reached from the changed rows in `deltas` (table -> relation), or None."""
-    parts = [chain_sql(plan, o.id, deltas[o.table], live) for o in plan.occurrences if o.table in deltas]
+    parts = affected_key_queries(plan, live, deltas)
+    if len(parts) == 1:  # UNION is what makes several parts distinct
+        names = ", ".join(q(k.name) for k in plan.keys)
+        return f"SELECT DISTINCT {names} FROM ({parts[0]}) AS _lmv_keys"
     return "\nUNION\n".join(parts) if parts else None
 
 
@@ -97,11 +109,8 @@ def diff_sql(plan: ViewPlan, live: Mapping[str, str], view_table: str, keys: str
     """Rows to upsert (content differs or new) and keys to delete, for `keys` (all when None)."""
     ctes = filtered_ctes(plan, live, keys)
     ctes.append((q("_lmv_new"), f"SELECT *, TRUE AS {NEW_MARK} FROM ({plan.body}) AS _lmv_body"))
-    old = f"SELECT v.*, TRUE AS {OLD_MARK} FROM {view_table} AS v"
-    if keys is not None:
-        match = " AND ".join(f"k.{q(k)} = v.{q(k)}" for k in plan.key_names)
-        old += f" LEFT SEMI JOIN {keys} AS k ON {match}"
-    ctes.append((q("_lmv_old"), old))
+    old = f"SELECT v.* FROM {view_table} AS v" if keys is None else old_rows_sql(plan, view_table, keys)
+    ctes.append((q("_lmv_old"), f"SELECT o.*, TRUE AS {OLD_MARK} FROM ({old}) AS o"))
     key_names = plan.key_names
     values = [c for c in plan.columns if c not in key_names]
     select = [f"coalesce(n.{q(k)}, o.{q(k)}) AS {q(k)}" for k in key_names]
@@ -117,9 +126,12 @@ def diff_sql(plan: ViewPlan, live: Mapping[str, str], view_table: str, keys: str
     )
 
 
-def merge_sql(plan: ViewPlan, view_table: str, diff: str) -> str:
-    """MERGE a materialised diff into the view table: delete, update changed content, insert new keys."""
-    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in plan.key_names)
+def merge_sql(plan: ViewPlan, view_table: str, diff: str, prefilter: str | None = None) -> str:
+    """MERGE a materialised diff into the view table: delete, update changed content, insert new keys.
+
+    `prefilter`: a predicate on the view's key columns true for every key of the diff (spark.literals).
+    """
+    on = " AND ".join([f"t.{q(k)} = s.{q(k)}" for k in plan.key_names] + ([prefilter] if prefilter else []))
     values = [c for c in plan.columns if c not in plan.key_names]
     clauses = [f"WHEN MATCHED AND s.{OP} = 'delete' THEN DELETE"]
     if values:
