@@ -48,23 +48,25 @@ def summary(results: Results) -> list[dict[str, Any]]:
             {_users(s): (_freshness(s, fastest) or {}).get("p50_seconds") for s in scales}, lambda v: v <= targets["freshness_p50_seconds"], "s")
         add(f"freshness p99 at {fastest:,} events/s", f"≤ {targets['freshness_p99_seconds']} s",
             {_users(s): (_freshness(s, fastest) or {}).get("p99_seconds") for s in scales}, lambda v: v <= targets["freshness_p99_seconds"], "s")
-    add("catch-up throughput", f"≥ {targets['catch_up_events_per_second']:,} events/s",
-        {_users(s): s["catch_up"]["events_per_second"] for s in scales}, lambda v: v >= targets["catch_up_events_per_second"], "events/s")
+    if all(s["catch_up"] for s in scales):
+        add("catch-up throughput", f"≥ {targets['catch_up_events_per_second']:,} events/s",
+            {_users(s): s["catch_up"]["events_per_second"] for s in scales}, lambda v: v >= targets["catch_up_events_per_second"], "events/s")
     for s in scales:
-        batch, full = s["batches"]["median_one_k"], s["full_recompute"]
-        if s["users"] != top:
+        if s["users"] != top or not s["batches"] or not s["full_recompute"]:
             continue
+        batch, full = s["batches"]["median_one_k"], s["full_recompute"]
         add(f"1k-change batch vs Spark full recompute, CPU ({_users(s)} users)", f"≥ {targets['cheaper_than_spark_full']:.0f}× cheaper",
             {_users(s): full["spark_best"]["cpu_seconds"] / batch["cpu_seconds"]}, lambda v: v >= targets["cheaper_than_spark_full"], "×")
         add(f"1k-change batch vs DuckDB full recompute, wall ({_users(s)} users)", f"≥ {targets['faster_than_duckdb_full']:.0f}× faster",
             {_users(s): full["duckdb_best"]["seconds"] / batch["seconds"]}, lambda v: v >= targets["faster_than_duckdb_full"], "×")
-    if len(scales) >= 2:
+    if len(scales) >= 2 and all(s["batches"] for s in scales):
         small, big = min(scales, key=lambda s: s["users"]), max(scales, key=lambda s: s["users"])
         growth = big["batches"]["median_one_k"]["seconds"] / small["batches"]["median_one_k"]["seconds"]
         add(f"1k-change batch growth, {_users(small)} → {_users(big)} users", f"≤ {targets['growth_for_10x_state']}×",
             {f"{_users(small)}→{_users(big)}": growth}, lambda v: v <= targets["growth_for_10x_state"], "×")
-    add("batch of no lines", f"≤ {targets['empty_batch_seconds']} s",
-        {_users(s): s["batches"]["empty"]["seconds"] for s in scales}, lambda v: v <= targets["empty_batch_seconds"], "s")
+    if all(s["batches"] for s in scales):
+        add("batch of no lines", f"≤ {targets['empty_batch_seconds']} s",
+            {_users(s): s["batches"]["empty"]["seconds"] for s in scales}, lambda v: v <= targets["empty_batch_seconds"], "s")
     return rows  # fmt: skip
 
 
@@ -72,49 +74,52 @@ def _plots(results: Results, out: Path) -> list[tuple[str, str]]:
     scales = results["scales"]
     made = []
 
-    figure, axes = plt.subplots(1, len(scales), figsize=(6 * len(scales), 4), squeeze=False)
-    for axis, scale in zip(axes[0], scales, strict=True):
-        for run in scale["freshness"]:
-            points = run["file_latencies"]
-            axis.scatter([p[0] for p in points], [p[1] for p in points], s=4, label=f"{run['rate']:,} events/s")
-        axis.axhline(results["targets"]["freshness_p50_seconds"], color="grey", linestyle="--", linewidth=0.8)
-        axis.axhline(results["targets"]["freshness_p99_seconds"], color="red", linestyle="--", linewidth=0.8)
-        axis.set(title=f"freshness, {_users(scale)} users", xlabel="event time (s into the run)", ylabel="visible in user_profile after (s)")
+    if any(s["freshness"] for s in scales):
+        figure, axes = plt.subplots(1, len(scales), figsize=(6 * len(scales), 4), squeeze=False)
+        for axis, scale in zip(axes[0], scales, strict=True):
+            for run in scale["freshness"]:
+                points = run["file_latencies"]
+                axis.scatter([p[0] for p in points], [p[1] for p in points], s=4, label=f"{run['rate']:,} events/s")
+            axis.axhline(results["targets"]["freshness_p50_seconds"], color="grey", linestyle="--", linewidth=0.8)
+            axis.axhline(results["targets"]["freshness_p99_seconds"], color="red", linestyle="--", linewidth=0.8)
+            axis.set(title=f"freshness, {_users(scale)} users", xlabel="event time (s into the run)", ylabel="visible in user_profile after (s)")
+            axis.legend()
+        figure.tight_layout()
+        figure.savefig(out / "freshness.png", dpi=110)
+        plt.close(figure)
+        made.append(("freshness.png", "Freshness: per landing file, seconds from event time until user_profile shows it (dashed: p50 and p99 targets)"))
+
+    if all(s["batches"] and s["full_recompute"] for s in scales):
+        figure, axes = plt.subplots(1, len(scales), figsize=(6 * len(scales), 4), squeeze=False)
+        for axis, scale in zip(axes[0], scales, strict=True):
+            b, full = scale["batches"], scale["full_recompute"]
+            labels = ["1k changes", "no lines", "applied\nalready", "one table", "fan-out", "Spark\nfull", "DuckDB\nfull"]
+            values = [b["median_one_k"]["seconds"], b["empty"]["seconds"], b["already_applied"]["seconds"], b["one_table"]["seconds"],
+                      b["fan_out"]["seconds"], full["spark_best"]["seconds"], full["duckdb_best"]["seconds"]]  # fmt: skip
+            colors = ["tab:blue"] * 5 + ["tab:orange", "tab:green"]
+            axis.bar(labels, values, color=colors)
+            axis.set(title=f"one batch vs full recompute, {_users(scale)} users", ylabel="wall seconds")
+            axis.tick_params(axis="x", labelsize=8)
+        figure.tight_layout()
+        figure.savefig(out / "batches.png", dpi=110)
+        plt.close(figure)
+        made.append(("batches.png", "Latency per batch: incremental batches (blue) against full recomputes of user_profile"))
+
+    if all(s["catch_up"] for s in scales):
+        figure, axis = plt.subplots(figsize=(7, 4))
+        for scale in scales:
+            units = scale["catch_up"]["units"]
+            axis.plot(range(1, len(units) + 1), [u["events"] / u["seconds"] if u["seconds"] else 0 for u in units], marker="o",
+                      label=f"{_users(scale)} users: {scale['catch_up']['events_per_second']:,} events/s overall")  # fmt: skip
+        axis.axhline(results["targets"]["catch_up_events_per_second"], color="red", linestyle="--", linewidth=0.8, label="target")
+        axis.set(title="catch-up: throughput per unit while draining the backlog", xlabel="unit", ylabel="events / s", yscale="log")
         axis.legend()
-    figure.tight_layout()
-    figure.savefig(out / "freshness.png", dpi=110)
-    plt.close(figure)
-    made.append(("freshness.png", "Freshness: per landing file, seconds from event time until user_profile shows it (dashed: p50 and p99 targets)"))
+        figure.tight_layout()
+        figure.savefig(out / "throughput.png", dpi=110)
+        plt.close(figure)
+        made.append(("throughput.png", "Throughput: events/s of each unit draining the backlog (log scale; dashed: target)"))
 
-    figure, axes = plt.subplots(1, len(scales), figsize=(6 * len(scales), 4), squeeze=False)
-    for axis, scale in zip(axes[0], scales, strict=True):
-        b, full = scale["batches"], scale["full_recompute"]
-        labels = ["1k changes", "no lines", "applied\nalready", "one table", "fan-out", "Spark\nfull", "DuckDB\nfull"]
-        values = [b["median_one_k"]["seconds"], b["empty"]["seconds"], b["already_applied"]["seconds"], b["one_table"]["seconds"],
-                  b["fan_out"]["seconds"], full["spark_best"]["seconds"], full["duckdb_best"]["seconds"]]  # fmt: skip
-        colors = ["tab:blue"] * 5 + ["tab:orange", "tab:green"]
-        axis.bar(labels, values, color=colors)
-        axis.set(title=f"one batch vs full recompute, {_users(scale)} users", ylabel="wall seconds")
-        axis.tick_params(axis="x", labelsize=8)
-    figure.tight_layout()
-    figure.savefig(out / "batches.png", dpi=110)
-    plt.close(figure)
-    made.append(("batches.png", "Latency per batch: incremental batches (blue) against full recomputes of user_profile"))
-
-    figure, axis = plt.subplots(figsize=(7, 4))
-    for scale in scales:
-        units = scale["catch_up"]["units"]
-        axis.plot(range(1, len(units) + 1), [u["events"] / u["seconds"] if u["seconds"] else 0 for u in units], marker="o",
-                  label=f"{_users(scale)} users: {scale['catch_up']['events_per_second']:,} events/s overall")  # fmt: skip
-    axis.axhline(results["targets"]["catch_up_events_per_second"], color="red", linestyle="--", linewidth=0.8, label="target")
-    axis.set(title="catch-up: throughput per unit while draining the backlog", xlabel="unit", ylabel="events / s", yscale="log")
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(out / "throughput.png", dpi=110)
-    plt.close(figure)
-    made.append(("throughput.png", "Throughput: events/s of each unit draining the backlog (log scale; dashed: target)"))
-
-    if len(scales) >= 2:
+    if len(scales) >= 2 and all(s["batches"] and s["full_recompute"] for s in scales):
         figure, axis = plt.subplots(figsize=(7, 4))
         users = [s["users"] for s in scales]
         series = {
@@ -163,19 +168,20 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
             + ", ".join(f"{t} {n:,}" for t, n in sorted(setup["mirror_rows"].items()))
             + f"; `user_profile` {setup['view_rows']:,} rows, built in {setup['build']['seconds']} s.",
             "",
-            "| batch | events | view keys | wall s | CPU s | view step s | Spark jobs | Iceberg commits |",
-            "|---|---|---|---|---|---|---|---|",
         ]
-        named = [(f"1k-change batch {i + 1}", x) for i, x in enumerate(b["one_k"])] + [
-            ("no lines", b["empty"]), ("events already applied", b["already_applied"]),
-            ("one table (payment_info)", b["one_table"]), (f"fan-out ({b['fan_out']['stars']:,} stars)", b["fan_out"]),
-        ]  # fmt: skip
-        for label, x in named:
-            steps = ", ".join(f"{k} {v:.2f}" for k, v in x["view_steps"].items())
-            lines.append(f"| {label} | {x['events']:,} | {x['keys_affected'] or 0:,} | {x['seconds']:.2f} | {x['cpu_seconds']:.2f} | "
-                         f"{x['view_seconds']:.2f}{f' ({steps})' if steps else ''} | {x['spark_jobs']} | {x['iceberg_commits']} |")  # fmt: skip
-        one = b["median_one_k"]
-        lines += [
+        if b:
+            lines += ["| batch | events | view keys | wall s | CPU s | view step s | Spark jobs | Iceberg commits |", "|---|---|---|---|---|---|---|---|"]
+            named = [(f"1k-change batch {i + 1}", x) for i, x in enumerate(b["one_k"])] + [
+                ("no lines", b["empty"]), ("events already applied", b["already_applied"]),
+                ("one table (payment_info)", b["one_table"]), (f"fan-out ({b['fan_out']['stars']:,} stars)", b["fan_out"]),
+            ]  # fmt: skip
+            for label, x in named:
+                steps = ", ".join(f"{k} {v:.2f}" for k, v in x["view_steps"].items())
+                lines.append(f"| {label} | {x['events']:,} | {x['keys_affected'] or 0:,} | {x['seconds']:.2f} | {x['cpu_seconds']:.2f} | "
+                             f"{x['view_seconds']:.2f}{f' ({steps})' if steps else ''} | {x['spark_jobs']} | {x['iceberg_commits']} |")  # fmt: skip
+        if b and full:
+            one = b["median_one_k"]
+            lines += [
             "",
             "| full recompute of user_profile | wall s (best) | CPU s | 1k-change batch is |",
             "|---|---|---|---|",
@@ -183,10 +189,9 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
             f"{full['spark_best']['seconds'] / one['seconds']:.2f}× faster, {full['spark_best']['cpu_seconds'] / one['cpu_seconds']:.2f}× cheaper |",
             f"| DuckDB, written to Parquet | {full['duckdb_best']['seconds']:.2f} | {full['duckdb_best']['cpu_seconds']:.2f} | "
             f"{full['duckdb_best']['seconds'] / one['seconds']:.2f}× faster, {full['duckdb_best']['cpu_seconds'] / one['cpu_seconds']:.2f}× cheaper |",
-            "",
-            "| freshness | offered events/s | events measured | p50 s | p99 s | max s | batches | mean events/batch |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
+            ]
+        if scale["freshness"]:
+            lines += ["", "| freshness | offered events/s | events measured | p50 s | p99 s | max s | batches | mean events/batch |", "|---|---|---|---|---|---|---|---|"]
         for f in scale["freshness"]:
             batches = f["batches"]
             mean = sum(x["events"] for x in batches) / len(batches) if batches else 0
@@ -194,11 +199,9 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
             lines.append(f"| {f['rate']:,} events/s{flag} | {f['offered_events_per_second']:,} | {f['events_measured']:,} | "
                          f"{_fmt(f['p50_seconds'])} | {_fmt(f['p99_seconds'])} | {_fmt(f['max_seconds'])} | {len(batches)} | {mean:,.0f} |")  # fmt: skip
         c = scale["catch_up"]
-        lines += [
-            "",
-            f"Catch-up: {c['events']:,} backlog events drained in {c['seconds']:.1f} s = **{c['events_per_second']:,} events/s** "
-            f"({len(c['units'])} units, {c['cpu_seconds']:.0f} CPU s).",
-        ]
+        if c:
+            lines += ["", f"Catch-up: {c['events']:,} backlog events drained in {c['seconds']:.1f} s = **{c['events_per_second']:,} events/s** "
+                      f"({len(c['units'])} units, {c['cpu_seconds']:.0f} CPU s)."]  # fmt: skip
     lines += ["", "## Plots", ""]
     for name, caption in plots:
         lines += [f"![{caption}]({name})", "", f"*{caption}*", ""]

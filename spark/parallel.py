@@ -22,5 +22,13 @@ def concurrently(spark: SparkSession, action: Callable[[str], T], names: Sequenc
     """
     if len(names) <= 1:
         return [action(n) for n in names]
+
+    def run(name: str) -> T:
+        # Each Python thread drives its own JVM thread, where no session is active: Spark plans built
+        # there lack one and fail in tasks (NullPointerException in SparkPlan.session, seen in a
+        # 500k-row MERGE). Make this session the thread's active one first.
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
+        return action(name)
+
     with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="lakemv") as pool:
-        return list(pool.map(inheritable_thread_target(spark)(action), names))
+        return list(pool.map(inheritable_thread_target(spark)(run), names))

@@ -268,6 +268,16 @@ class GitHubWorkload:
         self._update("repos", repo, {"description": f"{self.rng.choice(WORDS)} v{self._next()}"})
         return self.events
 
+    def star_repo(self, owner: str, name: str, stars: int) -> dict[str, list[dict[str, Any]]]:
+        """The events of `stars` new stars of one repository, by users who had not starred it."""
+        self.events = {}
+        repo = self.state["repos"][(owner, name)]
+        fans = {s["username"] for s in self.state["stars"].values() if (s["repo_owner"], s["repo_name"]) == (owner, name)}
+        users = [u["username"] for u in self.state["users"].values() if u["username"] not in fans]
+        for username in self.rng.sample(users, min(stars, len(users))):
+            self._insert("stars", self._star(username, repo))
+        return self.events
+
     def most_starred_repo(self) -> tuple[tuple[str, str], int]:
         """((owner, name), stars) of the live repository with the most live stars."""
         counts = Counter((s["repo_owner"], s["repo_name"]) for s in self.state["stars"].values())

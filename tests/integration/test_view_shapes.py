@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
+from spark import maintain
 from spark.batch import BatchProcessor
 from spark.planner import plan_view
 from spark.views import parse_view
@@ -82,11 +83,17 @@ def processor(lake, tmp_path):
     return BatchProcessor(lake.spark, lake.names, lake.sources, plans)
 
 
-def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor):
+@pytest.mark.parametrize("path", ["incremental", "full"])
+def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor, path, monkeypatch):
+    if path == "full":  # every batch reaches "most" rows: the batch recomputes each view whole and writes the diff
+        monkeypatch.setattr(maintain, "FULL_RECOMPUTE_MIN_KEYS", 1)
+        monkeypatch.setattr(maintain, "FULL_RECOMPUTE_SHARE", 0.0)
     seen_rows = {name: 0 for name in SHAPES}
     for number, batch in enumerate(BATCHES):
         result = processor.process_lines(number, [(line, at(table)) for table, line in batch])
         assert result.dead_letters == 0
+        for view in result.views.values():
+            assert ("recomputed in full" in (view.note or "")) == (path == "full" and bool(view.keys)), view
         for maintainer in processor.maintainers:
             expected = maintainer.recompute()
             actual = lake.spark.table(maintainer.table).select(*expected.columns)
