@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from pyspark import inheritable_thread_target
 from pyspark.sql import SparkSession
 
 T = TypeVar("T")
@@ -18,17 +17,30 @@ def concurrently(spark: SparkSession, action: Callable[[str], T], names: Sequenc
 
     Callers pass independent work: different Iceberg tables (no commit races among them) or
     different relations. The threads share the session, so a unit's write-id tag is on every
-    commit, and inherit the caller's Spark job group and tags.
+    commit, and inherit the caller's Spark local properties (job group, scheduler pool).
     """
     if len(names) <= 1:
         return [action(n) for n in names]
 
+    jvm_context = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
+    inherited = jvm_context.getLocalProperties()
+    jvm_session = spark._jsparkSession  # type: ignore[attr-defined]
+    session_class = spark._jvm.org.apache.spark.sql.SparkSession  # type: ignore[union-attr]
+
     def run(name: str) -> T:
-        # Each Python thread drives its own JVM thread, where no session is active: Spark plans built
-        # there lack one and fail in tasks (NullPointerException in SparkPlan.session, seen in a
-        # 500k-row MERGE). Make this session the thread's active one first.
-        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
-        return action(name)
+        # Each Python thread drives its own JVM thread, which starts with neither an active session
+        # nor the caller's local properties. Each thread gets its *own copy* of the properties:
+        # pyspark's inheritable_thread_target hands every thread the same Properties object, so
+        # concurrent queries overwrite each other's spark.sql.execution.id; adaptive execution
+        # then finds none, never posts its re-planned stages, and MergeRowsExec's metrics are
+        # first touched inside a task, where the plan has no session (NullPointerException in
+        # SparkPlan.session, seen in CI on two concurrent mirror MERGEs).
+        jvm_context.setLocalProperties(inherited.clone())
+        session_class.setActiveSession(jvm_session)
+        try:
+            return action(name)
+        finally:
+            session_class.clearActiveSession()
 
     with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="lakemv") as pool:
-        return list(pool.map(inheritable_thread_target(spark)(run), names))
+        return list(pool.map(run, names))
