@@ -3,7 +3,10 @@
 Per source: the last source position applied, live rows, tombstones, dead letters and the source time
 of its newest change. Per view: rows, the last ledger batch that maintained it, when that was, and the
 lag, now minus the source time of the newest change applied to a table the view reads (from the
-ledger, `lake.lakemv.batches`). A table that does not exist yet, or has no snapshot, counts as empty.
+ledger, `lake.lakemv.batches`), and its maintenance state: `active`, `paused` by a backfill (batches
+skip it until the backfill publishes; one killed mid-way leaves it so until the next `lakemv backfill`
+takes over), or `resume` (published; the next batch catches it up). A table that does not exist yet,
+or has no snapshot, counts as empty.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from catalog.tables import (
     SOURCE_TS,
     VIEW_NAMESPACE,
 )
+from catalog.viewstate import STATE, ViewState
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class ViewStatus:
     newest_change_ts: datetime | None  # newest source time applied to a table the view reads
     lag_seconds: float | None  # now - newest_change_ts (negative if the source clock runs ahead)
     # newest_change_ts and lag_seconds are None while the view's table does not exist
+    maintenance: str = "active"  # active | paused | resume (catalog.viewstate)
+    maintenance_since: datetime | None = None  # when a backfill set that state
+    backfill: str | None = None  # the backfill that paused the view
 
 
 @dataclass(frozen=True)
@@ -90,18 +97,20 @@ class _Table:
     exists: bool
     scan: str | None  # `iceberg_scan('<metadata.json>')`, None when the table is missing or has no snapshot
     snapshot_at: datetime | None
+    properties: Mapping[str, str]
 
 
 def _table(settings: LakeSettings, namespace: str, name: str) -> _Table:
     try:
         table = pyiceberg_catalog(settings).load_table((namespace, name))
     except (NoSuchTableError, NoSuchNamespaceError):
-        return _Table(False, None, None)
+        return _Table(False, None, None, {})
     snapshot = table.current_snapshot()
     if snapshot is None:
-        return _Table(True, None, None)
+        return _Table(True, None, None, table.properties)
     location = table.metadata_location.replace("'", "''")
-    return _Table(True, f"iceberg_scan('{location}')", datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC))
+    at = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
+    return _Table(True, f"iceberg_scan('{location}')", at, table.properties)
 
 
 def lake_status(
@@ -169,7 +178,11 @@ def _status(
         changes = [newest_change[t] for t in tables if t in newest_change]
         newest = max(changes) if changes and table.exists else None  # a view not created yet has no lag
         lag = (now - newest).total_seconds() if newest is not None else None
-        view_rows.append(ViewStatus(name, rows, batch_id, finished or table.snapshot_at, newest, lag))
+        state = ViewState.parse(table.properties.get(STATE))
+        since = _utc(datetime.fromisoformat(state.at)) if state.at else None
+        view_rows.append(
+            ViewStatus(name, rows, batch_id, finished or table.snapshot_at, newest, lag, state.state, since, state.by)
+        )
 
     unattributed = sum(n for table, n in letters.items() if table not in sources)
     return LakeStatus(now, tuple(source_rows), tuple(view_rows), unattributed)
@@ -195,6 +208,9 @@ VIEW_SCHEMA = pa.schema(
         ("last_refresh", _TS),
         ("newest_change_ts", _TS),
         ("lag_seconds", pa.float64()),
+        ("maintenance", pa.string()),
+        ("maintenance_since", _TS),
+        ("backfill", pa.string()),
     ]
 )
 TOTALS_SCHEMA = pa.schema(

@@ -257,6 +257,12 @@ def status(
             + (f" ({unattributed} from folders that are not a declared source)" if unattributed else "")
             + "; lag = now - source time of the newest change applied"
         )
+        for view in tables["view"].to_pylist():
+            if view["maintenance"] == "paused":
+                console.print(
+                    f"[yellow]{view['view']} is paused by backfill {view['backfill']} since {view['maintenance_since']:%Y-%m-%d %H:%M:%S}Z:"
+                    f" batches skip it until that backfill publishes; if it was stopped, `lakemv backfill {view['view']}` takes it over[/]"
+                )
 
 
 @app.command()

@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 from catalog.declarations import load_sources
 from catalog.lake import pyiceberg_catalog
 from catalog.settings import LakeSettings
-from catalog.tables import DELETED, MIRROR_NAMESPACE, POSITION
+from catalog.tables import DELETED, MIRROR_NAMESPACE, POSITION, VIEW_NAMESPACE
+from catalog.viewstate import STATE, ViewState
 from tests.e2e.cli import lakemv
 
 VIEWS = ("user_profile", "repo_summary")
@@ -119,3 +120,15 @@ def test_status_after_an_ingest(tmp_path: Path):
     assert "user_profile" in human and "1 from folders that are not a declared source" in human
     csv = lakemv("--warehouse", str(warehouse), "status", "--format", "csv").stdout.splitlines()
     assert csv[0].startswith("kind,") and len(csv) == 1 + len(sources) + len(views) + 1
+
+    # A backfill killed after pausing user_profile: status says so, in JSON and to people.
+    profile = catalog.load_table((VIEW_NAMESPACE, "user_profile"))
+    with profile.transaction() as tx:
+        tx.set_properties({STATE: ViewState("paused", {}, by="bf-killed", at="2024-05-01T11:00:00+00:00").to_json()})
+    paused = {v["view"]: v for v in status_json(warehouse)["view"]}
+    assert (paused["user_profile"]["maintenance"], paused["user_profile"]["backfill"]) == ("paused", "bf-killed")
+    assert instant(paused["user_profile"]["maintenance_since"]) == datetime(2024, 5, 1, 11, tzinfo=UTC)
+    assert {paused[v]["maintenance"] for v in VIEWS if v != "user_profile"} == {"active"}
+    human = lakemv("--warehouse", str(warehouse), "status", env={"COLUMNS": "400"}).stdout
+    assert "user_profile is paused by backfill bf-killed since 2024-05-01 11:00:00Z" in " ".join(human.split())
+    assert "lakemv backfill user_profile" in human

@@ -14,6 +14,7 @@ from catalog.lake import pyiceberg_catalog
 from catalog.settings import LakeSettings
 from catalog.status import lake_status, status_tables, to_seconds, with_kind
 from catalog.tables import DEAD_LETTERS, LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, mirror_arrow_schema
+from catalog.viewstate import STATE, ViewState
 from flows.console import render
 from spark.deadletters import SCHEMA as DEAD_LETTER_SCHEMA
 from spark.ledger import LedgerEntry, TableEntry
@@ -63,6 +64,7 @@ def test_an_empty_lake_is_all_zeros_and_nulls(settings: LakeSettings, sources: S
         assert (s.last_position, s.live_rows, s.tombstones, s.dead_letters, s.newest_source_ts) == (None, 0, 0, 0, None)
     for v in status.views:
         assert (v.rows, v.last_batch_id, v.last_refresh, v.newest_change_ts, v.lag_seconds) == (0, None, None, None, None)
+        assert (v.maintenance, v.maintenance_since, v.backfill) == ("active", None, None)
     assert (status.live_rows, status.tombstones, status.dead_letters, status.dead_letters_unattributed) == (0, 0, 0, 0)
     assert status.as_of == NOW
 
@@ -98,6 +100,9 @@ def test_counts_ledger_and_missing_tables(settings: LakeSettings, sources: Sourc
     _create(settings, VIEW_NAMESPACE, "by_user", view_schema, [{"email": "a@x"}, {"email": "c@x"}])
     _create(settings, VIEW_NAMESPACE, "by_repo", view_schema, [{"email": "a@x"}])
     built = _create(settings, VIEW_NAMESPACE, "built_only", view_schema, [{"email": "a@x"}])
+    paused = ViewState("paused", {"users": 7}, by="bf-1", branch="lakemv_backfill_bf-1", at="2024-05-01T11:00:00+00:00")
+    with built.transaction() as tx:  # a backfill paused it (and was perhaps killed)
+        tx.set_properties({STATE: paused.to_json()})
 
     status = lake_status(settings, sources, SOURCE_READS, now=NOW)
     by_source = {s.table: s for s in status.sources}
@@ -121,6 +126,9 @@ def test_counts_ledger_and_missing_tables(settings: LakeSettings, sources: Sourc
     assert views["built_only"].last_refresh == snapshot_at
     assert views["built_only"].lag_seconds is not None
     assert (views["not_built"].rows, views["not_built"].last_refresh, views["not_built"].lag_seconds) == (0, None, None)
+    assert (views["built_only"].maintenance, views["built_only"].backfill) == ("paused", "bf-1")
+    assert views["built_only"].maintenance_since == datetime(2024, 5, 1, 11, tzinfo=UTC)
+    assert [views[v].maintenance for v in ("by_user", "by_repo", "not_built")] == ["active"] * 3
 
 
 def test_display_tables_round_lag_and_carry_kind(settings: LakeSettings, sources: SourceRegistry):
