@@ -8,6 +8,7 @@ which avoids the SQLite read transaction a second JdbcCatalog instance would oth
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from functools import lru_cache
 
@@ -48,9 +49,20 @@ def spark_catalog_conf(settings: LakeSettings) -> dict[str, str]:
     return conf
 
 
+def ensure_warehouse(settings: LakeSettings) -> None:
+    """Create the warehouse folder, or say clearly why it cannot be used."""
+    folder = settings.warehouse
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the warehouse folder: {exc.strerror}", str(folder)) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError("the warehouse folder is not writable", str(folder))
+
+
 def bootstrap(settings: LakeSettings) -> None:
     """Create the warehouse folder and the catalog tables (idempotent)."""
-    settings.warehouse.mkdir(parents=True, exist_ok=True)
+    ensure_warehouse(settings)
     if settings.is_sqlite:
         # WAL lets readers (DuckDB queries, status) proceed while a batch commits.
         path = make_url(settings.catalog_url).database
@@ -62,7 +74,7 @@ def bootstrap(settings: LakeSettings) -> None:
 @lru_cache(maxsize=8)
 def pyiceberg_catalog(settings: LakeSettings) -> SqlCatalog:
     """The same catalog through pyiceberg (creates the catalog tables if they are missing)."""
-    settings.warehouse.mkdir(parents=True, exist_ok=True)
+    ensure_warehouse(settings)
     try:
         return SqlCatalog(settings.catalog_name, uri=settings.catalog_url, warehouse=settings.warehouse_uri)
     except OperationalError as exc:

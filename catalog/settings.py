@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -26,9 +28,10 @@ class LakeSettings(BaseSettings):
         description="SQLAlchemy URL of the JDBC catalog database: sqlite:///path or "
         "postgresql://user:password@host:port/db. Default: sqlite under the warehouse.",
     )
-    sources_dirs: tuple[Path, ...] = Field(
+    sources_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
         default=(PROJECT_ROOT / "catalog" / "sources",),
-        description="Folders of source declarations (*.toml), searched in order.",
+        description="Folders of source declarations (*.toml), searched in order: a path, paths "
+        "separated by commas, or a JSON list.",
     )
     views_dir: Path = Field(default=PROJECT_ROOT / "views", description="Folder of view definitions (*.sql).")
     extra_views_dir: Path | None = Field(
@@ -50,6 +53,20 @@ class LakeSettings(BaseSettings):
     spark_master: str = "local[*]"
     driver_memory: str = "4g"
     shuffle_partitions: int = Field(default=4, ge=1)
+
+    @field_validator("sources_dirs", mode="before")
+    @classmethod
+    def _path_list(cls, value: Any) -> Any:
+        """What a user types for a list of folders: `a`, `a,b` or `["a", "b"]`."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"not a JSON list of paths ({exc.msg}); or give paths separated by commas") from None
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
 
     @field_validator("warehouse")
     @classmethod

@@ -8,6 +8,7 @@ from prefect import flow
 
 from flows.lake import Lake
 from flows.progress import report
+from spark import lifecycle
 
 
 @flow(name="backfill", validate_parameters=True)
@@ -20,11 +21,13 @@ def backfill(view: str, dry_run: bool = False, warehouse: str | None = None) -> 
     from spark.backfill import STEPS, Backfill
     from spark.session import use_catalog
 
+    lifecycle.install()  # in a deployment's flow-run process too: SIGINT/SIGTERM stop it and its JVM
     lake = Lake.at(warehouse)
     plan = lake.plan(view)
     with report.status("starting Spark..."):
         spark = lake.spark().newSession()  # own SQL conf: its commits carry the backfill's tag only
         use_catalog(spark, lake.settings)
+    lake.checked_plans(spark)
     job = Backfill(spark, lake.settings, lake.sources, plan)
     if dry_run:
         with report.status(f"planning the backfill of {view}..."):

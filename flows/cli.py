@@ -19,6 +19,7 @@ from catalog.errors import ConfigError, LakemvError
 from flows.console import console, err_console, render
 from flows.lake import Lake
 from flows.progress import terminal
+from spark import lifecycle
 
 app = typer.Typer(
     add_completion=False,
@@ -34,10 +35,24 @@ class Format(str, Enum):
     csv = "csv"
 
 
-def _run_flow(ctx: typer.Context, flow, **parameters) -> dict:  # noqa: ANN001 - a Prefect flow
-    """Run a flow in this process (a Prefect flow run), showing its progress on the console."""
-    with terminal(console):
-        return flow(warehouse=str(ctx.obj.settings.warehouse), **parameters)
+def _run_flow(ctx: typer.Context, flow, *, spark: bool = False, **parameters) -> dict:  # noqa: ANN001 - a Prefect flow
+    """Run a flow in this process (a Prefect flow run), showing its progress on the console.
+
+    The API it records the run in (PREFECT_API_URL, or a temporary one started here) and, for flows
+    that use Spark, the JVM boot side by side: start-up costs the slower of the two, not their sum.
+    """
+    from flows.server import PrefectApi
+
+    api = PrefectApi.configured() or PrefectApi.temporary()
+    try:
+        if spark:
+            ctx.obj.warm_up()
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: api.ready()}), terminal(console):
+            return flow(warehouse=str(ctx.obj.settings.warehouse), **parameters)
+    finally:
+        api.stop()
 
 
 @app.callback()
@@ -62,11 +77,30 @@ def generate(
     """Write a GitHub CDC workload (Debezium JSON lines) into a landing directory."""
     from workload.github import WorkloadConfig, generate_files
 
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the output folder: {exc.strerror}", str(out)) from None
     started = time.perf_counter()
     config = WorkloadConfig(users=users, seed=seed, rounds=rounds, changes_per_round=changes_per_round)
     workload, events, files = generate_files(config, ctx.obj.sources, out)
     live = ", ".join(f"{t} {len(r)}" for t, r in workload.state.items())
     console.print(f"wrote {events} events in {files} files to {out} ({time.perf_counter() - started:.1f}s); live rows: {live}")
+
+
+def _check_landing(ctx: typer.Context, landing: Path, once: bool) -> None:
+    """A landing folder that cannot be what the user meant is a usage error, before anything starts."""
+    if not landing.exists():
+        raise ConfigError("landing directory does not exist", str(landing))
+    if not landing.is_dir():
+        raise ConfigError("the landing path is a file, not a directory of <table>/ folders", str(landing))
+    if once and not any(landing.glob("*/*")):
+        tables = ", ".join(ctx.obj.sources)
+        raise ConfigError(
+            f"the landing directory holds no files: nothing to ingest (expected <landing>/<table>/*.json for {tables}; "
+            "without --once, ingest waits for files to arrive)",
+            str(landing),
+        )
 
 
 @app.command()
@@ -80,11 +114,11 @@ def ingest(
     """Stream landing files into the mirror tables and maintain the views (the `maintain` flow)."""
     from flows.maintain import maintain
 
-    if not landing.is_dir():
-        raise ConfigError("landing directory does not exist", str(landing))
+    _check_landing(ctx, landing, once)
     _run_flow(
         ctx,
         maintain,
+        spark=True,
         landing=str(landing.resolve()),
         once=once,
         trigger_seconds=trigger_seconds,
@@ -114,7 +148,7 @@ def views(
     """List the view definitions: name, key, tables read, file."""
     import pyarrow as pa
 
-    plans = ctx.obj.plans.values()
+    plans = ctx.obj.checked_plans().values()
     table = pa.table(
         {
             "view": [p.name for p in plans],
@@ -138,6 +172,7 @@ def explain(
     from spark.mirror import live_rows_sql
 
     plan = ctx.obj.plan(view)
+    ctx.obj.checked_plans()
     live = None
     if sql:
         names = TableNames(ctx.obj.settings.catalog_name)
@@ -155,7 +190,7 @@ def backfill(
     from flows.backfill import backfill as backfill_flow
 
     ctx.obj.plan(view)  # an unknown view is a usage error, before Prefect starts
-    _run_flow(ctx, backfill_flow, view=view, dry_run=dry_run)
+    _run_flow(ctx, backfill_flow, spark=True, view=view, dry_run=dry_run)
 
 
 @app.command()
@@ -189,6 +224,7 @@ def compact(
     _run_flow(
         ctx,
         compact_flow,
+        spark=True,
         tables=tables or None,
         retention_hours=retention_hours,
         orphan_age_hours=orphan_age_hours,
@@ -212,10 +248,9 @@ def serve(
     """Serve the Prefect deployments maintain, compact, verify (scheduled) and backfill (on demand) until interrupted."""
     from flows.server import prefect_api
 
-    if not landing.is_dir():
-        raise ConfigError("landing directory does not exist", str(landing))
+    _check_landing(ctx, landing, once=False)
     settings = ctx.obj.settings
-    ctx.obj.plans  # a refused view fails here, before anything starts  # noqa: B018
+    ctx.obj.checked_plans()  # a refused view fails here, before anything starts
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "INFO"  # flow runs log to this terminal
     with ExitStack() as stack:
         with console.status("starting the Prefect server..."):
@@ -304,26 +339,36 @@ def _prefect_for_the_terminal() -> None:
 
 
 def main() -> None:
-    """Entry point: run the app; LakemvError and usage mistakes print one line, never a trace."""
+    """Entry point: run the app; LakemvError and usage mistakes print one line, never a trace.
+
+    SIGINT and SIGTERM stop the command and everything it started (see `spark.lifecycle`)."""
     _prefect_for_the_terminal()
+    lifecycle.install()
+    code = 0
     try:
-        code = app(standalone_mode=False)
+        result = app(standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except (KeyboardInterrupt, typer.Abort):  # click turns a KeyboardInterrupt into Abort
+        if os.environ.get("LAKEMV_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
     except LakemvError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
-        sys.exit(1)
+        code = 1
     except typer.TyperException as exc:  # usage mistakes (typer vendors click's exceptions)
         ctx = getattr(exc, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         err_console.print(f"[red]error:[/red] {message}{hint}")
-        sys.exit(getattr(exc, "exit_code", 2))
-    except (KeyboardInterrupt, typer.Abort):
-        err_console.print("interrupted")
-        sys.exit(130)
+        code = getattr(exc, "exit_code", 2)
     except Exception as exc:  # noqa: BLE001 - last resort: one line unless debugging
         if os.environ.get("LAKEMV_DEBUG"):
             raise
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         err_console.print(f"[red]internal error:[/red] {type(exc).__name__}: {first} (LAKEMV_DEBUG=1 shows the trace)")
-        sys.exit(70)
-    sys.exit(code if isinstance(code, int) else 0)
+        code = 70
+    if lifecycle.stopping():  # however the stop surfaced (an exception, or an exit code from a library)
+        code = 128 + lifecycle.last_signal()
+        err_console.print(f"stopped ({lifecycle.signal_name()}); work cut short is redone by the next run")
+    lifecycle.finish(code)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from catalog.declarations import SourceRegistry, load_sources
 from catalog.errors import ConfigError
@@ -21,7 +22,12 @@ def lake_settings(warehouse: str | Path | None = None) -> LakeSettings:
         return LakeSettings(warehouse=Path(warehouse)) if warehouse else LakeSettings()
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(first["msg"], "LAKEMV_" + str(first["loc"][0]).upper()) from None
+        value = first.get("input")
+        shown = f" (got {value!r})" if isinstance(value, str | int | float) and len(str(value)) < 200 else ""
+        raise ConfigError(f"{first['msg']}{shown}", "LAKEMV_" + str(first["loc"][0]).upper()) from None
+    except SettingsError as exc:  # a value the settings source could not decode at all
+        field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "settings"
+        raise ConfigError(f"cannot read this setting: {exc.__cause__ or exc}", "LAKEMV_" + field.upper()) from None
 
 
 class Lake:
@@ -53,12 +59,27 @@ class Lake:
             self._plans = {name: plan_view(view, self.sources) for name, view in views.items()}
         return self._plans
 
+    def checked_plans(self, spark=None) -> dict:  # noqa: ANN001 - a SparkSession, when one runs
+        """`plans`, each also analysed by Spark (see spark.analysis): in `spark` when given, else
+        from the record of earlier analyses, starting Spark only for definitions not seen before."""
+        from spark.analysis import check_views
+
+        plans = self.plans
+        check_views(self.settings, list(plans.values()), self.sources, spark if spark is not None else self.spark)
+        return plans
+
     def plan(self, name: str):  # noqa: ANN201 - spark.planner.ViewPlan, imported lazily
         plans = self.plans
         if name not in plans:
             known = ", ".join(sorted(plans)) or "none"
             raise ConfigError(f"no view named {name!r} (views: {known})", "VIEW")
         return plans[name]
+
+    def warm_up(self) -> None:
+        """Start Spark in the background; `spark()` then waits for it instead of starting it."""
+        from spark.session import warm_up
+
+        warm_up(self.settings)
 
     def spark(self):  # noqa: ANN201 - pyspark imported lazily: commands without Spark start fast
         """The process's SparkSession with this lake's catalog (started on first use)."""

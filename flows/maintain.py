@@ -9,6 +9,7 @@ from prefect import flow
 from catalog.errors import ConfigError
 from flows.lake import Lake
 from flows.progress import report
+from spark import lifecycle
 
 
 def _batch_line(batch) -> None:  # noqa: ANN001 - spark.batch.BatchResult
@@ -32,13 +33,15 @@ def maintain(
     """
     from spark.ingest import run_ingest
 
+    lifecycle.install()  # in a deployment's flow-run process too: SIGINT/SIGTERM stop it and its JVM
     lake = Lake.at(warehouse)
     folder = Path(landing)
     if not folder.is_dir():
         raise ConfigError("landing directory does not exist", str(folder))
-    sources, plans = lake.sources, list(lake.plans.values())
+    sources = lake.sources
     with report.status("starting Spark..."):
         spark = lake.spark()
+    plans = list(lake.checked_plans(spark).values())
     with report.bound():  # batches are reported from Spark's callback thread
         result = run_ingest(
             spark,

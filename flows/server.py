@@ -1,13 +1,21 @@
-"""A Prefect API for `lakemv serve`: the one in PREFECT_API_URL, or a local server started for it.
+"""The Prefect API lakemv records flow runs in: the one in PREFECT_API_URL, or one it starts.
 
-Schedules need Prefect's scheduler service, which only a real server runs (the temporary server a
-plain flow call starts has none). Without PREFECT_API_URL, `lakemv serve` starts
-`prefect server start` on loopback with its database under `<warehouse>/_prefect`, and stops it on exit.
+* Flow commands (`ingest`, `backfill`, `verify`, `compact`) without PREFECT_API_URL start a
+  temporary API, as Prefect's ephemeral mode does (same app, no UI, no services), but launched at
+  the very start of the command so that it boots while the JVM does, and in a session of its own:
+  a Ctrl-C to the terminal's process group leaves it up until the run's final state is recorded.
+* `lakemv serve` needs schedules, which only a full server runs: `prefect server start` on
+  loopback, its database under `<warehouse>/_prefect`.
+
+Both die with lakemv whatever kills it (Linux parent-death signal), and are stopped on exit.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from catalog.errors import ConfigError
+from spark import lifecycle
+
+PR_SET_PDEATHSIG = 1
 
 
 def free_port() -> int:
@@ -27,51 +38,114 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _healthy(api: str) -> bool:
+def healthy(api: str, timeout: float = 2.0) -> bool:
+    """Whether the Prefect API at `api` answers its health check."""
     try:
-        with urllib.request.urlopen(f"{api}/health", timeout=2) as response:  # noqa: S310 - loopback URL we built
+        with urllib.request.urlopen(f"{api.rstrip('/')}/health", timeout=timeout) as response:  # noqa: S310 - an API URL
             return response.status == 200
-    except OSError:
+    except (OSError, ValueError):
         return False
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the parent dies (even by SIGKILL)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+class PrefectApi:
+    """A Prefect API URL, and the local process serving it when lakemv started one."""
+
+    def __init__(self, url: str, process: subprocess.Popen | None = None, log: Path | None = None):
+        self.url = url
+        self.process = process
+        self.log = log
+        self._ready = process is None
+
+    @classmethod
+    def configured(cls) -> PrefectApi | None:
+        url = os.environ.get("PREFECT_API_URL")
+        return cls(url) if url else None
+
+    @classmethod
+    def launch(cls, args: list[str], port: int, env: dict[str, str], log: Path, name: str) -> PrefectApi:
+        """Start a server process on `port` (returns at once; `ready` waits for it)."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            process = subprocess.Popen(  # noqa: S603 - our interpreter, our arguments
+                [sys.executable, "-m", *args],
+                env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **env},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - must run in the child before exec
+            )
+        lifecycle.adopt(name, process)
+        return cls(f"http://127.0.0.1:{port}/api", process, log)
+
+    @classmethod
+    def temporary(cls, home: Path | None = None) -> PrefectApi:
+        """Prefect's ephemeral API app in a process of its own (database: PREFECT_HOME's, as Prefect's)."""
+        port = free_port()
+        prefect_dir = Path(importlib.util.find_spec("prefect").origin).parents[1]  # type: ignore[union-attr, arg-type]
+        args = [
+            "uvicorn", "--app-dir", str(prefect_dir), "--factory", "prefect.server.api.server:create_app",
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on",
+        ]  # fmt: skip
+        env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+        home = home or Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
+        return cls.launch(args, port, env, home / "lakemv-temporary-api.log", "prefect-api")
+
+    @classmethod
+    def server(cls, home: Path, port: int | None = None) -> PrefectApi:
+        """`prefect server start` (with its scheduler) on loopback, its database under `home`."""
+        port = port or free_port()
+        args = ["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+        env = {"PREFECT_HOME": str(home), "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING"}
+        return cls.launch(args, port, env, home / "server.log", "prefect-server")
+
+    def ready(self, timeout: float = 90.0) -> str:
+        """Wait until the API answers; export it as PREFECT_API_URL for this process and its children."""
+        if not self._ready:
+            deadline = time.monotonic() + timeout
+            while not healthy(self.url, timeout=1.0):
+                lifecycle.check()
+                if self.process is not None and self.process.poll() is not None:
+                    raise ConfigError(f"the Prefect API did not start (exit {self.process.returncode}; see {self.log})", "prefect")
+                if time.monotonic() > deadline:
+                    raise ConfigError(f"the Prefect API did not start within {timeout:.0f}s (see {self.log})", "prefect")
+                time.sleep(0.1)
+            self._ready = True
+        elif self.process is None and not healthy(self.url, timeout=5.0):
+            raise ConfigError(f"cannot reach the Prefect API at {self.url}: start it, or unset PREFECT_API_URL", "PREFECT_API_URL")
+        os.environ["PREFECT_API_URL"] = self.url
+        return self.url
+
+    def stop(self) -> None:
+        """Stop the process lakemv started (nothing for a configured API)."""
+        if self.process is None:
+            return
+        name = next((n for n in ("prefect-api", "prefect-server") if lifecycle.child(n) is self.process), None)
+        if name:
+            lifecycle.release(name)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        os.environ.pop("PREFECT_API_URL", None)
 
 
 @contextmanager
 def prefect_api(home: Path, port: int | None = None, timeout: float = 90.0) -> Iterator[str]:
-    """Yield the Prefect API URL to use, starting a local server when none is configured."""
-    configured = os.environ.get("PREFECT_API_URL")
-    if configured:
-        yield configured
-        return
-    home.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
-    }
-    log = (home / "server.log").open("ab")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    """`lakemv serve`'s API: the configured one, or a full local server started for it."""
+    api = PrefectApi.configured() or PrefectApi.server(home, port)
     try:
-        deadline = time.monotonic() + timeout
-        while not _healthy(api):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise ConfigError(f"the Prefect server did not start (see {home / 'server.log'})", "prefect server")
-            time.sleep(0.5)
-        os.environ["PREFECT_API_URL"] = api
-        yield api
+        yield api.ready(timeout)
     finally:
-        os.environ.pop("PREFECT_API_URL", None)
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+        api.stop()

@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from spark.batch import BatchProcessor, BatchResult
 from spark.changeset import local_path
+from spark import lifecycle
 from spark.journal import BatchRef, Journal
 from spark.maintain import ViewResult
 from spark.planner import ViewPlan
@@ -122,6 +121,7 @@ def run_ingest(
     identity: list[str] = []
 
     def each_batch(frame: DataFrame, batch_id: int) -> None:
+        lifecycle.check()
         if not identity:
             identity.append(stream_id(checkpoint))
         table = frame.toArrow()
@@ -153,22 +153,9 @@ def run_ingest(
 
 
 def _await(query: StreamingQuery) -> None:
-    """Wait for the query to end; on SIGINT/SIGTERM stop it (a batch cut short is replayed next run).
-
-    PySpark's own SIGINT handler calls into the JVM while the main thread is inside a JVM call, which
-    breaks the gateway; here the handler only raises a flag and the loop stops the query.
-    """
-    stopping = threading.Event()
-    handlers = {}
-    if threading.current_thread() is threading.main_thread():
-        for number in (signal.SIGINT, signal.SIGTERM):
-            handlers[number] = signal.signal(number, lambda *_: stopping.set())
-    try:
-        while query.isActive and not stopping.is_set():
-            query.awaitTermination(1.0)
-        if stopping.is_set():
-            query.stop()
-        query.awaitTermination()  # raises if the query failed
-    finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
+    """Wait for the query to end. A SIGINT/SIGTERM raises `lifecycle.Interrupted` here and cancels
+    the running jobs (see `spark.lifecycle`): the batch cut short is replayed on the next run."""
+    while query.isActive:
+        lifecycle.check()
+        query.awaitTermination(1.0)
+    query.awaitTermination()  # raises if the query failed

@@ -1,18 +1,40 @@
-"""The SparkSession factory: lakemv's jars, the Iceberg catalog from LakeSettings, UTC everywhere."""
+"""The SparkSession factory: lakemv's jars, the Iceberg catalog from LakeSettings, UTC everywhere.
+
+The JVM runs in a session of its own (see `spark.lifecycle`): a Ctrl-C or a supervisor's SIGTERM to
+lakemv's process group reaches the Python driver only, which cancels running jobs and then closes
+the JVM's stdin, on which Spark's gateway exits. Its stderr passes through a filter that drops the
+start-up banner, so a command's own output (and its one `error:` line) is all a user sees.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from catalog.errors import ConfigError
 from catalog.lake import bootstrap, spark_catalog_conf
 from catalog.settings import LakeSettings
+from spark import lifecycle
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
+
+# What the JVM prints at start-up whatever the log configuration: not for the user's terminal.
+BANNER = (
+    b"WARNING: Using incubator modules",
+    b'Setting default log level to "',
+    b"To adjust logging level use sc.setLogLevel",
+)
+# PySpark logs every analysis error a second time, as a JSON line with the query context: the
+# error itself reaches the caller, which reports it once.
+QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
 def _jars(settings: LakeSettings) -> str:
@@ -38,18 +60,79 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.ansi.enabled": "true",
-        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # A stopping stream does not wait for its batch: the Python side has abandoned it, and the
+        # next run replays it (exactly once, by the journal and write ids).
+        "spark.sql.streaming.stopTimeout": "5000",
     }
+
+
+def _forward_stderr(stream) -> None:  # noqa: ANN001 - the JVM's stderr pipe
+    for line in iter(stream.readline, b""):
+        if line.startswith(BANNER) or lifecycle.stopping():  # a JVM told to stop logs what it aborts
+            continue
+        try:
+            sys.stderr.write(line.decode("utf-8", "replace"))
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _launch_jvm(conf: SparkConf) -> None:
+    """Start Spark's JVM gateway in a session of its own, its banner filtered, stopped with lakemv."""
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
+    SparkContext._ensure_initialized(gateway=gateway)
+    process = gateway.proc
+    threading.Thread(target=_forward_stderr, args=(process.stderr,), name="spark-stderr", daemon=True).start()
+    lifecycle.adopt("spark", process)
+    lifecycle.on_stop(_cancel_jobs)
+
+
+def _cancel_jobs() -> None:
+    context = SparkContext._active_spark_context
+    if context is not None:
+        context.cancelAllJobs()
+
+
+_warming: threading.Thread | None = None
+
+
+def warm_up(settings: LakeSettings) -> None:
+    """Start the session in the background (the JVM boots while the caller does other start-up
+    work); `get_spark` waits for it. An error here is raised again by that `get_spark`."""
+    global _warming
+    if _warming is None and SparkContext._active_spark_context is None:
+        _warming = threading.Thread(target=_quietly, args=(settings,), name="spark-warm-up", daemon=True)
+        _warming.start()
+
+
+def _quietly(settings: LakeSettings) -> None:
+    try:
+        _session(settings)
+    except Exception:  # noqa: BLE001 - reported by the caller's own get_spark
+        pass
 
 
 def get_spark(settings: LakeSettings) -> SparkSession:
     """Return the process's SparkSession, with the catalog of `settings` configured on it."""
+    if _warming is not None and _warming is not threading.current_thread():
+        _warming.join()
+    return _session(settings)
+
+
+def _session(settings: LakeSettings) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(settings.spark_master).appName("lakemv")
-    for key, value in base_conf(settings).items():
+    conf = {"spark.master": settings.spark_master, "spark.app.name": "lakemv", **base_conf(settings)}
+    with SparkContext._lock:
+        if SparkContext._gateway is None:
+            _launch_jvm(SparkConf(loadDefaults=False).setAll(list(conf.items())))
+    builder = SparkSession.builder
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    for name in QUERY_CONTEXT_LOGGERS:
+        logging.getLogger(name).disabled = True
+    lifecycle.reassert()  # PySpark's context replaced the SIGINT handler with its own
     use_catalog(spark, settings)
     return spark
 

@@ -26,11 +26,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def prefect_server():
-    """One temporary Prefect API for the whole run (prefect_test_harness): flows called here record
-    their runs in it, and `lakemv` subprocesses reach it through PREFECT_API_URL instead of each
-    starting a temporary server of their own."""
+    """One temporary Prefect API per test session (prefect_test_harness), for the tests that run
+    flows: flows called here record their runs in it, and `lakemv` subprocesses reach it through
+    PREFECT_API_URL instead of each starting a temporary API of their own. Unit tests never start it."""
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 

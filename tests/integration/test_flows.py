@@ -24,6 +24,8 @@ from spark.viewstate import read_state, write_state
 from tests.e2e.cli import move_round
 from workload.github import WorkloadConfig, generate_files
 
+pytestmark = pytest.mark.usefixtures("prefect_server")  # flows record their runs in the session's API
+
 
 def _final_states(flow_name: str) -> list[str]:
     """Final state types of the recorded runs of a flow."""

@@ -42,3 +42,29 @@ def test_warehouse_from_environment_is_made_absolute(monkeypatch, tmp_path: Path
 def test_unsupported_catalog_uri_is_a_config_error(uri):
     with pytest.raises(ConfigError, match="LAKEMV_CATALOG_URI"):
         LakeSettings(catalog_uri=uri).catalog_url
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("/a", ("/a",)),
+        ("/a,/b", ("/a", "/b")),
+        (" /a , /b ,", ("/a", "/b")),
+        ('["/a", "/b"]', ("/a", "/b")),
+    ],
+)
+def test_a_list_of_folders_is_what_a_user_types(monkeypatch, typed, expected):
+    monkeypatch.setenv("LAKEMV_SOURCES_DIRS", typed)
+    assert LakeSettings().sources_dirs == tuple(Path(p) for p in expected)
+
+
+def test_a_setting_that_does_not_validate_names_the_variable_and_the_value(monkeypatch):
+    from flows.lake import lake_settings
+
+    monkeypatch.setenv("LAKEMV_SHUFFLE_PARTITIONS", "many")
+    with pytest.raises(ConfigError, match=r"LAKEMV_SHUFFLE_PARTITIONS: .*integer.*'many'"):
+        lake_settings()
+    monkeypatch.setenv("LAKEMV_SHUFFLE_PARTITIONS", "2")
+    monkeypatch.setenv("LAKEMV_SOURCES_DIRS", '["/a", ')
+    with pytest.raises(ConfigError, match="LAKEMV_SOURCES_DIRS: .*JSON list"):
+        lake_settings()

@@ -1,0 +1,234 @@
+"""The process's lifecycle: how lakemv stops on SIGINT / SIGTERM, and what it takes down with it.
+
+A terminal's Ctrl-C and a supervisor's stop (systemd, Kubernetes, `docker stop`, a Prefect
+cancellation) signal the whole process group. lakemv's helper processes, the Spark JVM and a
+temporary Prefect API, run in sessions of their own, so the signal reaches the Python driver alone,
+which then stops in order:
+
+1. the first signal sets `STOP`, raises `Interrupted` in the main thread (a KeyboardInterrupt, so
+   Prefect records the run as crashed and every `finally` runs) and calls the `on_stop` callbacks in
+   a helper thread (they cancel running Spark jobs: a batch cut short is replayed on the next run);
+2. the children are stopped: the JVM by closing its stdin (Spark's gateway exits on EOF), the API by
+   SIGTERM, each killed if it has not exited within a few seconds;
+3. a second signal, or `grace` seconds without an exit, kills every child and exits at once.
+
+Everything a batch writes is idempotent under SIGKILL at any step (the crash harness proves it), so
+cutting work short never costs correctness, only the work redone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+STOP = threading.Event()
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_children: dict[str, subprocess.Popen] = {}
+_on_stop: list[Callable[[], None]] = []
+_lock = threading.Lock()
+_grace = 8.0
+_installed = False
+_last_signal = signal.SIGINT
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop was requested (SIGINT or SIGTERM); work in progress is abandoned, to be replayed."""
+
+    def __init__(self, signal_name: str = "signal"):
+        self.signal_name = signal_name
+        super().__init__(f"stopped by {signal_name}")
+
+
+class Stopped(RuntimeError):
+    """A stop was requested: raised by `check` outside the main thread (e.g. in a Spark callback)."""
+
+
+def stopping() -> bool:
+    """Whether a stop was requested."""
+    return STOP.is_set()
+
+
+def check() -> None:
+    """Raise if a stop was requested (at loops and step boundaries): `Interrupted` in the main
+    thread, `Stopped` elsewhere (a callback thread must return an error, not die)."""
+    if STOP.is_set():
+        if threading.current_thread() is threading.main_thread():
+            raise Interrupted()
+        raise Stopped("stop requested: the unit in progress is abandoned and replayed on the next run")
+
+
+def adopt(name: str, process: subprocess.Popen) -> None:
+    """Stop `process` with this one (on exit, on a signal's deadline)."""
+    with _lock:
+        _children[name] = process
+
+
+def release(name: str) -> subprocess.Popen | None:
+    """Forget a child (it was stopped by its owner)."""
+    with _lock:
+        return _children.pop(name, None)
+
+
+def child(name: str) -> subprocess.Popen | None:
+    with _lock:
+        return _children.get(name)
+
+
+def on_stop(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call `callback` (in a helper thread) when a stop is requested; returns a function that unregisters it."""
+    with _lock:
+        _on_stop.append(callback)
+
+    def remove() -> None:
+        with _lock:
+            if callback in _on_stop:
+                _on_stop.remove(callback)
+
+    return remove
+
+
+def kill_children() -> None:
+    """SIGKILL every child at once (a second signal, or the grace period ran out)."""
+    with _lock:
+        children = list(_children.values())
+    for process in children:
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                try:
+                    process.kill()
+                except ProcessLookupError:
+                    pass
+
+
+def stop_children(timeout: float = 5.0) -> None:
+    """Stop every child in order, newest first: ask (stdin EOF or SIGTERM), wait, then kill."""
+    with _lock:
+        named = list(_children.items())[::-1]
+        _children.clear()
+    for _, process in named:
+        if process.poll() is not None:
+            continue
+        try:
+            if process.stdin is not None:
+                process.stdin.close()  # the Spark gateway exits when its stdin closes
+            else:
+                process.terminate()
+        except OSError:
+            pass
+    deadline = time.monotonic() + timeout
+    for _, process in named:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                process.kill()
+            process.wait(timeout=5)
+
+
+def _run_callbacks() -> None:
+    with _lock:
+        callbacks = list(_on_stop)
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - a stop callback must not keep others from running
+            pass
+
+
+def _deadline(grace: float) -> None:
+    time.sleep(grace)
+    _say(f"did not stop within {grace:.0f}s: killing what is left")
+    hard_exit()
+
+
+def hard_exit(code: int | None = None) -> None:
+    """Kill every child and leave now, without interpreter teardown (threads may be stuck in calls)."""
+    code = 128 + int(_last_signal) if code is None else code
+    kill_children()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _say(message: str) -> None:
+    try:
+        sys.stderr.write(f"{message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _handle(number: int, frame) -> None:  # noqa: ANN001, ARG001 - signal handler signature
+    global _last_signal
+    name = signal.Signals(number).name
+    if STOP.is_set():  # the second signal: at once
+        _say(f"{name} again: exiting now")
+        hard_exit()
+    _last_signal = signal.Signals(number)
+    STOP.set()
+    _say(f"stopping ({name}); the work in progress is replayed on the next run. {name} again exits at once")
+    threading.Thread(target=_run_callbacks, name="lakemv-stop", daemon=True).start()
+    threading.Thread(target=_deadline, args=(_grace,), name="lakemv-stop-deadline", daemon=True).start()
+    raise Interrupted(name)
+
+
+def install(grace: float = 8.0) -> bool:
+    """Handle SIGINT and SIGTERM as described above (main thread only; idempotent, re-asserts after
+    a library replaced the handlers, e.g. PySpark's SIGINT handler when a SparkContext starts)."""
+    global _grace, _installed
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    _grace = grace
+    for number in SIGNALS:
+        signal.signal(number, _handle)
+    if not _installed:
+        atexit.register(stop_children)
+        _installed = True
+    return True
+
+
+def reassert() -> None:
+    """Put the handlers back if `install` was called (a library may have replaced them since)."""
+    if _installed:
+        install(_grace)
+
+
+def last_signal() -> int:
+    """The number of the signal that asked to stop (SIGINT when a KeyboardInterrupt came otherwise)."""
+    return int(_last_signal)
+
+
+def signal_name() -> str:
+    return _last_signal.name
+
+
+def finish(code: int) -> None:
+    """Leave the process: children stopped first; after a stop request without waiting for threads
+    that may be blocked in calls to the JVM that is gone."""
+    if STOP.is_set() or code >= 128:
+        code = 128 + int(_last_signal) if STOP.is_set() else code
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - threads of a stopping JVM client print tracebacks
+        stop_children()
+        hard_exit(code)
+    stop_children()
+    sys.exit(code)
+
+
+def reset() -> None:
+    """Forget a stop request (tests run several commands in one process)."""
+    STOP.clear()

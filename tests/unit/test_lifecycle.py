@@ -1,0 +1,96 @@
+"""The stop logic of `spark.lifecycle`, in a plain Python child process (no JVM, no server).
+
+The child adopts a `sleep` child of its own (standing in for the JVM) and is then signalled the way
+a terminal does; the tests check how fast it leaves and that the stand-in is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from catalog.settings import PROJECT_ROOT
+
+SCRIPT = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    from spark import lifecycle
+
+    lifecycle.install(grace=float(sys.argv[1]))
+    helper = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    lifecycle.adopt("helper", helper)
+    mode = sys.argv[2]
+    try:
+        print(helper.pid, flush=True)
+        while True:
+            time.sleep(0.05)
+            lifecycle.check()
+    except lifecycle.Interrupted:
+        print("interrupted", flush=True)
+        if mode == "slow-cleanup":  # a cleanup that hangs: only a second signal or the grace period end it
+            time.sleep(120)
+    lifecycle.finish(0)
+    """
+)
+
+
+def run(tmp_path: Path, grace: float, mode: str) -> tuple[subprocess.Popen, int]:
+    script = tmp_path / "child.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(grace), mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )
+    helper = int(process.stdout.readline())
+    return process, helper
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State:"))
+    except (OSError, StopIteration):
+        return False
+    return "zombie" not in state
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_group_interrupts_the_main_thread_and_stops_the_children(tmp_path, number):
+    process, helper = run(tmp_path, grace=30, mode="cooperative")
+    os.killpg(process.pid, number)
+    out, err = process.communicate(timeout=10)
+    assert "interrupted" in out
+    assert process.returncode == 128 + number
+    assert f"stopping ({number.name})" in err and "Traceback" not in err
+    assert not alive(helper), "the adopted child outlived its parent"
+
+
+def test_a_second_signal_exits_at_once_and_kills_the_children(tmp_path):
+    process, helper = run(tmp_path, grace=60, mode="slow-cleanup")
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.stdout.readline().strip() == "interrupted"
+    started = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)
+    process.wait(timeout=5)
+    assert time.monotonic() - started < 2
+    assert process.returncode == 130
+    assert "SIGINT again: exiting now" in process.stderr.read()
+    assert not alive(helper)
+
+
+def test_the_grace_period_ends_a_stop_that_hangs(tmp_path):
+    process, helper = run(tmp_path, grace=1, mode="slow-cleanup")
+    started = time.monotonic()
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=10)
+    assert 0.9 < time.monotonic() - started < 5
+    assert process.returncode == 143
+    assert "did not stop within 1s" in process.stderr.read()
+    assert not alive(helper)
