@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from enum import Enum
@@ -251,6 +252,9 @@ def serve(
     _check_landing(ctx, landing, once=False)
     settings = ctx.obj.settings
     ctx.obj.checked_plans()  # a refused view fails here, before anything starts
+    from spark.session import stop_spark
+
+    stop_spark()  # if the check started a JVM: serve itself runs no Spark (flow runs have their own)
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "INFO"  # flow runs log to this terminal
     with ExitStack() as stack:
         with console.status("starting the Prefect server..."):
@@ -263,7 +267,18 @@ def serve(
         schedules = Schedules(maintain_every, continuous, trigger_seconds, compact_every, verify_every)
         console.print(f"Prefect API: {api}")
         with temporary_settings(updates={PREFECT_API_URL: api}):
-            serve_deployments(*deployments(landing.resolve(), settings.warehouse, schedules), print_starting_message=True)
+            # Prefect's runner takes SIGTERM for itself when it runs in the main thread; in a worker
+            # thread it leaves the signals to lakemv, which stops the server and every flow run.
+            running = threading.Thread(
+                target=serve_deployments,
+                args=deployments(landing.resolve(), settings.warehouse, schedules),
+                kwargs={"print_starting_message": True},
+                name="prefect-serve",
+                daemon=True,
+            )
+            running.start()
+            while running.is_alive():
+                running.join(0.5)
 
 
 @app.command()
@@ -343,7 +358,7 @@ def main() -> None:
 
     SIGINT and SIGTERM stop the command and everything it started (see `spark.lifecycle`)."""
     _prefect_for_the_terminal()
-    lifecycle.install()
+    lifecycle.install(subreaper=True)
     code = 0
     try:
         result = app(standalone_mode=False)

@@ -19,6 +19,8 @@ cutting work short never costs correctness, only the work redone.
 from __future__ import annotations
 
 import atexit
+import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -94,6 +96,51 @@ def on_stop(callback: Callable[[], None]) -> Callable[[], None]:
     return remove
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def descendants() -> list[int]:
+    """Pids of every live process below this one (children of children, ... from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for pid in parents.get(todo.pop(), []):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+def _signal_all(pids: list[int], number: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def reap_descendants(timeout: float = 3.0) -> None:
+    """Stop every process still below this one (e.g. a flow-run process `serve` started and its JVM):
+    SIGTERM, then SIGKILL what is left after `timeout`."""
+    pids = descendants()
+    if not pids:
+        return
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while (pids := descendants()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _signal_all(pids, signal.SIGKILL)
+
+
 def kill_children() -> None:
     """SIGKILL every child at once (a second signal, or the grace period ran out)."""
     with _lock:
@@ -156,6 +203,7 @@ def hard_exit(code: int | None = None) -> None:
     """Kill every child and leave now, without interpreter teardown (threads may be stuck in calls)."""
     code = 128 + int(_last_signal) if code is None else code
     kill_children()
+    _signal_all(descendants(), signal.SIGKILL)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -179,19 +227,30 @@ def _handle(number: int, frame) -> None:  # noqa: ANN001, ARG001 - signal handle
         hard_exit()
     _last_signal = signal.Signals(number)
     STOP.set()
+    # Libraries log what the stop aborts (py4j: "KeyboardInterrupt while sending command", with its
+    # trace): noise now. The run's final state is still recorded through the API, not through logs.
+    logging.disable(logging.CRITICAL)
     _say(f"stopping ({name}); the work in progress is replayed on the next run. {name} again exits at once")
     threading.Thread(target=_run_callbacks, name="lakemv-stop", daemon=True).start()
     threading.Thread(target=_deadline, args=(_grace,), name="lakemv-stop-deadline", daemon=True).start()
     raise Interrupted(name)
 
 
-def install(grace: float = 8.0) -> bool:
+def install(grace: float = 8.0, subreaper: bool = False) -> bool:
     """Handle SIGINT and SIGTERM as described above (main thread only; idempotent, re-asserts after
-    a library replaced the handlers, e.g. PySpark's SIGINT handler when a SparkContext starts)."""
+    a library replaced the handlers, e.g. PySpark's SIGINT handler when a SparkContext starts).
+
+    With `subreaper`, processes orphaned below this one (a grandchild whose parent died) are
+    re-parented to it, so that `finish` finds and stops them too."""
     global _grace, _installed
     if threading.current_thread() is not threading.main_thread():
         return False
     _grace = grace
+    if subreaper:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+        except (OSError, AttributeError):
+            pass
     for number in SIGNALS:
         signal.signal(number, _handle)
     if not _installed:
@@ -224,8 +283,10 @@ def finish(code: int) -> None:
         sys.stderr.flush()
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - threads of a stopping JVM client print tracebacks
         stop_children()
+        reap_descendants()
         hard_exit(code)
     stop_children()
+    reap_descendants()
     sys.exit(code)
 
 

@@ -137,6 +137,30 @@ def _session(settings: LakeSettings) -> SparkSession:
     return spark
 
 
+def stop_spark() -> None:
+    """Stop the session and its JVM, if one runs; a later `get_spark` starts afresh."""
+    global _warming
+    if _warming is not None:
+        _warming.join()
+        _warming = None
+    active = SparkSession.getActiveSession() or SparkSession._instantiatedSession
+    if active is not None:
+        active.stop()
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            SparkContext._gateway.shutdown()
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+    process = lifecycle.release("spark")
+    if process is not None:
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def use_catalog(spark: SparkSession, settings: LakeSettings) -> None:
     """(Re)define the Iceberg catalog `settings.catalog_name` on a running session."""
     bootstrap(settings)
