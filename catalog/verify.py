@@ -153,13 +153,13 @@ def consistent_cut(
     batch ahead of the view. The cut is the view's last content change: its current snapshot, with
     each mirror as of that moment. A view a backfill published and maintain
     has not caught up yet agrees with the mirror snapshots the backfill read; a paused view (a
-    backfill running) is not verified: the reason is returned instead.
+    backfill running) or one not built yet is not verified: the reason is returned instead.
     """
     catalog = pyiceberg_catalog(settings)
     try:
         table = catalog.load_table((VIEW_NAMESPACE, view))
-    except NoSuchTableError:
-        return None, None  # verify_view says there is no table yet
+    except NoSuchTableError:  # e.g. a scheduled verify that runs before the first maintain built it
+        return "it has no table yet: the next ingest (maintain) builds it"
     state = ViewState.parse(table.properties.get(STATE))
     if state.state == "paused":
         return f"paused by {state.by}: verify it after the backfill publishes"

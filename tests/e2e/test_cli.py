@@ -140,3 +140,8 @@ def test_list_settings_take_a_path_or_comma_separated_paths(tmp_path):
 def test_bad_setting_is_a_clear_error(tmp_path):
     done = lakemv("query", "select 1", env={"LAKEMV_CATALOG_URI": "mysql://u@h/db", "LAKEMV_WAREHOUSE": str(tmp_path)}, check=False)
     assert done.returncode == 1 and done.stderr.startswith("error: LAKEMV_CATALOG_URI: catalog URI scheme 'mysql'")
+
+
+def test_verify_before_the_first_ingest_is_a_skip_not_a_failure(tmp_path):
+    done = lakemv("--warehouse", str(tmp_path / "wh"), "verify", "user_profile")
+    assert "user_profile: not verified: it has no table yet" in " ".join(done.stdout.split()), done.stdout
