@@ -44,16 +44,13 @@ def _run_flow(ctx: typer.Context, flow, *, spark: bool = False, **parameters) ->
     """
     from flows.server import PrefectApi
 
-    api = PrefectApi.configured() or PrefectApi.temporary()
-    try:
-        if spark:
-            ctx.obj.warm_up()
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+    api = PrefectApi.configured() or PrefectApi.temporary()  # a child: stopped when lakemv exits
+    if spark:
+        ctx.obj.warm_up()
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-        with temporary_settings(updates={PREFECT_API_URL: api.ready()}), terminal(console):
-            return flow(warehouse=str(ctx.obj.settings.warehouse), **parameters)
-    finally:
-        api.stop()
+    with temporary_settings(updates={PREFECT_API_URL: api.ready()}), terminal(console):
+        return flow(warehouse=str(ctx.obj.settings.warehouse), **parameters)
 
 
 @app.callback()
@@ -91,10 +88,9 @@ def generate(
 
 def _check_landing(ctx: typer.Context, landing: Path, once: bool) -> None:
     """A landing folder that cannot be what the user meant is a usage error, before anything starts."""
-    if not landing.exists():
-        raise ConfigError("landing directory does not exist", str(landing))
-    if not landing.is_dir():
-        raise ConfigError("the landing path is a file, not a directory of <table>/ folders", str(landing))
+    from spark.changeset import check_landing
+
+    check_landing(landing)
     if once and not any(landing.glob("*/*")):
         tables = ", ".join(ctx.obj.sources)
         raise ConfigError(
@@ -364,6 +360,9 @@ def main() -> None:
         result = app(standalone_mode=False)
         code = result if isinstance(result, int) else 0
     except (KeyboardInterrupt, typer.Abort):  # click turns a KeyboardInterrupt into Abort
+        code = 128 + lifecycle.last_signal()
+        if not lifecycle.stopping():  # not a signal (e.g. end of input at a prompt); a stop says so below
+            err_console.print("interrupted")
         if os.environ.get("LAKEMV_DEBUG"):
             import traceback
 

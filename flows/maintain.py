@@ -6,10 +6,10 @@ from pathlib import Path
 
 from prefect import flow
 
-from catalog.errors import ConfigError
 from flows.lake import Lake
 from flows.progress import report
 from spark import lifecycle
+from spark.changeset import check_landing
 
 
 def _batch_line(batch) -> None:  # noqa: ANN001 - spark.batch.BatchResult
@@ -36,8 +36,7 @@ def maintain(
     lifecycle.install()  # in a deployment's flow-run process too: SIGINT/SIGTERM stop it and its JVM
     lake = Lake.at(warehouse)
     folder = Path(landing)
-    if not folder.is_dir():
-        raise ConfigError("landing directory does not exist", str(folder))
+    check_landing(folder)
     sources = lake.sources
     with report.status("starting Spark..."):
         spark = lake.spark()

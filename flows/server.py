@@ -12,10 +12,8 @@ Both die with lakemv whatever kills it (Linux parent-death signal), and are stop
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,8 +25,6 @@ from pathlib import Path
 
 from catalog.errors import ConfigError
 from spark import lifecycle
-
-PR_SET_PDEATHSIG = 1
 
 
 def free_port() -> int:
@@ -47,21 +43,14 @@ def healthy(api: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the parent dies (even by SIGKILL)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
 class PrefectApi:
     """A Prefect API URL, and the local process serving it when lakemv started one."""
 
-    def __init__(self, url: str, process: subprocess.Popen | None = None, log: Path | None = None):
+    def __init__(self, url: str, process: subprocess.Popen | None = None, log: Path | None = None, name: str | None = None):
         self.url = url
         self.process = process
         self.log = log
+        self.name = name  # the child's name in spark.lifecycle
         self._ready = process is None
 
     @classmethod
@@ -81,10 +70,10 @@ class PrefectApi:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - must run in the child before exec
+                preexec_fn=lifecycle.die_with_parent,  # noqa: PLW1509 - must run in the child before exec
             )
         lifecycle.adopt(name, process)
-        return cls(f"http://127.0.0.1:{port}/api", process, log)
+        return cls(f"http://127.0.0.1:{port}/api", process, log, name)
 
     @classmethod
     def temporary(cls, home: Path | None = None) -> PrefectApi:
@@ -126,18 +115,9 @@ class PrefectApi:
 
     def stop(self) -> None:
         """Stop the process lakemv started (nothing for a configured API)."""
-        if self.process is None:
+        if self.name is None:
             return
-        name = next((n for n in ("prefect-api", "prefect-server") if lifecycle.child(n) is self.process), None)
-        if name:
-            lifecycle.release(name)
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        lifecycle.stop_child(self.name)
         os.environ.pop("PREFECT_API_URL", None)
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
 from catalog.declarations import SourceTable
-from catalog.errors import EnvelopeError
+from catalog.errors import ConfigError, EnvelopeError
 from catalog.tables import mirror_arrow_schema
 from spark.envelope import Change, Skip, parse_envelope
 
@@ -52,6 +52,14 @@ def local_path(file_path: str) -> str:
     """A landing file's path on disk, from a `file:` URI (as Spark reports it) or a plain path."""
     path = urlparse(file_path).path if "://" in file_path or file_path.startswith("file:") else file_path
     return unquote(path)
+
+
+def check_landing(landing: Path) -> None:
+    """A landing path that is missing, or a file, is a usage error (ConfigError) before anything starts."""
+    if not landing.exists():
+        raise ConfigError("landing directory does not exist", str(landing))
+    if not landing.is_dir():
+        raise ConfigError("the landing path is a file, not a directory of <table>/ folders", str(landing))
 
 
 def table_of(file_path: str) -> str:

@@ -19,11 +19,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from catalog.declarations import SourceTable
-from catalog.errors import ConfigError
 from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from spark.batch import BatchProcessor, BatchResult
-from spark.changeset import local_path
+from spark.changeset import check_landing, local_path
 from spark import lifecycle
 from spark.journal import BatchRef, Journal
 from spark.maintain import ViewResult
@@ -102,8 +101,7 @@ def run_ingest(
     on_build: Callable[[ViewResult], None] | None = None,
 ) -> IngestResult:
     """Ingest landing files and maintain `views`; with `once`, everything present now, then return."""
-    if not landing.is_dir():
-        raise ConfigError("landing directory does not exist", str(landing))
+    check_landing(landing)
     checkpoint = checkpoint_dir(settings, landing)
     processor = BatchProcessor(
         spark,

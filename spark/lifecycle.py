@@ -37,6 +37,7 @@ _on_stop: list[Callable[[], None]] = []
 _lock = threading.Lock()
 _grace = 8.0
 _installed = False
+_subreaper = False
 _last_signal = signal.SIGINT
 
 
@@ -78,15 +79,11 @@ def release(name: str) -> subprocess.Popen | None:
         return _children.pop(name, None)
 
 
-def child(name: str) -> subprocess.Popen | None:
-    with _lock:
-        return _children.get(name)
-
-
 def on_stop(callback: Callable[[], None]) -> Callable[[], None]:
     """Call `callback` (in a helper thread) when a stop is requested; returns a function that unregisters it."""
     with _lock:
-        _on_stop.append(callback)
+        if callback not in _on_stop:
+            _on_stop.append(callback)
 
     def remove() -> None:
         with _lock:
@@ -96,7 +93,21 @@ def on_stop(callback: Callable[[], None]) -> Callable[[], None]:
     return remove
 
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> None:
+    """Linux prctl(2); a no-op where it is not available."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)
+    except (OSError, AttributeError):
+        pass
+
+
+def die_with_parent() -> None:
+    """For a child, before exec (Popen's preexec_fn): SIGKILL when its parent dies, even by SIGKILL."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def descendants() -> list[int]:
@@ -141,46 +152,66 @@ def reap_descendants(timeout: float = 3.0) -> None:
     _signal_all(pids, signal.SIGKILL)
 
 
+def _kill(process: subprocess.Popen) -> None:
+    """SIGKILL a child and its process group (children run in sessions of their own)."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            process.kill()
+        except ProcessLookupError:
+            pass
+
+
+def _ask_to_stop(process: subprocess.Popen) -> None:
+    """The polite stop: EOF on its stdin (Spark's gateway exits on it), else SIGTERM."""
+    if process.poll() is not None:
+        return
+    try:
+        if process.stdin is not None:
+            process.stdin.close()
+        else:
+            process.terminate()
+    except OSError:
+        pass
+
+
+def _wait_or_kill(process: subprocess.Popen, timeout: float) -> None:
+    try:
+        process.wait(timeout=max(0.1, timeout))
+    except subprocess.TimeoutExpired:
+        _kill(process)
+        process.wait(timeout=5)
+
+
 def kill_children() -> None:
     """SIGKILL every child at once (a second signal, or the grace period ran out)."""
     with _lock:
         children = list(_children.values())
     for process in children:
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                try:
-                    process.kill()
-                except ProcessLookupError:
-                    pass
+        _kill(process)
+
+
+def stop_child(name: str, timeout: float = 10.0) -> None:
+    """Stop one child (asked, then killed after `timeout`) and forget it."""
+    process = release(name)
+    if process is not None:
+        _ask_to_stop(process)
+        _wait_or_kill(process, timeout)
 
 
 def stop_children(timeout: float = 5.0) -> None:
-    """Stop every child in order, newest first: ask (stdin EOF or SIGTERM), wait, then kill."""
+    """Stop every child, newest first: ask each (stdin EOF or SIGTERM), wait, then kill."""
     with _lock:
-        named = list(_children.items())[::-1]
+        children = list(_children.values())[::-1]
         _children.clear()
-    for _, process in named:
-        if process.poll() is not None:
-            continue
-        try:
-            if process.stdin is not None:
-                process.stdin.close()  # the Spark gateway exits when its stdin closes
-            else:
-                process.terminate()
-        except OSError:
-            pass
+    for process in children:
+        _ask_to_stop(process)
     deadline = time.monotonic() + timeout
-    for _, process in named:
-        try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                process.kill()
-            process.wait(timeout=5)
+    for process in children:
+        _wait_or_kill(process, deadline - time.monotonic())
 
 
 def _run_callbacks() -> None:
@@ -242,21 +273,25 @@ def install(grace: float = 8.0, subreaper: bool = False) -> bool:
 
     With `subreaper`, processes orphaned below this one (a grandchild whose parent died) are
     re-parented to it, so that `finish` finds and stops them too."""
-    global _grace, _installed
+    global _grace, _installed, _subreaper
     if threading.current_thread() is not threading.main_thread():
         return False
     _grace = grace
     if subreaper:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
-        except (OSError, AttributeError):
-            pass
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        _subreaper = True
     for number in SIGNALS:
         signal.signal(number, _handle)
     if not _installed:
-        atexit.register(stop_children)
+        atexit.register(_at_exit)  # registered first, so it runs last: after libraries' own exit work
         _installed = True
     return True
+
+
+def _at_exit() -> None:
+    stop_children()
+    if _subreaper:
+        reap_descendants()
 
 
 def reassert() -> None:
@@ -275,8 +310,9 @@ def signal_name() -> str:
 
 
 def finish(code: int) -> None:
-    """Leave the process: children stopped first; after a stop request without waiting for threads
-    that may be blocked in calls to the JVM that is gone."""
+    """Leave the process. Normally through the interpreter's exit, whose handlers stop Spark in order
+    and then the children (last, so Prefect still flushes its logs to its API); after a stop request
+    at once, without waiting for threads that may be blocked in calls to the JVM that is gone."""
     if STOP.is_set() or code >= 128:
         code = 128 + int(_last_signal) if STOP.is_set() else code
         sys.stdout.flush()
@@ -285,11 +321,4 @@ def finish(code: int) -> None:
         stop_children()
         reap_descendants()
         hard_exit(code)
-    stop_children()
-    reap_descendants()
     sys.exit(code)
-
-
-def reset() -> None:
-    """Forget a stop request (tests run several commands in one process)."""
-    STOP.clear()

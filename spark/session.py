@@ -8,6 +8,7 @@ start-up banner, so a command's own output (and its one `error:` line) is all a 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import subprocess
@@ -85,6 +86,15 @@ def _launch_jvm(conf: SparkConf) -> None:
     threading.Thread(target=_forward_stderr, args=(process.stderr,), name="spark-stderr", daemon=True).start()
     lifecycle.adopt("spark", process)
     lifecycle.on_stop(_cancel_jobs)
+    atexit.register(_stop_session_at_exit)  # runs before lifecycle's exit handler closes the JVM
+
+
+def _stop_session_at_exit() -> None:
+    """An orderly stop (PySpark's own threads then see no broken pipe) unless a stop request
+    abandoned the JVM: calls into it from a stopping process may block."""
+    session = SparkSession._instantiatedSession
+    if session is not None and not lifecycle.stopping():
+        session.stop()
 
 
 def _cancel_jobs() -> None:
@@ -151,14 +161,7 @@ def stop_spark() -> None:
             SparkContext._gateway.shutdown()
             SparkContext._gateway = None
             SparkContext._jvm = None
-    process = lifecycle.release("spark")
-    if process is not None:
-        if process.stdin is not None:
-            process.stdin.close()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    lifecycle.stop_child("spark")
 
 
 def use_catalog(spark: SparkSession, settings: LakeSettings) -> None:
