@@ -1,4 +1,8 @@
-"""The unit tier is fast by construction: no JVM and no Prefect server may start in it."""
+"""The unit tier is fast by construction: no JVM and no Prefect server may start in it.
+
+Checked around the `tests/unit` package (in a whole-suite run other tiers start both, legitimately,
+before or after it): what did not run when the tier began must not run when it ends.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,18 @@ import sys
 import pytest
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_jvm_no_server():
-    yield
+def _jvm_running() -> bool:
     context = sys.modules.get("pyspark.core.context")
-    assert context is None or context.SparkContext._gateway is None, "a unit test started a JVM"
-    assert "prefect.testing.utilities" not in sys.modules, "a unit test started a Prefect test server"
+    return context is not None and context.SparkContext._gateway is not None
+
+
+def _prefect_test_server_loaded() -> bool:
+    return "prefect.testing.utilities" in sys.modules
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _no_jvm_no_server():
+    jvm, server = _jvm_running(), _prefect_test_server_loaded()
+    yield
+    assert jvm or not _jvm_running(), "a unit test started a JVM"
+    assert server or not _prefect_test_server_loaded(), "a unit test started a Prefect test server"
