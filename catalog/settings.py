@@ -8,8 +8,6 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from catalog.errors import ConfigError
 
@@ -50,6 +48,10 @@ class LakeSettings(BaseSettings):
         default=4 << 20, ge=1024, description="A longer landing line is a dead letter, not parsed."
     )
     jars_dir: Path = PROJECT_ROOT / "jvm" / "lib"
+    jvm_class_archive: bool = Field(
+        default=True, description="Start Spark's JVM from the class archive `make setup` builds (spark.class_archive)."
+    )
+    jvm_options: str = Field(default="", description="Extra Java options for Spark's driver JVM.")
     spark_master: str = "local[*]"
     driver_memory: str = "4g"
     shuffle_partitions: int = Field(default=4, ge=1)
@@ -86,6 +88,9 @@ class LakeSettings(BaseSettings):
     @property
     def catalog_url(self) -> str:
         """SQLAlchemy URL of the catalog database (the one pyiceberg uses)."""
+        from sqlalchemy.engine import make_url  # imported here: commands that touch no catalog start faster
+        from sqlalchemy.exc import ArgumentError
+
         url = self.catalog_uri or f"sqlite:///{self.warehouse / 'catalog.db'}"
         try:
             parsed = make_url(url)

@@ -4,6 +4,7 @@ User mistakes end as one red line."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import sys
@@ -36,17 +37,20 @@ class Format(str, Enum):
     csv = "csv"
 
 
-def _run_flow(ctx: typer.Context, flow, *, spark: bool = False, **parameters) -> dict:  # noqa: ANN001 - a Prefect flow
-    """Run a flow in this process (a Prefect flow run), showing its progress on the console.
+def _run_flow(ctx: typer.Context, flow: str, *, spark: bool = False, **parameters) -> dict:
+    """Run the flow `module:function` in this process (a Prefect flow run), showing its progress.
 
-    The API it records the run in (PREFECT_API_URL, or a temporary one started here) and, for flows
-    that use Spark, the JVM boot side by side: start-up costs the slower of the two, not their sum.
+    The API it records the run in (PREFECT_API_URL, or a temporary one started here), the JVM for
+    flows that use Spark, and the import of Prefect and the flow all proceed side by side: start-up
+    costs the slowest of them, not their sum. So the flow module is imported only once both started.
     """
     from flows.server import PrefectApi
 
     api = PrefectApi.configured() or PrefectApi.temporary()  # a child: stopped when lakemv exits
     if spark:
         ctx.obj.warm_up()
+    module, name = flow.split(":")
+    flow = getattr(importlib.import_module(module), name)
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings(updates={PREFECT_API_URL: api.ready()}), terminal(console):
@@ -109,12 +113,10 @@ def ingest(
     max_files_per_trigger: Annotated[int | None, typer.Option(min=1, help="Backpressure: files per batch.")] = None,
 ) -> None:
     """Stream landing files into the mirror tables and maintain the views (the `maintain` flow)."""
-    from flows.maintain import maintain
-
     _check_landing(ctx, landing, once)
     _run_flow(
         ctx,
-        maintain,
+        "flows.maintain:maintain",
         spark=True,
         landing=str(landing.resolve()),
         once=once,
@@ -184,10 +186,8 @@ def backfill(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and the estimated row count only.")] = False,
 ) -> None:
     """Rebuild a view by write-audit-publish on an Iceberg branch; safe while ingest runs."""
-    from flows.backfill import backfill as backfill_flow
-
     ctx.obj.plan(view)  # an unknown view is a usage error, before Prefect starts
-    _run_flow(ctx, backfill_flow, spark=True, view=view, dry_run=dry_run)
+    _run_flow(ctx, "flows.backfill:backfill", spark=True, view=view, dry_run=dry_run)
 
 
 @app.command()
@@ -197,10 +197,8 @@ def verify(
     sample: Annotated[int, typer.Option(min=0, help="Differing keys to show per kind.")] = 5,
 ) -> None:
     """Recompute a view with DuckDB from the mirrors and diff it with the view table; exit 1 on any difference."""
-    from flows.verify import verify as verify_flow
-
     ctx.obj.plan(view)  # an unknown view is a usage error, before Prefect starts
-    _run_flow(ctx, verify_flow, view=view, sample=sample)
+    _run_flow(ctx, "flows.verify:verify", view=view, sample=sample)
 
 
 @app.command()
@@ -216,11 +214,9 @@ def compact(
     ] = 168.0,
 ) -> None:
     """Compact files in the lookup-aware layout, expire snapshots, remove orphans, purge old tombstones."""
-    from flows.compact import compact as compact_flow
-
     _run_flow(
         ctx,
-        compact_flow,
+        "flows.compact:compact",
         spark=True,
         tables=tables or None,
         retention_hours=retention_hours,
