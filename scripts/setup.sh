@@ -2,7 +2,8 @@
 # Idempotent setup of everything lakemv needs on a fresh Debian machine:
 #   1. Debian packages (Java 17, Maven, PostgreSQL for the catalog tests) when missing;
 #   2. the virtualenv .venv with the pinned Python packages (pyproject.toml + constraints.txt);
-#   3. the JVM jars declared in jvm/pom.xml, fetched by Maven into jvm/lib.
+#   3. the JVM jars declared in jvm/pom.xml, fetched by Maven into jvm/lib;
+#   4. the class archive Spark's JVM starts from (jvm/cds, spark/class_archive.py).
 # Re-running it does nothing unless one of those inputs changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,4 +45,7 @@ if [ "$(cat .setup/jars 2>/dev/null)" != "$want" ] || ! compgen -G "jvm/lib/iceb
   (cd jvm && mvn -q -B dependency:copy-dependencies -DoutputDirectory=lib -DexcludeTransitive=true)
   echo "$want" > .setup/jars
 fi
+# ---- 4. Class archive ---------------------------------------------------------------------------
+# Built for the current java, PySpark and jars (a no-op when it exists); halves Spark's start-up.
+.venv/bin/python -m spark.class_archive --quiet-if-present
 say "ready"

@@ -47,14 +47,17 @@ def _jars(settings: LakeSettings) -> str:
 
 def base_conf(settings: LakeSettings) -> dict[str, str]:
     """Session-wide conf: jars, extensions, quiet UTC JVM, small shuffles for one machine."""
+    from spark.class_archive import java_options
+
     java_opts = f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -Duser.timezone=UTC"
+    driver_opts = " ".join(o for o in (java_opts, java_options(settings), settings.jvm_options) if o)
     return {
         "spark.jars": _jars(settings),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"
         "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": java_opts,
+        "spark.driver.extraJavaOptions": driver_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.driver.memory": settings.driver_memory,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
