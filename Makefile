@@ -7,8 +7,10 @@ setup:
 demo: setup
 	.venv/bin/lakemv demo
 
+# Every tier, on TEST_WORKERS processes (pytest-xdist; each has its own JVM and Prefect test API).
+TEST_WORKERS ?= 2
 test: setup
-	.venv/bin/pytest --durations=10
+	.venv/bin/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=10
 
 # The fast tier: no JVM, no Prefect server.
 test-unit: setup

@@ -16,14 +16,31 @@ from catalog.tables import TableNames
 LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 
 
+# The JVMs of the `lakemv` processes the suite starts compile with C1 only: each lives seconds and
+# otherwise spends most of its CPU in the C2 compiler (an `ingest --once` of 1,000 events: 50
+# CPU-seconds, 28 with C1 only). The session's own JVM lives for the whole run and keeps C2 (with C1
+# only, the integration tier took twice as long). Users keep the default (LAKEMV_JVM_OPTIONS).
+os.environ.setdefault("LAKEMV_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests under tests/integration need Spark; tests under tests/e2e run real processes."""
+    """Tests under tests/integration need Spark; tests under tests/e2e run real processes.
+
+    Slow tests run first, longest first (`slow(seconds)`: about what one takes here), so that with
+    several workers (`make test`) no long test starts last while the other workers idle.
+    """
     for item in items:
         path = str(item.fspath)
         if f"{os.sep}integration{os.sep}" in path:
             item.add_marker(pytest.mark.spark)
         if f"{os.sep}e2e{os.sep}" in path:
             item.add_marker(pytest.mark.e2e)
+
+    def expected_seconds(item: pytest.Item) -> float:
+        slow = item.get_closest_marker("slow")
+        return float(slow.args[0]) if slow is not None and slow.args else 0.0
+
+    items.sort(key=expected_seconds, reverse=True)  # stable: the rest keeps pytest's order
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +75,8 @@ def small_settings(warehouse: Path, catalog_name: str = "lake") -> LakeSettings:
 def spark(tmp_path_factory: pytest.TempPathFactory):
     from spark.session import get_spark
 
-    session = get_spark(small_settings(tmp_path_factory.mktemp("session-warehouse")))
+    settings = small_settings(tmp_path_factory.mktemp("session-warehouse")).model_copy(update={"jvm_options": ""})
+    session = get_spark(settings)
     yield session
     session.stop()
 

@@ -8,6 +8,7 @@ from tests.e2e.cli import lakemv, model_rows, move_round, queried_rows
 from workload.github import GitHubWorkload, WorkloadConfig
 
 
+@pytest.mark.slow(100)
 def test_generate_ingest_in_rounds_query_equals_truth_in_any_time_zone(tmp_path, sources):
     staging, landing, warehouse = tmp_path / "staging", tmp_path / "landing", tmp_path / "wh"
     # A machine far from UTC: values must still be stored and printed as UTC instants.
@@ -25,6 +26,7 @@ def test_generate_ingest_in_rounds_query_equals_truth_in_any_time_zone(tmp_path,
         assert queried_rows(warehouse, source, env=env) == model_rows(truth.live_rows(name), source), name
 
 
+@pytest.mark.slow(60)
 def test_demo_runs_end_to_end_and_prints_rows(tmp_path):
     out = lakemv("--warehouse", str(tmp_path / "wh"), "demo", "--users", "100", "--rounds", "2").stdout
     for table in ("users", "repos", "pull_requests", "stars", "payment_info"):

@@ -14,6 +14,8 @@ import threading
 import time
 from datetime import timedelta
 
+import pytest
+
 from catalog.settings import LakeSettings
 from catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
 from spark.commits import Retries
@@ -27,6 +29,7 @@ from workload.github import WorkloadConfig, generate_files
 ROUNDS = 20
 
 
+@pytest.mark.slow(290)
 def test_compaction_and_ingest_commit_concurrently_without_losing_a_change(tmp_path, spark, sources):
     staging, landing, warehouse = tmp_path / "staging", tmp_path / "landing", tmp_path / "wh"
     workload, events, _ = generate_files(WorkloadConfig(users=200, seed=5, rounds=ROUNDS), sources, staging)

@@ -6,9 +6,12 @@ runs more inputs than the suite does.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e.crash_harness import POINTS, run_trial
 
 
+@pytest.mark.slow(530)
 def test_every_kill_point_recovers_to_the_crash_free_result(tmp_path, sources):
     trial = run_trial(tmp_path, seed=2, users=80, rounds=5, sources=sources)
     assert not trial.not_reached, f"crash points never reached (the schedule proves nothing there): {trial.not_reached}"

@@ -30,6 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import LAKEMV
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "handwritten"
@@ -102,6 +104,7 @@ def _sort_key(row: tuple[tuple[str, str, Any], ...]) -> str:
     return repr(row)
 
 
+@pytest.mark.slow(115)
 def test_handwritten_debezium_rounds_end_in_exact_live_rows(tmp_path: Path) -> None:
     landing = tmp_path / "landing"
     landing.mkdir()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from catalog.duck import connect_duckdb, metadata_location
 from catalog.settings import LakeSettings
 from catalog.tables import DEAD_LETTERS, OPS_NAMESPACE
@@ -38,6 +40,7 @@ def _dead_letters(warehouse: Path) -> list[dict]:
     return [dict(zip(("raw_chars", "source_table", "reason", "batch_id"), r, strict=True)) for r in rows]
 
 
+@pytest.mark.slow(80)
 def test_each_kind_of_bad_input_is_a_dead_letter_or_a_counted_skip_and_good_lines_land(tmp_path):
     landing, warehouse = tmp_path / "landing", tmp_path / "wh"
     (landing / "users").mkdir(parents=True)

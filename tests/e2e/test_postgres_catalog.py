@@ -48,6 +48,7 @@ def postgres() -> Iterator[str]:
         shutil.rmtree(data, ignore_errors=True)
 
 
+@pytest.mark.slow(65)
 def test_ingest_and_query_through_a_postgresql_catalog(postgres, tmp_path, sources):
     env = {"LAKEMV_CATALOG_URI": postgres}
     landing, warehouse = tmp_path / "landing", tmp_path / "wh"

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 
+import pytest
 from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.filters import (
     FlowFilter,
@@ -52,6 +53,7 @@ def _states(api: str) -> dict[str, list[str]]:
     return asyncio.run(read())
 
 
+@pytest.mark.slow(185)
 def test_serve_runs_the_deployments_on_schedule(tmp_path, sources):
     staging, landing, warehouse = tmp_path / "staging", tmp_path / "landing", tmp_path / "wh"
     generate_files(WorkloadConfig(users=60, seed=4, rounds=2), sources, staging)

@@ -89,6 +89,7 @@ def signal_group_and_check(process: subprocess.Popen, mark: str, number: signal.
     return took
 
 
+@pytest.mark.slow(150)
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_ingest_stops_mid_batch_on_a_group_signal_and_the_next_run_equals_a_crash_free_one(tmp_path, sources, number):
     generated = tmp_path / "generated"
@@ -128,6 +129,7 @@ def test_a_stop_while_idle_between_batches_is_just_as_clean(tmp_path):
     signal_group_and_check(process, mark, signal.SIGINT, log)
 
 
+@pytest.mark.slow(65)
 def test_serve_stops_with_its_server_and_flow_runs_on_a_supervisors_sigterm(tmp_path, sources):
     from workload.github import WorkloadConfig, generate_files
 

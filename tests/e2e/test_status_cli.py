@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 
 from catalog.declarations import load_sources
 from catalog.lake import pyiceberg_catalog
@@ -61,6 +62,7 @@ def test_status_on_an_empty_warehouse(tmp_path: Path):
     assert "0 live rows" in human.stdout and "NULL" in human.stdout
 
 
+@pytest.mark.slow(100)
 def test_status_after_an_ingest(tmp_path: Path):
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
     lakemv("generate", "--out", str(landing), "--users", "60", "--rounds", "2")

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spark.coerce import iso_to_micros
 from tests import viewmodel
 from tests.e2e.cli import assert_same_rows, lakemv, move_round
@@ -86,6 +88,7 @@ VIEWS: dict[str, tuple[Callable[[dict], list[Row]], Sequence[str], Sequence[str]
 }
 
 
+@pytest.mark.slow(145)
 def test_views_equal_the_model_after_every_round_and_feed_their_change_log(tmp_path, sources):
     staging, landing, warehouse = tmp_path / "staging", tmp_path / "landing", tmp_path / "wh"
     env = {"TZ": "Asia/Kolkata"}  # far from UTC, with a half-hour offset: printed instants must stay UTC
@@ -141,6 +144,7 @@ BAD_VIEW = "-- @key: email\nSELECT u.email, count(*) OVER () AS n FROM users u\n
 GOOD_VIEW = "-- @key: username\nSELECT s.username, count(*) AS stars FROM stars s GROUP BY s.username\n"
 
 
+@pytest.mark.slow(120)
 def test_extra_views_folder_refuses_a_bad_view_and_maintains_a_good_one(tmp_path, sources):
     staging, landing, warehouse, extra = tmp_path / "staging", tmp_path / "landing", tmp_path / "wh", tmp_path / "mine"
     extra.mkdir()

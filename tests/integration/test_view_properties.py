@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from chispa import assert_basic_rows_equality, assert_df_equality
 from chispa.schema_comparer import assert_schema_equality
 from hypothesis import HealthCheck, given, note, settings
@@ -461,6 +462,7 @@ def assert_feed_is_the_diff(
 
 
 # ---- the property -----------------------------------------------------------------------------------
+@pytest.mark.slow(125)
 @settings(
     max_examples=8,
     deadline=None,
