@@ -23,7 +23,7 @@ def lakemv(*args: str, env: Mapping[str, str] | None = None, check: bool = True)
     done = subprocess.run([LAKEMV, *args], capture_output=True, text=True, env=full_env, timeout=600)
     if check:
         assert done.returncode == 0, f"lakemv {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        assert "Traceback" not in done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
     return done
 
 
