@@ -46,6 +46,6 @@ if [ "$(cat .setup/jars 2>/dev/null)" != "$want" ] || ! compgen -G "jvm/lib/iceb
   echo "$want" > .setup/jars
 fi
 # ---- 4. Class archive ---------------------------------------------------------------------------
-# Built for the current java, PySpark and jars (a no-op when it exists); halves Spark's start-up.
+# Built for the current java, PySpark and jars (a no-op when it exists); Spark starts seconds sooner.
 .venv/bin/python -m spark.class_archive --quiet-if-present
 say "ready"

@@ -97,18 +97,19 @@ def _stop_session_at_exit() -> None:
     abandoned the JVM: calls into it from a stopping process may block."""
     session = SparkSession._instantiatedSession
     if session is not None and not lifecycle.stopping():
-        _quiet_accumulator_server()
-        session.stop()
+        _stop_session(session)
 
 
-def _quiet_accumulator_server() -> None:
-    """Stopping the context closes the JVM's end of PySpark's accumulator socket; the handler may
-    read that EOF before it learns of the stop and print an EOFError traceback (seen under load, on
-    `lakemv explain`). At a stop nothing more is accumulated: the handler stops quietly."""
+def _stop_session(session: SparkSession) -> None:
+    """Stop a session, its accumulator handler told first: stopping the context closes the JVM's end
+    of PySpark's accumulator socket, and a handler that reads that EOF before it learns of the stop
+    prints an EOFError traceback (seen under load, on `lakemv explain`). Nothing more is accumulated
+    at a stop."""
     server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
     if server is not None:
         server.server_shutdown = True
         server.handle_error = lambda request, client_address: None
+    session.stop()
 
 
 def _cancel_jobs() -> None:
@@ -169,8 +170,7 @@ def stop_spark() -> None:
         _warming = None
     active = SparkSession.getActiveSession() or SparkSession._instantiatedSession
     if active is not None:
-        _quiet_accumulator_server()
-        active.stop()
+        _stop_session(active)
     with SparkContext._lock:
         if SparkContext._gateway is not None:
             SparkContext._gateway.shutdown()
