@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+import py4j
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
@@ -36,6 +37,22 @@ BANNER = (
 # PySpark logs every analysis error a second time, as a JSON line with the query context: the
 # error itself reaches the caller, which reports it once.
 QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+PY4J = str(Path(py4j.__file__).parent)
+
+
+def _not_py4j(record: logging.LogRecord) -> bool:
+    """Drop what py4j logs on the root logger. It logs a network error there with its traceback
+    before raising it; the raise reaches lakemv, which reports it. At exit it is pure noise: a
+    Java object's finalizer asks the JVM to free it just as the JVM exits (seen once in a
+    fresh-clone run: `lakemv explain` with a bad view printed its one error line, then a py4j
+    ConnectionResetError traceback)."""
+    return not record.pathname.startswith(PY4J)
+
+
+def quiet_py4j() -> None:
+    root = logging.getLogger()
+    if _not_py4j not in root.filters:
+        root.addFilter(_not_py4j)
 
 
 def _jars(settings: LakeSettings) -> str:
@@ -88,6 +105,7 @@ def _launch_jvm(conf: SparkConf) -> None:
     process = gateway.proc
     threading.Thread(target=_forward_stderr, args=(process.stderr,), name="spark-stderr", daemon=True).start()
     lifecycle.adopt("spark", process)
+    quiet_py4j()
     lifecycle.on_stop(_cancel_jobs)
     atexit.register(_stop_session_at_exit)  # runs before lifecycle's exit handler closes the JVM
 

@@ -6,6 +6,7 @@ a terminal does; the tests check how fast it leaves and that the stand-in is gon
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -94,3 +95,40 @@ def test_the_grace_period_ends_a_stop_that_hangs(tmp_path):
     assert process.returncode == 143
     assert "did not stop within 1s" in process.stderr.read()
     assert not alive(helper)
+
+
+def test_py4j_network_errors_are_not_logged_once_lakemv_quiets_them(caplog):
+    """py4j logs a network error on the root logger, traceback included, before raising it; at exit
+    a finalizer's call into a JVM that just exited printed one under lakemv's `error:` line."""
+    from py4j import protocol
+    from py4j.java_gateway import GatewayClient
+
+    from spark.session import _not_py4j, quiet_py4j
+
+    class Reset:
+        def send_command(self, command):  # noqa: ANN001, ANN202
+            raise protocol.Py4JNetworkError("Error while sending or receiving", ConnectionResetError(104, "reset"))
+
+        def close(self, reset=False):  # noqa: ANN001, ANN202, FBT002
+            pass
+
+    client = GatewayClient.__new__(GatewayClient)
+    client._get_connection = Reset
+
+    def call() -> None:
+        assert client.send_command("m\nd\no1\ne\n") == protocol.ERROR  # the caller raises from it
+
+    root = logging.getLogger()
+    quieted = _not_py4j in root.filters  # a SparkSession started earlier in this process quiets py4j
+    root.removeFilter(_not_py4j)
+    try:
+        call()
+        assert any("Exception while sending command" in r.getMessage() for r in caplog.records)  # py4j's own
+        caplog.clear()
+        quiet_py4j()
+        call()
+        assert caplog.records == []
+    finally:
+        root.removeFilter(_not_py4j)
+        if quieted:
+            root.addFilter(_not_py4j)
