@@ -1,0 +1,146 @@
+"""The view key: its anchor occurrence, the proof that it is unique, and the tree of links to the anchor."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope
+
+from spark.planner.model import SELF, KeyColumn, Link
+from spark.planner.resolve import _Resolution
+from spark.planner.sql import _conjuncts, _is_aggregated, _NotLocal
+
+
+class _Keys(_Resolution):
+    """Finds the anchor, proves the key unique, and links every occurrence to the anchor."""
+
+    def _anchor(self, root: Scope) -> tuple[int, tuple[KeyColumn, ...]]:
+        select = root.expression
+        outputs = {p.alias_or_name: p for p in select.selects}
+        keys = []
+        anchors = set()
+        for name in self.definition.key:
+            projection = outputs.get(name)
+            if projection is None:
+                raise self.fail(
+                    f"key column {name!r} is not an output column (outputs: {', '.join(outputs)})"
+                )
+            try:
+                occ, expression = self._resolve_expression(projection.unalias(), root)
+            except _NotLocal as exc:
+                raise self.fail(f"key column {name!r} must come from one table's row: {exc}", projection) from None
+            anchors.add(occ)
+            keys.append(KeyColumn(name=name, expr=expression.sql(dialect="spark")))
+        if len(anchors) != 1:
+            tables = ", ".join(self.occurrences[o].alias for o in sorted(anchors))
+            raise self.fail(f"the key columns come from several tables ({tables}); they must come from one")
+        return anchors.pop(), tuple(keys)
+
+    def _check_unique(self, root: Scope, anchor: int, keys: tuple[KeyColumn, ...]) -> None:
+        select = root.expression
+        key_text = ", ".join(self.definition.key)
+        outputs = {p.alias_or_name: p.unalias() for p in select.selects}
+        if select.args.get("group"):
+            groups = list(select.args["group"].expressions)
+            key_exprs = [outputs[k] for k in self.definition.key]
+            missing = [g for g in groups if not any(g == k for k in key_exprs)]
+            extra = [k for k in key_exprs if not any(g == k for g in groups)]
+            if missing or extra:
+                raise self.fail(
+                    f"with GROUP BY the key ({key_text}) must be exactly the GROUP BY columns", select.args["group"]
+                )
+            return
+        if _is_aggregated(select):
+            raise self.fail("an aggregate over the whole main query has no key; GROUP BY the key columns")
+        anchor_occ = self.occurrences[anchor]
+        if self.occ_scope[anchor] is not root:
+            raise self.fail(
+                f"the key comes from {anchor_occ.context}; select FROM the table {anchor_occ.table} directly "
+                "so each of its rows is one view row"
+            )
+        source = self.sources[anchor_occ.table]
+        own = {k.expr for k in keys}
+        missing_pk = [c for c in source.primary_key if exp.column(c, table=SELF).sql(dialect="spark") not in own]
+        if missing_pk:
+            raise self.fail(
+                f"the key ({key_text}) does not include the primary key of {anchor_occ.table} "
+                f"({', '.join(source.primary_key)}); without GROUP BY each {anchor_occ.table} row is a view "
+                "row, so the key must contain its primary key"
+            )
+        where_conjuncts = list(_conjuncts(select.args["where"].this)) if select.args.get("where") else []
+        for join in select.args.get("joins") or []:
+            if (join.args.get("kind") or "").upper() == "SEMI":
+                continue  # a semi join filters; it never adds rows
+            alias = join.this.alias_or_name
+            _node, joined = root.selected_sources[alias]
+            conjuncts = list(_conjuncts(join.args.get("on"))) + where_conjuncts
+            equated = set()
+            for conjunct in conjuncts:
+                if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
+                    continue
+                for mine, other in ((conjunct.left, conjunct.right), (conjunct.right, conjunct.left)):
+                    if (
+                        isinstance(mine, exp.Column)
+                        and mine.table == alias
+                        and not any(c.table == alias for c in other.find_all(exp.Column))
+                    ):
+                        equated.add(mine.name)
+            if isinstance(joined, exp.Table):
+                unique = set(self.sources[joined.name].primary_key)
+                what = f"the primary key of {joined.name} ({', '.join(sorted(unique))})"
+            elif isinstance(joined.expression, exp.Select) and joined.expression.args.get("group"):
+                groups = joined.expression.args["group"].expressions
+                names = {p.alias_or_name for p in joined.expression.selects if any(p.unalias() == g for g in groups)}
+                unique = names if len(names) >= len(groups) else {"<a GROUP BY column not in the output>"}
+                what = f"its GROUP BY columns ({', '.join(sorted(unique))})"
+            else:
+                unique = {"<none>"}
+                what = "a GROUP BY on the join columns"
+            if not unique <= equated:
+                raise self.fail(
+                    f"this join can match several rows per key ({key_text}): it must equate {what}. "
+                    "Aggregate the joined table in a CTE grouped by the join columns, or use a correlated "
+                    "subquery",
+                    join,
+                )
+
+    def _spanning_tree(self, anchor: int) -> tuple[Link, ...]:
+        neighbours: dict[int, list[int]] = {}
+        for a, b in self.edges:
+            neighbours.setdefault(a, []).append(b)
+            neighbours.setdefault(b, []).append(a)
+        parent: dict[int, int] = {anchor: anchor}
+        order = []
+        queue = deque([anchor])
+        while queue:
+            current = queue.popleft()
+            for nxt in sorted(neighbours.get(current, [])):
+                if nxt not in parent:
+                    parent[nxt] = current
+                    order.append(nxt)
+                    queue.append(nxt)
+        for occ in self.occurrences:
+            if occ.id not in parent:
+                problems = self.problems.get(occ.id)
+                reason = (
+                    problems[0]
+                    if problems
+                    else "nothing relates it to the key by an equality (an uncorrelated subquery, a cross "
+                    "join, or a join without an ON equality)"
+                )
+                raise self.fail(
+                    f"{occ.table} {occ.alias} ({occ.context}) is not linked to the view key "
+                    f"({', '.join(self.definition.key)}): {reason}. Every table must be reachable from the "
+                    "key through equalities, otherwise any change to it could affect every row"
+                )
+        links = []
+        for child in order:
+            up = parent[child]
+            a, b = sorted((child, up))
+            pairs, fragments = [], []
+            for ea, eb, op, fragment in self.edges[(a, b)]:
+                pairs.append((ea, eb, op) if a == child else (eb, ea, op))
+                fragments.append(fragment)
+            links.append(Link(child=child, parent=up, pairs=tuple(pairs), fragments=tuple(dict.fromkeys(fragments))))
+        return tuple(links)

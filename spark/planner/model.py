@@ -1,0 +1,108 @@
+"""The plan model: how a view is maintained, as frozen data that `spark.viewsql` renders to SQL."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+import sqlglot
+from pydantic import BaseModel, ConfigDict
+from sqlglot import exp
+
+from spark.views import ViewDefinition
+
+SELF = "_lmv_self"  # qualifier of the columns in a stored expression; replaced by an alias when rendered
+OCCURRENCE = "_lmv_occ_{}"  # placeholder relation name of an occurrence in the plan's body
+
+
+class Occurrence(BaseModel):
+    """One read of a source table in the view's SQL."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    table: str
+    alias: str
+    context: str  # where in the SQL: "main query", "CTE starred", "subquery `...`"
+
+
+class Link(BaseModel):
+    """Equalities tying `child` to `parent`: pairs of (expression over child, expression over parent)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    child: int
+    parent: int
+    pairs: tuple[tuple[str, str, str], ...]  # (expression over child, over parent, "=" or "<=>")
+    fragments: tuple[str, ...]
+
+
+class KeyColumn(BaseModel):
+    """A view key column and the expression over the anchor occurrence that computes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    expr: str
+
+
+class ViewPlan(BaseModel):
+    """How a view is maintained: its anchor, the link tree over every occurrence, and its SQL body."""
+
+    model_config = ConfigDict(frozen=True)
+
+    definition: ViewDefinition
+    anchor: int
+    keys: tuple[KeyColumn, ...]
+    occurrences: tuple[Occurrence, ...]
+    links: tuple[Link, ...]  # one per occurrence except the anchor, parents before children
+    columns: tuple[str, ...]  # output columns, in order
+    body: str  # qualified Spark SQL, CTEs inlined, each source read as OCCURRENCE.format(id)
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.keys)
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Source tables the view reads, in first-read order."""
+        return tuple(dict.fromkeys(o.table for o in self.occurrences))
+
+    def reads(self, table: str) -> frozenset[str]:
+        """Columns of `table` the view's SQL mentions (through any alias of a read of it)."""
+        return self._columns_read.get(table, frozenset())
+
+    @cached_property
+    def _columns_read(self) -> dict[str, frozenset[str]]:
+        """Per table, the columns the body mentions; the body is parsed once per plan."""
+        mentioned: dict[str, set[str]] = {}
+        for column in sqlglot.parse_one(self.body, read="spark").find_all(exp.Column):
+            mentioned.setdefault(column.table, set()).add(column.name)
+        return {
+            table: frozenset(name for o in self.occurrences if o.table == table for name in mentioned.get(o.alias, ()))
+            for table in self.tables
+        }
+
+    def occurrence(self, occ_id: int) -> Occurrence:
+        return self.occurrences[occ_id]
+
+    def link_of(self, occ_id: int) -> Link | None:
+        return next((link for link in self.links if link.child == occ_id), None)
+
+    def chain(self, occ_id: int) -> tuple[Link, ...]:
+        """The links from an occurrence up to the anchor."""
+        links = []
+        link = self.link_of(occ_id)
+        while link is not None:
+            links.append(link)
+            link = self.link_of(link.parent)
+        return tuple(links)
+
+
+def over(expression: str, alias: str) -> str:
+    """Render a stored expression with its columns qualified by `alias`."""
+    return re.sub(rf"\b{SELF}\.", f"{alias}.", expression)
