@@ -64,6 +64,16 @@ def summary(results: Results) -> list[dict[str, Any]]:
         growth = big["batches"]["median_one_k"]["seconds"] / small["batches"]["median_one_k"]["seconds"]
         add(f"1k-change batch growth, {_users(small)} → {_users(big)} users", f"≤ {targets['growth_for_10x_state']}×",
             {f"{_users(small)}→{_users(big)}": growth}, lambda v: v <= targets["growth_for_10x_state"], "×")
+    add("snapshot load", f"≥ {targets.get('snapshot_events_per_second', 0):,} events/s",
+        {_users(s): s["setup"]["snapshot_events"] / s["setup"]["load_seconds"] for s in scales},
+        lambda v: v >= targets.get("snapshot_events_per_second", 0), "events/s")
+    if all(s["batches"] for s in scales) and "fan_out_seconds" in targets:
+        add("fan-out: a description edit of a 10k-star repository", f"≤ {targets['fan_out_seconds']} s",
+            {_users(s): s["batches"]["fan_out"]["seconds"] for s in scales}, lambda v: v <= targets["fan_out_seconds"], "s")
+    if all(s.get("many_views") for s in scales) and "per_view_seconds" in targets:
+        views = scales[0]["many_views"]["many"]["views"]
+        add(f"one more view, {views} views (per 1k-change batch)", f"≤ {targets['per_view_seconds'] * 1000:.0f} ms",
+            {_users(s): s["many_views"]["per_view_seconds"] for s in scales}, lambda v: v <= targets["per_view_seconds"], "s")
     if all(s["batches"] for s in scales):
         add("batch of no lines", f"≤ {targets['empty_batch_seconds']} s",
             {_users(s): s["batches"]["empty"]["seconds"] for s in scales}, lambda v: v <= targets["empty_batch_seconds"], "s")
@@ -179,6 +189,11 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
                 steps = ", ".join(f"{k} {v:.2f}" for k, v in x["view_steps"].items())
                 lines.append(f"| {label} | {x['events']:,} | {x['keys_affected'] or 0:,} | {x['seconds']:.2f} | {x['cpu_seconds']:.2f} | "
                              f"{x['view_seconds']:.2f}{f' ({steps})' if steps else ''} | {x['spark_jobs']} | {x['iceberg_commits']} |")  # fmt: skip
+        if scale["setup"]["build"].get("state"):
+            state = scale["setup"]["build"]["state"]
+            parts = ", ".join(f"{name} {part['rows']:,} rows" for name, part in state["reloaded"].items())
+            lines += ["", f"Local state: loaded from the tables in {state['rebuild_seconds']} s, "
+                      f"{state['disk_bytes'] / 2**20:,.1f} MiB on disk ({parts})."]  # fmt: skip
         if b and full:
             one = b["median_one_k"]
             lines += [
@@ -202,6 +217,14 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
         if c:
             lines += ["", f"Catch-up: {c['events']:,} backlog events drained in {c['seconds']:.1f} s = **{c['events_per_second']:,} events/s** "
                       f"({len(c['units'])} units, {c['cpu_seconds']:.0f} CPU s)."]  # fmt: skip
+        v = scale.get("many_views")
+        if v:
+            lines += ["", "| many views | views | build s | median 1k-change batch s | CPU s | Spark jobs | Iceberg commits |", "|---|---|---|---|---|---|---|"]
+            for label in ("one", "many"):
+                r, m = v[label], v[label]["median"]
+                lines.append(f"| {label} | {r['views']} | {r['build']['seconds']:.1f} | {m['seconds']:.2f} | {m['cpu_seconds']:.2f} | "
+                             f"{m['spark_jobs']} | {m['iceberg_commits']} |")  # fmt: skip
+            lines += ["", f"One more view adds {v['per_view_seconds'] * 1000:,.0f} ms ({v['per_view_cpu_seconds'] * 1000:,.0f} CPU ms) to a 1k-change batch."]
     lines += ["", "## Plots", ""]
     for name, caption in plots:
         lines += [f"![{caption}]({name})", "", f"*{caption}*", ""]

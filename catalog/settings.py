@@ -47,6 +47,15 @@ class LakeSettings(BaseSettings):
     max_line_chars: int = Field(
         default=4 << 20, ge=1024, description="A longer landing line is a dead letter, not parsed."
     )
+    local_state: bool = Field(
+        default=True,
+        description="Keep the local indexed state (spark.state) next to the checkpoint: batches look rows up "
+        "there instead of scanning the Iceberg tables.",
+    )
+    view_workers: int = Field(
+        default=4, ge=1, description="Views a batch maintains at once from the local state (each writes its own "
+        "tables, so while one view's Spark job runs another plans or commits); 1 maintains them one by one.",
+    )
     jars_dir: Path = PROJECT_ROOT / "jvm" / "lib"
     jvm_class_archive: bool = Field(
         default=True, description="Start Spark's JVM from the class archive `make setup` builds (spark.class_archive)."

@@ -8,6 +8,9 @@ The steps, each safe to repeat when a crash makes Spark replay the batch:
 3. append dead letters, MERGE each mirror, maintain each view, append the ledger row. Every snapshot
    is tagged with the unit's write id; a replay skips appends its first attempt committed, the mirror
    MERGE's position guard and the view's content diff make the MERGEs no-ops once applied.
+
+What a batch returns is `spark.batchresult.BatchResult`; its steps on the local state store (when it
+has one) are `spark.batchstore`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,11 +27,14 @@ from pyspark.sql import SparkSession
 from catalog.declarations import SourceTable
 from catalog.evolution import infer_column, with_columns
 from catalog.tables import POSITION, SOURCE_TS, TableNames, mirror_arrow_schema
+from spark.batchresult import BatchResult
+from spark.batchstore import StoreSteps
 from spark.changeset import ChangeSet, build_changeset, changes_to_arrow
 from spark.commits import Retries, WriteUnit, append_once, committed, tagged
 from spark.deadletters import dead_letters_to_arrow, ensure_dead_letters
 from spark.delta import effective_delta
 from spark.faults import crash_point
+from spark.indexed import IndexedView
 from spark.journal import BatchRef, Journal, TablePlan
 from spark.ledger import LedgerEntry, TableEntry, append_entry, ensure_ledger
 from spark.maintain import ViewMaintainer, ViewResult
@@ -43,53 +49,19 @@ from spark.mirror import (
 )
 from spark.parallel import concurrently
 from spark.planner import ViewPlan
+from spark.state.codec import rows_of, to_arrow
+from spark.state.store import Store
+from spark.state.sync import StoreSync, SyncReport
 
-@dataclass(frozen=True)
-class BatchResult:
-    """What one batch did: lines read, events parsed, changes merged per table, rejects, time."""
-
-    batch_id: int
-    lines: int
-    events: int
-    merged: Mapping[str, int] = field(default_factory=dict)
-    dead_letters: int = 0
-    skipped: int = 0
-    skip_reasons: Mapping[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    views: Mapping[str, ViewResult] = field(default_factory=dict)
-    chunk: int = 0
-    replayed: bool = False  # a crash interrupted an earlier attempt of this unit
-    already_committed: bool = False  # ... which had finished: nothing was left to do
-    conflicts_retried: int = 0
-    notes: tuple[str, ...] = ()  # schema drift: columns added, columns missing, views affected
-    steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step (parse, plan, mirrors, views, ledger)
-
-    def describe(self) -> str:
-        name = f"batch {self.batch_id}" + (f".{self.chunk}" if self.chunk else "")
-        if self.already_committed:
-            return f"{name}: replayed, already committed ({self.lines} lines), {self.seconds:.2f}s"
-        tables = ", ".join(f"{t} {n}" for t, n in sorted(self.merged.items())) or "no changes"
-        views = "".join(
-            f"; {v.view} {v.note}" if v.paused
-            else f"; {v.view} {v.keys} keys -> {v.upserts} upserts, {v.deletes} deletes" + (f" ({v.note})" if v.note else "")
-            for v in self.views.values()
-        )  # fmt: skip
-        extra = (" (replayed)" if self.replayed else "") + (
-            f", {self.conflicts_retried} commit conflicts retried" if self.conflicts_retried else ""
-        )
-        reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.skip_reasons.items()))
-        skipped = f"{self.skipped} skipped" + (f" ({reasons})" if reasons else "")
-        return (
-            f"{name}{extra}: {self.lines} lines, {self.events} events -> {tables}; "
-            f"{self.dead_letters} dead letters, {skipped}{views}, {self.seconds:.2f}s"
-        )
+# Views the store serves are maintained side by side, this many at once by default (LAKEMV_VIEW_WORKERS).
+VIEW_WORKERS = 4
 
 
 def _now_micros() -> int:
     return time.time_ns() // 1000
 
 
-class BatchProcessor:
+class BatchProcessor(StoreSteps):
     """Applies units of landing lines to the mirrors of one catalog and keeps its views fresh.
 
     Creating a processor creates missing tables and builds views that are new or whose SQL changed
@@ -105,8 +77,11 @@ class BatchProcessor:
         views: Sequence[ViewPlan] = (),
         journal: Journal | None = None,
         max_line_chars: int | None = None,
+        store: Store | None = None,
+        view_workers: int = VIEW_WORKERS,
     ):
         self.spark = spark
+        self.view_workers = view_workers
         self.max_line_chars = max_line_chars
         self.names = names
         self.sources = dict(sources)
@@ -122,6 +97,12 @@ class BatchProcessor:
         self.maintainers = [ViewMaintainer(spark, names, self.sources, plan) for plan in views]
         self.watched = {table for plan in views for table in plan.tables}
         self.built = [r for r in (m.ensure() for m in self.maintainers) if r is not None]
+        self.store = store
+        self.sync: StoreSync | None = None
+        self.indexed: dict[str, IndexedView] = {}
+        self.synced: SyncReport | None = None
+        if store is not None:
+            self._attach_store()
 
     def process_lines(self, batch_id: int, lines: list[tuple[str, str]], stream: str = "local") -> BatchResult:
         """Apply `(line, file)` pairs as batch `batch_id` of `stream`."""
@@ -148,10 +129,15 @@ class BatchProcessor:
                 seconds=time.perf_counter() - started,
             )
         clock = _Clock()
+        if self.sync is not None:  # another writer (compaction's purge, a backfill's publish, a crash) moved a table
+            self.sync.check({ref.write_id} if unit.replay else ())
+            clock.lap("state check")
         changeset = build_changeset(lines, self.sources, self.max_line_chars)
         notes: list[str] = []
         if changeset.new_fields and self._evolve(changeset.new_fields, notes):
             changeset = build_changeset(lines, self.sources, self.max_line_chars)  # again, with the new columns
+            if self.store is not None:
+                self._attach_store()  # a mirror's columns changed: its part reloads
         notes += self._absent_notes(changeset.absent)
         changeset.skipped.update(file_skips or {})
         clock.lap("parse")
@@ -224,17 +210,22 @@ class BatchProcessor:
     def _plan(self, changeset: ChangeSet, batch_id: int, now: int) -> dict[str, TablePlan]:
         """Per table: the change rows that will apply and, for tables views read, their images."""
         rows = {t: changes_to_arrow(self.sources[t], c, batch_id, now) for t, c in sorted(changeset.changes.items())}
-        watched = [t for t in rows if t in self.watched]
-        stored = dict(zip(watched, concurrently(self.spark, lambda t: stored_rows(self.spark, self.names, self.sources[t], rows[t]), watched)))
+        kept = self.store.mirrors if self.store is not None else {}
+        scanned = [t for t in rows if t in self.watched and t not in kept]
+        stored = dict(zip(scanned, concurrently(self.spark, lambda t: stored_rows(self.spark, self.names, self.sources[t], rows[t]), scanned)))
         plans = {}
         for table, changes in rows.items():
-            if table not in stored:
+            source = self.sources[table]
+            schema = pa.schema([f for f in mirror_arrow_schema(source) if f.name in source.column_names])
+            if table in kept:
+                delta = self._stored_delta(table, changes)
+                images = to_arrow([tuple(i[c] for c in source.column_names) for i in delta.images], schema)
+            elif table in stored:
+                delta = effective_delta(source.primary_key, source.column_names, changes.to_pylist(), stored[table].to_pylist())
+                images = pa.Table.from_pylist(delta.images, schema=schema)
+            else:
                 plans[table] = TablePlan(changes, None)
                 continue
-            source = self.sources[table]
-            delta = effective_delta(source.primary_key, source.column_names, changes.to_pylist(), stored[table].to_pylist())
-            schema = pa.schema([f for f in mirror_arrow_schema(source) if f.name in source.column_names])
-            images = pa.Table.from_pylist(delta.images, schema=schema)
             plans[table] = TablePlan(changes.take(pa.array(delta.applied, type=pa.int64())), images)
         return plans
 
@@ -259,15 +250,32 @@ class BatchProcessor:
 
         concurrently(self.spark, merge, [t for t, p in sorted(plans.items()) if p.rows.num_rows])
         clock.lap("mirrors")
+        if self.sync is not None:
+            self._record_mirrors(plans, unit)
+            clock.lap("state")
+        crash_point("state:mirrors", unit.batch_id)
+        changed = [t for t, p in plans.items() if p.images is not None and p.images.num_rows]
+        if not changed:
+            return {}
+        position = _max(plans, POSITION)
+        views: dict[str, ViewResult] = {}
+        scanned = [m for m in self.maintainers if m.plan.name not in self.indexed]
+        if self.indexed:
+            images = {t: rows_of(plans[t].images, self.store.mirrors[t].column_names) for t in changed if t in self.store.mirrors}  # type: ignore[union-attr]
+            served = {m.plan.name: m for m in self.maintainers if m.plan.name in self.indexed}
+            if images and served:
+                done = concurrently(
+                    self.spark, lambda name: self._indexed_view(served[name], images, unit, position), sorted(served), self.view_workers
+                )
+                views.update(zip(sorted(served), done, strict=True))
         deltas: dict[str, str] = {}
         try:
-            for table, plan in sorted(plans.items()):
-                if plan.images is not None and plan.images.num_rows:
+            if scanned:
+                for table in sorted(changed):
                     relation = f"_lmv_delta_{table}"
-                    self.spark.createDataFrame(plan.images).createOrReplaceTempView(relation)
+                    self.spark.createDataFrame(plans[table].images).createOrReplaceTempView(relation)
                     deltas[table] = relation
-            position = _max(plans, POSITION)
-            views = {m.plan.name: m.apply(deltas, unit, position) for m in self.maintainers if deltas}
+                views.update({m.plan.name: m.apply(deltas, unit, position) for m in scanned})
             clock.lap("views")
             return views
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from spark.planner import ViewPlan, over
+from spark.state.layout import Lookup, route
 from spark.viewsql import recompute_sql
 
 ARROW = " -> "
@@ -54,12 +55,35 @@ def explain(plan: ViewPlan, live: Mapping[str, str] | None = None) -> str:
             on = " AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs)
             rule = f"semi-join {_occurrence(plan, link.parent)} ON {on}"
         lines.append(f"  {_occurrence(plan, occ_id):<{width}}  {rule}")
+    lines += ["", *_state_lines(plan, order, width)]
     lines += [
         "",
-        "then: diff against the view table (full outer join on the key), MERGE rows whose content changed,",
-        "delete keys that no longer produce a row, append the diff to the change feed "
-        f"{plan.name}__changes.",
+        "then: diff against the view's rows (the store's digests, or the view table when scanning), MERGE",
+        "rows whose content changed, delete keys that no longer produce a row, append the diff to the",
+        f"change feed {plan.name}__changes.",
     ]
     if live is not None:
         lines += ["", "recompute SQL (keys in relation `_lmv_keys`):", recompute_sql(plan, live, "_lmv_keys")]
     return "\n".join(lines)
+
+
+def _lookup_text(hop: Lookup) -> str:
+    on = ", ".join(f"{c} = .{u}" if not ns else f"{c} <=> .{u}" for c, u, ns in zip(hop.columns, hop.using, hop.null_safe, strict=True))
+    return f"{hop.table} by ({on})" + ("" if hop.exact else " (a superset, filtered by the view's SQL)")
+
+
+def _state_lines(plan: ViewPlan, order: list[int], width: int) -> list[str]:
+    """How the local indexed state serves the view: the lookups each hop makes, or why it cannot."""
+    r = route(plan)
+    if not r.indexed:
+        return [f"local state: not used, every lookup scans the mirrors: {r.reason}"]
+    lines = ["local state - lookups in the store instead of scans (`.c`: column c of the rows before):"]
+    for occ_id in order:
+        hops = [_lookup_text(h) for h in r.up[occ_id]]
+        columns = ", ".join(c if c is not None else "<evaluated by Spark>" for c in r.key_columns[occ_id])
+        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  up: {ARROW.join([*hops, f'key from ({columns})'])}")
+    assert r.anchor is not None
+    lines.append(f"  rows for the keys: {_lookup_text(r.anchor)}")
+    for occ_id in order[1:]:
+        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  down: {_lookup_text(r.down[occ_id])}")
+    return lines

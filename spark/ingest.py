@@ -27,6 +27,7 @@ from spark import lifecycle
 from spark.journal import BatchRef, Journal
 from spark.maintain import ViewResult
 from spark.planner import ViewPlan
+from spark.state.store import Store
 
 
 @dataclass
@@ -56,6 +57,11 @@ def checkpoint_dir(settings: LakeSettings, landing: Path) -> Path:
     """One checkpoint per (catalog, landing folder), kept under the warehouse."""
     digest = hashlib.sha1(f"{settings.catalog_name}:{landing.resolve()}".encode()).hexdigest()[:12]
     return settings.checkpoint_root / f"ingest-{digest}"
+
+
+def state_path(checkpoint: Path) -> Path:
+    """The stream's local indexed state (spark.state): beside its checkpoint, rebuilt from Iceberg if lost."""
+    return checkpoint / "lakemv-state" / "state.sqlite"
 
 
 def stream_id(checkpoint: Path) -> str:
@@ -110,6 +116,8 @@ def run_ingest(
         views,
         journal=Journal(checkpoint / "lakemv-journal"),
         max_line_chars=settings.max_line_chars,
+        store=Store(state_path(checkpoint)) if settings.local_state else None,
+        view_workers=settings.view_workers,
     )
     for built in processor.built:
         if on_build is not None:
@@ -145,8 +153,12 @@ def run_ingest(
         .queryName(f"lakemv_ingest_{settings.catalog_name}")
     )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
-    query = writer.start()
-    _await(query)
+    try:
+        query = writer.start()
+        _await(query)
+    finally:
+        if processor.store is not None:
+            processor.store.close()
     return result
 
 

@@ -113,6 +113,15 @@ class Journal:
         os.rename(temporary, final)
         _fsync_dir(self.root)
 
+    def write_ids(self) -> set[str]:
+        """Write ids of the units with an entry: the last batch's, which a restart may replay."""
+        if not self.root.is_dir():
+            return set()
+        ids = set()
+        for manifest in self.root.glob("[0-9]*/manifest.json"):
+            ids.add(json.loads(manifest.read_text(encoding="utf-8"))["write_id"])
+        return ids
+
     def forget_before(self, ref: BatchRef) -> None:
         """Drop entries of batches before `ref`'s (Spark committed them) and abandoned temp folders.
 

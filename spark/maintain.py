@@ -2,7 +2,8 @@
 
 A backfill is the incremental path with every key: the same diff + MERGE + change-feed append, with
 the key filter left out. Only rows whose content changed are written, so rebuilding an up-to-date
-view writes nothing.
+view writes nothing. This module holds the tables and the pause/resume steps; the writing itself is
+`spark.viewwrite`, the driver-side diff `spark.contentdiff`.
 """
 
 from __future__ import annotations
@@ -10,61 +11,36 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from catalog.declarations import SourceTable
 from catalog.tables import TABLE_PROPERTIES, TableNames
 from catalog.viewstate import ViewState
-from spark.commits import WriteUnit, append_once, tagged
+from spark.commits import WriteUnit, tagged
+from spark.contentdiff import content_diff  # noqa: F401 - re-exported (the unit tests import it from here)
 from spark.faults import crash_point
 from spark.mirror import live_rows_sql
-from spark.planner import OCCURRENCE, ViewPlan
-from spark.literals import key_columns, key_filter
+from spark.planner import ViewPlan
 from spark.parallel import concurrently
 from spark.viewstate import changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
-from spark.viewsql import OP, affected_key_queries, diff_sql, feed_insert_sql, filtered_ctes, merge_sql, old_rows_sql, recompute_sql
+from spark.viewsql import affected_key_queries, recompute_sql
+from spark.viewwrite import ViewResult, ViewWriter, Writing  # ViewResult and Writing are also imported from here
 
 FINGERPRINT = "lakemv.view.fingerprint"
 FULL_RECOMPUTE_SHARE = 0.05  # affected keys, as a share of the view's rows, past which a batch recomputes it all
 FULL_RECOMPUTE_MIN_KEYS = 5_000  # below this a batch is always incremental (and skips counting the rows)
 
 
-@dataclass(frozen=True)
-class ViewResult:
-    """What one maintenance step did to a view."""
-
-    view: str
-    keys: int | None  # view keys recomputed; None when every key was (a backfill)
-    upserts: int = 0
-    deletes: int = 0
-    seconds: float = 0.0
-    steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step: keys, diff, feed, merge
-    paused: bool = False  # a backfill holds the view: this batch left it alone
-    note: str | None = None  # paused by whom, caught up after a backfill, superseded by a backfill
-
-    def describe(self) -> str:
-        if self.paused:
-            return f"{self.view}: {self.note or 'paused'}"
-        scope = "all keys" if self.keys is None else f"{self.keys} keys"
-        note = f"; {self.note}" if self.note else ""
-        return f"{self.view}: {scope} -> {self.upserts} upserted, {self.deletes} deleted{note} ({self.seconds:.2f}s)"
-
-
-class _Superseded(Exception):
-    """The view changed hands (a backfill paused or published it) while this batch was writing it."""
-
-
 def _signature(schema: StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]
 
 
-class ViewMaintainer:
+class ViewMaintainer(ViewWriter):
     """Keeps one view table (and its change feed) equal to its SQL over the live mirrors."""
 
     def __init__(self, spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable], plan: ViewPlan):
@@ -167,7 +143,7 @@ class ViewMaintainer:
     # ---- maintenance -------------------------------------------------------------------------------
     def write_all(self, unit: WriteUnit) -> ViewResult:
         """Recompute every key and write what differs (inside the caller's tagged block)."""
-        return self._write(None, None, None, unit)
+        return self.write(None, Writing(None, None, unit))
 
     def backfill(self) -> ViewResult:
         """Recompute every key; write only what differs from the view table.
@@ -246,12 +222,12 @@ class ViewMaintainer:
         if keys.num_rows == 0:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
         if self._recompute_all(keys.num_rows):  # cheaper than finding the rows of so many keys one by one
-            result = self._write(None, keys.num_rows, position, unit, started, steps, state)
+            result = self.write(None, Writing(keys.num_rows, position, unit, started, steps, state))
             return result if result.paused else replace(result, note="recomputed in full: it reached most rows")
         relation = f"{self._temp}_keys"
         self.spark.createDataFrame(keys).createOrReplaceTempView(relation)
         try:
-            return self._write(relation, keys.num_rows, position, unit, started, steps, state)
+            return self.write(relation, Writing(keys.num_rows, position, unit, started, steps, state))
         finally:
             self.spark.catalog.dropTempView(relation)
 
@@ -269,144 +245,6 @@ class ViewMaintainer:
         rows = self.spark.sql(f"SELECT {live} FROM {self.table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
         stored = int(rows[0][0]) if rows and rows[0][0] is not None else 0
         return keys >= FULL_RECOMPUTE_SHARE * stored
-
-    def _write(
-        self,
-        keys: str | None,
-        count: int | None,
-        position: int | None,
-        unit: WriteUnit,
-        started: float | None = None,
-        steps: dict[str, float] | None = None,
-        state: ViewState | None = None,
-    ) -> ViewResult:
-        started = time.perf_counter() if started is None else started
-        steps = {} if steps is None else steps
-        clock = time.perf_counter()
-        # Materialised once, because the MERGE below changes the view table the diff is computed against:
-        # in the driver for a batch's few keys, in executor memory for a backfill of every key.
-        prefilter = None
-        if keys is None:
-            diff = self.spark.sql(diff_sql(self.plan, self.live, self.table, None)).localCheckpoint(eager=True)
-            counts = {row[OP]: row["n"] for row in diff.groupBy(OP).count().withColumnRenamed("count", "n").collect()}
-            steps["diff"] = time.perf_counter() - clock
-        else:
-            rows = self._diff_of_keys(keys, steps)
-            ops = rows.column(OP).to_pylist()
-            counts = {op: ops.count(op) for op in set(ops)}
-            diff = self.spark.createDataFrame(rows) if rows.num_rows else None
-            prefilter = key_filter("t", key_columns(rows, self.plan.key_names))
-        if counts and diff is not None:
-            relation = f"{self._temp}_diff"
-            diff.createOrReplaceTempView(relation)
-            try:
-                clock = time.perf_counter()
-                feed = feed_insert_sql(self.plan, self.feed, relation, unit.batch_id, position)
-                append_once(self.spark, self.feed, unit, lambda: self.spark.sql(feed))
-                steps["feed"] = time.perf_counter() - clock
-                crash_point(f"feed:{self.plan.name}", unit.batch_id)
-                clock = time.perf_counter()
-                self._merge(merge_sql(self.plan, self.table, relation, prefilter), unit, state)
-                steps["merge"] = time.perf_counter() - clock
-                crash_point(f"view:{self.plan.name}", unit.batch_id)
-            except _Superseded:
-                return ViewResult(self.plan.name, count, paused=True, note="superseded by a backfill: left to it")
-            finally:
-                self.spark.catalog.dropTempView(relation)
-        return ViewResult(
-            self.plan.name,
-            count,
-            upserts=counts.get("upsert", 0),
-            deletes=counts.get("delete", 0),
-            seconds=time.perf_counter() - started,
-            steps={k: round(v, 3) for k, v in steps.items()},
-        )
-
-    def _diff_of_keys(self, keys: str, steps: dict[str, float]) -> pa.Table:
-        """The diff for a batch's keys, in the driver: the view's new rows (its body over the rows the
-        keys read) and its stored rows for them, side by side; upserts where they differ, deletes
-        where no new row is left."""
-        clock = time.perf_counter()
-        prefiltered = self._prefilter(keys)
-        steps["rows"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        try:
-            schema = to_arrow_schema(self.spark.sql(self.plan.body).schema)
-            new, old = concurrently(
-                self.spark, lambda sql: self.spark.sql(sql).toArrow(), [self.plan.body, old_rows_sql(self.plan, self.table, keys)]
-            )
-        finally:
-            for relation in prefiltered:
-                self.spark.catalog.dropTempView(relation)
-        steps["recompute"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        rows = content_diff(new, old, self.plan.key_names, schema)
-        steps["diff"] = time.perf_counter() - clock
-        return rows
-
-    def _prefilter(self, keys: str) -> list[str]:
-        """The rows each occurrence of the view reads for `keys`, as small temp views named after it.
-
-        The anchor's rows for the keys first, then each child's rows that join its parent's: every
-        lookup is a scan of one table with a broadcast of the few rows above it (siblings run
-        concurrently), and the view's body then runs over driver-sized relations only.
-        """
-        ctes = dict(filtered_ctes(self.plan, self.live, keys))
-        done: list[str] = []
-
-        def materialize(name: str) -> None:
-            rows = self.spark.sql(ctes[name]).toArrow()
-            self.spark.createDataFrame(rows).createOrReplaceTempView(name)
-            done.append(name)
-
-        try:
-            anchor = OCCURRENCE.format(self.plan.anchor)
-            materialize(anchor)
-            level = [anchor]
-            while level:
-                level = [OCCURRENCE.format(l.child) for l in self.plan.links if OCCURRENCE.format(l.parent) in level]
-                concurrently(self.spark, materialize, level)
-        except BaseException:
-            for relation in done:
-                self.spark.catalog.dropTempView(relation)
-            raise
-        return done
-
-    def _merge(self, merge: str, unit: WriteUnit, state: ViewState | None) -> None:
-        """MERGE the diff; a retry after a lost race first checks that the view did not change hands.
-
-        Compaction never changes rows, so after losing to it the same diff is still right. A
-        backfill's publish does: if it paused or published the view meanwhile, this diff is stale and
-        the backfill's result (which covers this batch's mirror changes) stands.
-        """
-        first = True
-
-        def attempt() -> None:
-            nonlocal first
-            if not first and state is not None and self.on_main and read_state(self.spark, self.table).raw != state.raw:
-                raise _Superseded
-            first = False
-            self.spark.sql(merge)
-
-        unit.retries.run(f"MERGE into view {self.plan.name}", attempt)
-
-
-def content_diff(new: pa.Table, old: pa.Table, key_names: Sequence[str], schema: pa.Schema) -> pa.Table:
-    """Rows of `new` whose content differs from `old`'s row of the same key ('upsert'), then the keys
-    of `old` that `new` no longer has ('delete', other columns NULL), with the OP column added.
-
-    Values compare as Python values (arrays, structs and maps included); NaN never equals itself
-    here, which at worst rewrites an unchanged row."""
-    stored = {tuple(r[k] for k in key_names): r for r in old.to_pylist()}
-    upserts, present = [], set()
-    for row in new.to_pylist():
-        key = tuple(row[k] for k in key_names)
-        present.add(key)
-        if stored.get(key) != row:
-            upserts.append({**row, OP: "upsert"})
-    deletes = [{**{k: row[k] for k in key_names}, OP: "delete"} for key, row in stored.items() if key not in present]
-    fields = [f.with_nullable(True) for f in schema] + [pa.field(OP, pa.string())]  # a delete's values are NULL
-    return pa.Table.from_pylist(upserts + deletes, schema=pa.schema(fields))
 
 
 def _digest(text: str | None) -> str:

@@ -11,15 +11,15 @@ from pyspark.sql import SparkSession
 T = TypeVar("T")
 
 
-def concurrently(spark: SparkSession, action: Callable[[str], T], names: Sequence[str]) -> list[T]:
-    """`action` for each name (a table, a view occurrence) in its own thread: while one Spark job runs,
-    the others plan, collect or commit; with one name, in this thread.
+def concurrently(spark: SparkSession, action: Callable[[str], T], names: Sequence[str], workers: int | None = None) -> list[T]:
+    """`action` for each name (a table, a view) in a thread of its own (at most `workers` at once):
+    while one Spark job runs, the others plan, collect or commit; with one name, in this thread.
 
     Callers pass independent work: different Iceberg tables (no commit races among them) or
     different relations. The threads share the session, so a unit's write-id tag is on every
     commit, and inherit the caller's Spark local properties (job group, scheduler pool).
     """
-    if len(names) <= 1:
+    if len(names) <= 1 or workers == 1:
         return [action(n) for n in names]
 
     jvm_context = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
@@ -42,5 +42,5 @@ def concurrently(spark: SparkSession, action: Callable[[str], T], names: Sequenc
         finally:
             session_class.clearActiveSession()
 
-    with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="lakemv") as pool:
+    with ThreadPoolExecutor(max_workers=min(len(names), workers or len(names)), thread_name_prefix="lakemv") as pool:
         return list(pool.map(run, names))

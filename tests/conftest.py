@@ -19,8 +19,11 @@ LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 # The JVMs of the `lakemv` processes the suite starts compile with C1 only: each lives seconds and
 # otherwise spends most of its CPU in the C2 compiler (an `ingest --once` of 1,000 events: 50
 # CPU-seconds, 28 with C1 only). The session's own JVM lives for the whole run and keeps Java's
-# default, as users do (LAKEMV_JVM_OPTIONS): its long hypothesis runs are what C2 is for.
-os.environ.setdefault("LAKEMV_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
+# default, as users do (LAKEMV_JVM_OPTIONS): its long hypothesis runs are what C2 is for. Without
+# tiered compilation the JVM reserves only 48 MB for compiled code, which a minute of ingest filled
+# ("CodeCache is full. Compiler has been disabled", then executors died of VirtualMachineError):
+# the 240 MB a tiered JVM reserves by default.
+os.environ.setdefault("LAKEMV_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

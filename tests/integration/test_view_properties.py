@@ -44,6 +44,7 @@ from spark.batch import BatchProcessor
 from spark.maintain import ViewMaintainer
 from spark.mirror import live_rows_sql
 from spark.planner import ViewPlan, plan_view
+from spark.state.store import Store
 from spark.views import load_views
 from tests import viewmodel
 from tests.cdc import at, dbz
@@ -462,22 +463,24 @@ def assert_feed_is_the_diff(
 
 
 # ---- the property -----------------------------------------------------------------------------------
-@pytest.mark.slow(125)
+@pytest.mark.slow(200)
 @settings(
     max_examples=8,
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(history=histories())
-def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history):
-    note(history.describe())
-    run_history(fresh_lake(spark, tmp_path, sources), history)
+@given(history=histories(), indexed=st.booleans())
+def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history, indexed):
+    note(history.describe() + ("\nwith the local indexed state" if indexed else "\nby scans"))
+    lake = fresh_lake(spark, tmp_path, sources)
+    run_history(lake, history, Store(lake.settings.warehouse / "state.sqlite") if indexed else None)
 
 
-def run_history(lake: Lake, history: History) -> None:
+def run_history(lake: Lake, history: History, store: Store | None = None) -> None:
     """Feed `history` batch by batch; after each: mirrors == model, views fresh, feeds == diffs."""
-    processor = BatchProcessor(lake.spark, lake.names, lake.sources, view_plans(lake))
+    processor = BatchProcessor(lake.spark, lake.names, lake.sources, view_plans(lake), store=store)
+    assert set(processor.indexed) == ({m.plan.name for m in processor.maintainers} if store else set())
     views = assert_views_are_fresh(lake, processor)
     applied: list[Event] = []
     for batch_id, batch in enumerate(history.batches):
@@ -572,7 +575,8 @@ def _event(table: str, op: str, lsn: int, after: Image | None = None, before: Im
     return Event(table, op, lsn, key, None if op == "d" else after, dbz(op, lsn, after=after, before=before))
 
 
-def test_one_change_per_link_each_reaching_its_own_view_rows(lake):
+@pytest.mark.parametrize("indexed", [False, True], ids=["scan", "indexed"])
+def test_one_change_per_link_each_reaching_its_own_view_rows(lake, tmp_path, indexed):
     """Every way a change reaches a view row, once, in one batch, each on view rows no other change reaches
     (so a link lakemv forgets cannot be covered up by another): the same checks as the property."""
     users = {n: {"email": f"{n}@x.io", "username": n, "id": i, "registered_at": T_MICROS}
@@ -608,7 +612,7 @@ def test_one_change_per_link_each_reaching_its_own_view_rows(lake):
         _event("payment_info", "u", 45, {**pay1, "verified": True}),
         _event("payment_info", "u", 46, {**pay2, "user_id": 8}),
     ]
-    run_history(lake, History([*setup, *changes], [len(setup)]))
+    run_history(lake, History([*setup, *changes], [len(setup)]), Store(tmp_path / "state.sqlite") if indexed else None)
     feeds = {
         view: sorted((tuple(r[k] for k in key), r["op"]) for r in lake.spark.table(lake.names.view_changes(view))
                      .where("batch_id = 1").collect())

@@ -8,31 +8,11 @@ from chispa import assert_df_equality
 from spark import maintain
 from spark.batch import BatchProcessor
 from spark.planner import plan_view
+from spark.state.store import Store
 from spark.views import parse_view
 from tests.cdc import at, dbz, user
+from workload.shapes import SCANNED, SHAPES, shape_view
 
-SHAPES = {
-    # GROUP BY view keyed by a non-key column
-    "stars_per_user": ("username", "SELECT s.username, count(*) AS stars, min(s.repo_name) AS first_repo FROM stars s GROUP BY s.username"),
-    # windowed aggregate keyed by (entity, window): the key is an expression over the row
-    "daily_prs": (
-        "author, day",
-        "SELECT p.author, date_trunc('DAY', p.created_at) AS day, count(*) AS prs, "
-        "sort_array(collect_list(p.title)) AS titles FROM pull_requests p GROUP BY p.author, date_trunc('DAY', p.created_at)",
-    ),
-    # EXISTS and IN subqueries as filters
-    "stargazers": (
-        "email",
-        "SELECT u.email, u.username FROM users u WHERE EXISTS (SELECT 1 FROM stars s WHERE s.username = u.username) "
-        "AND u.username IN (SELECT author FROM pull_requests WHERE status = 'open')",
-    ),
-    # many-to-many through the link table inside a correlated subquery
-    "repo_fans": (
-        "owner, name",
-        "SELECT r.owner, r.name, (SELECT sort_array(collect_list(u.email)) FROM stars s JOIN users u ON u.username = s.username "
-        "WHERE s.repo_owner = r.owner AND s.repo_name = r.name) AS fan_emails FROM repos r",
-    ),
-}
 
 
 def repo(owner, name, description="d", lsn_ms=1_700_000_000_000):
@@ -77,10 +57,14 @@ BATCHES = [
 ]
 
 
-@pytest.fixture
-def processor(lake, tmp_path):
-    plans = [plan_view(parse_view(f"-- @key: {key}\n{sql}", name), lake.sources) for name, (key, sql) in SHAPES.items()]
-    return BatchProcessor(lake.spark, lake.names, lake.sources, plans)
+@pytest.fixture(params=["scan", "indexed"])
+def processor(lake, tmp_path, request):
+    plans = [plan_view(shape_view(name), lake.sources) for name in SHAPES]
+    store = Store(tmp_path / "state.sqlite") if request.param == "indexed" else None
+    processor = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store)
+    served = set(SHAPES) - SCANNED
+    assert set(processor.indexed) == (served if store else set())  # the others beside it, from the store
+    return processor
 
 
 @pytest.mark.parametrize("path", ["incremental", "full"])

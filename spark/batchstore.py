@@ -1,0 +1,96 @@
+"""A batch's steps on the local state store: attach it, read images from it, record into it, serve views.
+
+Mixed into `spark.batch.BatchProcessor`, which runs them when it was given a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from catalog.declarations import SourceTable
+from catalog.tables import DELETED, POSITION, TableNames
+from spark.commits import WriteUnit
+from spark.delta import effective_delta
+from spark.indexed import IndexedView
+from spark.journal import Journal, TablePlan
+from spark.maintain import ViewMaintainer, ViewResult
+from spark.state.codec import rows_of
+from spark.state.layout import ViewPart, mirror_parts, route
+from spark.state.store import Store
+from spark.state.sync import StoreSync, SyncReport, record_mirrors
+from spark.viewstate import read_state
+
+
+class StoreSteps:
+    """The store's part of a batch (see the module docstring)."""
+
+    spark: SparkSession
+    names: TableNames
+    sources: dict[str, SourceTable]
+    journal: Journal | None
+    maintainers: list[ViewMaintainer]
+    store: Store | None
+    sync: StoreSync | None
+    indexed: dict[str, IndexedView]
+    synced: SyncReport | None
+
+    def _attach_store(self) -> None:
+        """Derive the store's layout from the views, attach it, and bring it in step with the tables."""
+        assert self.store is not None
+        routes = {m.plan.name: route(m.plan) for m in self.maintainers}
+        for table, part in mirror_parts(self.sources, list(routes.values())).items():
+            self.store.attach_mirror(part)
+        self.sync = StoreSync(self.spark, self.store, self.names)
+        self.indexed = {}
+        for m in self.maintainers:
+            if routes[m.plan.name].indexed:
+                self.store.attach_view(ViewPart(view=m.plan.name, key=m.plan.key_names, definition=m.plan.definition.fingerprint))
+                self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync)
+        # A unit still in the journal may be replayed next: its commits are not foreign (the replay
+        # applies its rows to the store again, and diffs its views against what the store holds).
+        self.synced = self.sync.check(self.journal.write_ids() if self.journal is not None else ())
+
+    def _stored_delta(self, table: str, changes: pa.Table):  # noqa: ANN202 - spark.delta.Delta
+        """effective_delta against the store's rows, every value in the store's form."""
+        assert self.store is not None
+        source = self.sources[table]
+        names = self.store.mirrors[table].column_names
+        incoming = [
+            {**dict(zip(names, values, strict=True)), POSITION: position, DELETED: deleted}
+            for values, position, deleted in zip(
+                rows_of(changes, names), changes.column(POSITION).to_pylist(), changes.column(DELETED).to_pylist(), strict=True
+            )
+        ]
+        keys = [tuple(row[k] for k in source.primary_key) for row in incoming]
+        found = self.store.stored(table, keys)
+        stored = [
+            {**dict(zip(names, s.row + (None,) * (len(names) - len(s.row)), strict=True)), POSITION: s.position, DELETED: s.deleted}
+            for s in found.values()
+        ]
+        return effective_delta(source.primary_key, source.column_names, incoming, stored)
+
+    def _record_mirrors(self, plans: Mapping[str, TablePlan], unit: WriteUnit) -> None:
+        """The unit's applied rows into the store, with the snapshots its MERGEs made (one transaction)."""
+        assert self.sync is not None and self.store is not None
+        rows = {}
+        for table, plan in plans.items():
+            if table in self.store.mirrors and plan.rows.num_rows:
+                names = self.store.mirrors[table].column_names
+                rows[table] = list(
+                    zip(rows_of(plan.rows, names), plan.rows.column(POSITION).to_pylist(), plan.rows.column(DELETED).to_pylist(), strict=True)
+                )
+        record_mirrors(self.sync, rows, unit.write_id)
+
+    def _indexed_view(self, maintainer: ViewMaintainer, images, unit: WriteUnit, position: int | None) -> ViewResult:  # noqa: ANN001
+        """A view the store serves: paused and resumed like any view, otherwise maintained from the store."""
+        state = read_state(self.spark, maintainer.table)
+        if state.state == "paused":
+            return ViewResult(maintainer.plan.name, 0, paused=True, note=f"paused by {state.by}")
+        if state.state == "resume":  # a backfill published: catch up by snapshots, then reload its digests
+            result = maintainer.resume(state, unit, position)
+            self.sync.reload(f"view:{maintainer.plan.name}")  # type: ignore[union-attr]
+            return result
+        return self.indexed[maintainer.plan.name].apply(images, unit, position, state)

@@ -1,0 +1,31 @@
+"""A view's diff by content, in the driver: recomputed rows against stored rows of the same keys.
+
+Pure (pyarrow only): the upserts and deletes a batch's few keys give, ready for the change feed and
+the view MERGE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from spark.viewsql import OP
+
+
+def content_diff(new: pa.Table, old: pa.Table, key_names: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """Rows of `new` whose content differs from `old`'s row of the same key ('upsert'), then the keys
+    of `old` that `new` no longer has ('delete', other columns NULL), with the OP column added.
+
+    Values compare as Python values (arrays, structs and maps included); NaN never equals itself
+    here, which at worst rewrites an unchanged row."""
+    stored = {tuple(r[k] for k in key_names): r for r in old.to_pylist()}
+    upserts, present = [], set()
+    for row in new.to_pylist():
+        key = tuple(row[k] for k in key_names)
+        present.add(key)
+        if stored.get(key) != row:
+            upserts.append({**row, OP: "upsert"})
+    deletes = [{**{k: row[k] for k in key_names}, OP: "delete"} for key, row in stored.items() if key not in present]
+    fields = [f.with_nullable(True) for f in schema] + [pa.field(OP, pa.string())]  # a delete's values are NULL
+    return pa.Table.from_pylist(upserts + deletes, schema=pa.schema(fields))

@@ -1,0 +1,176 @@
+"""The per-batch view step over the local state: no Iceberg table is scanned.
+
+For each view the store serves (`spark.state.layout.route`): the keys the batch's images reach and
+the rows those keys read come from the store; Spark runs the view's own SQL over just those rows (as
+small local relations, so the engine and the invariant are the ones of a full recompute); each
+recomputed row's digest is compared with the stored one; only the rows that differ go to the change
+feed and the view MERGE (Spark into Iceberg), and their digests into the store after that commit.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from catalog.tables import ARROW_TYPES
+from catalog.viewstate import ViewState
+from spark.commits import WriteUnit
+from spark.faults import crash_point
+from spark.literals import q
+from spark import maintain
+from spark.maintain import ViewMaintainer, ViewResult, Writing
+from spark.planner import over
+from spark.state.codec import Values, rows_of, to_arrow
+from spark.state.layout import MirrorPart, Route
+from spark.state.sync import DIGEST, StoreSync, digest_sql
+from spark.state.walk import gather, reach
+from spark.viewsql import OP
+
+_OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
+
+
+def part_schema(part: MirrorPart) -> pa.Schema:
+    """Arrow schema of a mirror's declared columns (what the view's SQL reads)."""
+    return pa.schema([pa.field(name, ARROW_TYPES[kind]) for name, kind in part.columns])
+
+
+class IndexedView:
+    """Maintains one view from the store (see the module docstring)."""
+
+    def __init__(self, maintainer: ViewMaintainer, route: Route, sync: StoreSync):
+        self.maintainer = maintainer
+        self.plan = maintainer.plan
+        self.route = route
+        self.sync = sync
+        self.store = sync.store
+        self.spark: SparkSession = maintainer.spark
+        self.name = f"view:{self.plan.name}"
+        self._prefix = f"_lmv_{self.plan.name}_occ_"
+        self._body = _OCCURRENCE.sub(lambda m: f"{self._prefix}{m.group(1)}", self.plan.body)
+        self._schema: pa.Schema | None = None
+
+    def _view_schema(self) -> pa.Schema:
+        if self._schema is None:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            self._schema = to_arrow_schema(self.spark.table(self.maintainer.table).schema)
+        return self._schema
+
+    def _key_schema(self) -> pa.Schema:
+        schema = self._view_schema()
+        return pa.schema([schema.field(k) for k in self.plan.key_names])
+
+    def apply(self, images: Mapping[str, list[Values]], unit: WriteUnit, position: int | None, state: ViewState) -> ViewResult:
+        """Recompute the keys the images reach and write what changed (inside the batch's tagged block)."""
+        started = time.perf_counter()
+        parts = self.store.mirrors
+        keys, anchor_rows = reach(self.plan, self.route, parts, self.store, images)
+        if anchor_rows:
+            keys |= self._evaluate_keys(anchor_rows)
+        steps = {"keys": time.perf_counter() - started}
+        crash_point(f"keys:{self.plan.name}", unit.batch_id)
+        if not keys:
+            return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
+        if self._recompute_all(len(keys)):
+            result = self.maintainer.write(None, Writing(len(keys), position, unit, started, steps, state))
+            self.sync.reload(self.name)
+            return result if result.paused else replace(result, note="recomputed in full: it reached most rows")
+        clock = time.perf_counter()
+        ordered = sorted(keys, key=repr)
+        rows = gather(self.plan, self.route, parts, self.store, ordered)
+        steps["rows"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        new = self._recompute(rows, ordered)
+        steps["recompute"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        diff, upserts, deletes = self._diff(new, ordered)
+        steps["diff"] = time.perf_counter() - clock
+        if diff.num_rows == 0:
+            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps))
+        result = self.maintainer.write_diff(diff, Writing(len(keys), position, unit, started, steps, state))
+        if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
+            return result
+        clock = time.perf_counter()
+        current = self.sync.advance(self.name, unit.write_id)
+        if current is False:
+            self.sync.reload(self.name)
+        else:
+            with self.store.transaction():
+                self.store.put_digests(self.plan.name, upserts, deletes)
+                self.store.set_record(self.name, self.store.views[self.plan.name].fingerprint, current, unit.write_id)  # type: ignore[arg-type]
+        crash_point(f"state:{self.plan.name}", unit.batch_id)
+        return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)})
+
+    def _recompute_all(self, keys: int) -> bool:
+        """Past FULL_RECOMPUTE_SHARE of the view's rows a whole recompute is cheaper (spark.maintain)."""
+        if keys < maintain.FULL_RECOMPUTE_MIN_KEYS:
+            return False
+        return keys >= maintain.FULL_RECOMPUTE_SHARE * self.store.view_count(self.plan.name)
+
+    def _evaluate_keys(self, anchor_rows: list[Values]) -> set[Values]:
+        """Key expressions that are not plain columns, evaluated by Spark over the anchor rows."""
+        anchor = self.plan.occurrence(self.plan.anchor)
+        part = self.store.mirrors[anchor.table]
+        relation = f"_lmv_{self.plan.name}_anchor"
+        self.spark.createDataFrame(to_arrow(anchor_rows, part_schema(part))).createOrReplaceTempView(relation)
+        try:
+            select = ", ".join(f"{over(k.expr, 'a')} AS {q(k.name)}" for k in self.plan.keys)
+            found = self.spark.sql(f"SELECT DISTINCT {select} FROM {relation} AS a").toArrow()
+        finally:
+            self.spark.catalog.dropTempView(relation)
+        return set(rows_of(found, self.plan.key_names))
+
+    def _recompute(self, rows: Mapping[int, list[Values]], keys: list[Values]) -> pa.Table:
+        """The view's SQL over the gathered rows, with each row's digest."""
+        relations = []
+        try:
+            for occ in self.plan.occurrences:
+                part = self.store.mirrors[occ.table]
+                relation = f"{self._prefix}{occ.id}"
+                frame = self.spark.createDataFrame(to_arrow(rows.get(occ.id, []), part_schema(part)))
+                if occ.id == self.plan.anchor and not self.route.exact_keys:
+                    keyed = f"_lmv_{self.plan.name}_keys"
+                    self.spark.createDataFrame(to_arrow(keys, self._key_schema())).createOrReplaceTempView(keyed)
+                    relations.append(keyed)
+                    frame.createOrReplaceTempView(f"{relation}_all")
+                    relations.append(f"{relation}_all")
+                    match = " AND ".join(f"k.{q(k.name)} <=> {over(k.expr, 'a')}" for k in self.plan.keys)
+                    frame = self.spark.sql(f"SELECT a.* FROM {relation}_all AS a LEFT SEMI JOIN {keyed} AS k ON {match}")
+                frame.createOrReplaceTempView(relation)
+                relations.append(relation)
+            digest = digest_sql(list(self.plan.columns), "b")
+            return self.spark.sql(f"SELECT b.*, {digest} AS {DIGEST} FROM ({self._body}) AS b").toArrow()
+        finally:
+            for relation in relations:
+                self.spark.catalog.dropTempView(relation)
+
+    def _diff(self, new: pa.Table, keys: list[Values]) -> tuple[pa.Table, list[tuple[Values, str]], list[Values]]:
+        """(diff rows for the feed and MERGE, digests to store, keys to drop) against the stored digests."""
+        stored = self.store.digests(self.plan.name, keys)
+        new_keys = rows_of(new, self.plan.key_names)
+        digests = new.column(DIGEST).to_pylist()
+        changed = [i for i, (k, d) in enumerate(zip(new_keys, digests, strict=True)) if stored.get(k) != d]
+        present = set(new_keys)
+        gone = [k for k in keys if k not in present and k in stored]
+        schema = self._view_schema()
+        fields = [f.with_nullable(True) for f in schema] + [pa.field(OP, pa.string())]
+        upserted = new.select(list(self.plan.columns)).take(pa.array(changed, type=pa.int64())).cast(
+            pa.schema(fields[:-1])
+        )
+        upserted = upserted.append_column(OP, pa.array(["upsert"] * len(changed), type=pa.string()))
+        removed = to_arrow(gone, self._key_schema())
+        for field in fields:
+            if field.name not in removed.column_names:
+                value = "delete" if field.name == OP else None
+                removed = removed.append_column(field, pa.array([value] * len(gone), type=field.type))
+        diff = pa.concat_tables([upserted, removed.select([f.name for f in fields]).cast(pa.schema(fields))])
+        return diff, [(new_keys[i], digests[i]) for i in changed], gone
+
+
+def _rounded(steps: Mapping[str, float]) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in steps.items()}

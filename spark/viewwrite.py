@@ -1,0 +1,191 @@
+"""The write half of view maintenance: diff a view's recomputed keys, append the change feed, MERGE.
+
+`ViewMaintainer` (spark.maintain) decides what to recompute and when (build, batch, pause and resume);
+this writes it, exactly once per unit: only rows whose content changed reach the feed and the view.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from catalog.viewstate import ViewState
+from spark.commits import WriteUnit, append_once
+from spark.contentdiff import content_diff
+from spark.faults import crash_point
+from spark.planner import OCCURRENCE, ViewPlan
+from spark.literals import key_columns, key_filter
+from spark.parallel import concurrently
+from spark.viewstate import read_state
+from spark.viewsql import OP, diff_sql, feed_insert_sql, filtered_ctes, merge_sql, old_rows_sql
+
+
+@dataclass(frozen=True)
+class ViewResult:
+    """What one maintenance step did to a view."""
+
+    view: str
+    keys: int | None  # view keys recomputed; None when every key was (a backfill)
+    upserts: int = 0
+    deletes: int = 0
+    seconds: float = 0.0
+    steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step: keys, diff, feed, merge
+    paused: bool = False  # a backfill holds the view: this batch left it alone
+    note: str | None = None  # paused by whom, caught up after a backfill, superseded by a backfill
+
+    def describe(self) -> str:
+        if self.paused:
+            return f"{self.view}: {self.note or 'paused'}"
+        scope = "all keys" if self.keys is None else f"{self.keys} keys"
+        note = f"; {self.note}" if self.note else ""
+        return f"{self.view}: {scope} -> {self.upserts} upserted, {self.deletes} deleted{note} ({self.seconds:.2f}s)"
+
+
+@dataclass
+class Writing:
+    """One write of a view: keys recomputed (None: all), the batch's position, its unit and clock."""
+
+    count: int | None
+    position: int | None
+    unit: WriteUnit
+    started: float = field(default_factory=time.perf_counter)
+    steps: dict[str, float] = field(default_factory=dict)
+    state: ViewState | None = None
+
+
+class _Superseded(Exception):
+    """The view changed hands (a backfill paused or published it) while this batch was writing it."""
+
+
+class ViewWriter:
+    """What `ViewMaintainer` writes with: a view's diff into its change feed, then MERGEd into its table."""
+
+    spark: SparkSession
+    plan: ViewPlan
+    live: Mapping[str, str]
+    table: str
+    feed: str
+    on_main: bool
+    _temp: str
+
+    def write(self, keys: str | None, w: Writing) -> ViewResult:
+        """Recompute the keys in relation `keys` (every key when None) and write what differs."""
+        if keys is not None:
+            return self.write_diff(self._diff_of_keys(keys, w.steps), w)
+        # Materialised once, because the MERGE below changes the view table the diff is computed against:
+        # in executor memory for a backfill of every key (a batch's few keys are diffed in the driver).
+        clock = time.perf_counter()
+        diff = self.spark.sql(diff_sql(self.plan, self.live, self.table, None)).localCheckpoint(eager=True)
+        counts = {row[OP]: row["n"] for row in diff.groupBy(OP).count().withColumnRenamed("count", "n").collect()}
+        w.steps["diff"] = time.perf_counter() - clock
+        return self._write_frame(diff, counts, None, w)
+
+    def write_diff(self, rows: pa.Table, w: Writing) -> ViewResult:
+        """Append a diff computed in the driver (`content_diff`'s shape) to the feed and MERGE it."""
+        ops = rows.column(OP).to_pylist()
+        counts = {op: ops.count(op) for op in set(ops)}
+        diff = self.spark.createDataFrame(rows) if rows.num_rows else None
+        prefilter = key_filter("t", key_columns(rows, self.plan.key_names))
+        return self._write_frame(diff, counts, prefilter, w)
+
+    def _write_frame(self, diff: DataFrame | None, counts: Mapping[str, int], prefilter: str | None, w: Writing) -> ViewResult:
+        unit, position, state, steps = w.unit, w.position, w.state, w.steps
+        count, started = w.count, w.started
+        if counts and diff is not None:
+            relation = f"{self._temp}_diff"
+            diff.createOrReplaceTempView(relation)
+            try:
+                clock = time.perf_counter()
+                feed = feed_insert_sql(self.plan, self.feed, relation, unit.batch_id, position)
+                append_once(self.spark, self.feed, unit, lambda: self.spark.sql(feed))
+                steps["feed"] = time.perf_counter() - clock
+                crash_point(f"feed:{self.plan.name}", unit.batch_id)
+                clock = time.perf_counter()
+                self._merge(merge_sql(self.plan, self.table, relation, prefilter), unit, state)
+                steps["merge"] = time.perf_counter() - clock
+                crash_point(f"view:{self.plan.name}", unit.batch_id)
+            except _Superseded:
+                return ViewResult(self.plan.name, count, paused=True, note="superseded by a backfill: left to it")
+            finally:
+                self.spark.catalog.dropTempView(relation)
+        return ViewResult(
+            self.plan.name,
+            count,
+            upserts=counts.get("upsert", 0),
+            deletes=counts.get("delete", 0),
+            seconds=time.perf_counter() - started,
+            steps={k: round(v, 3) for k, v in steps.items()},
+        )
+
+    def _diff_of_keys(self, keys: str, steps: dict[str, float]) -> pa.Table:
+        """The diff for a batch's keys, in the driver: the view's new rows (its body over the rows the
+        keys read) and its stored rows for them, side by side; upserts where they differ, deletes
+        where no new row is left."""
+        clock = time.perf_counter()
+        prefiltered = self._prefilter(keys)
+        steps["rows"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        try:
+            schema = to_arrow_schema(self.spark.sql(self.plan.body).schema)
+            new, old = concurrently(
+                self.spark, lambda sql: self.spark.sql(sql).toArrow(), [self.plan.body, old_rows_sql(self.plan, self.table, keys)]
+            )
+        finally:
+            for relation in prefiltered:
+                self.spark.catalog.dropTempView(relation)
+        steps["recompute"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        rows = content_diff(new, old, self.plan.key_names, schema)
+        steps["diff"] = time.perf_counter() - clock
+        return rows
+
+    def _prefilter(self, keys: str) -> list[str]:
+        """The rows each occurrence of the view reads for `keys`, as small temp views named after it.
+
+        The anchor's rows for the keys first, then each child's rows that join its parent's: every
+        lookup is a scan of one table with a broadcast of the few rows above it (siblings run
+        concurrently), and the view's body then runs over driver-sized relations only.
+        """
+        ctes = dict(filtered_ctes(self.plan, self.live, keys))
+        done: list[str] = []
+
+        def materialize(name: str) -> None:
+            rows = self.spark.sql(ctes[name]).toArrow()
+            self.spark.createDataFrame(rows).createOrReplaceTempView(name)
+            done.append(name)
+
+        try:
+            anchor = OCCURRENCE.format(self.plan.anchor)
+            materialize(anchor)
+            level = [anchor]
+            while level:
+                level = [OCCURRENCE.format(l.child) for l in self.plan.links if OCCURRENCE.format(l.parent) in level]
+                concurrently(self.spark, materialize, level)
+        except BaseException:
+            for relation in done:
+                self.spark.catalog.dropTempView(relation)
+            raise
+        return done
+
+    def _merge(self, merge: str, unit: WriteUnit, state: ViewState | None) -> None:
+        """MERGE the diff; a retry after a lost race first checks that the view did not change hands.
+
+        Compaction never changes rows, so after losing to it the same diff is still right. A
+        backfill's publish does: if it paused or published the view meanwhile, this diff is stale and
+        the backfill's result (which covers this batch's mirror changes) stands.
+        """
+        first = True
+
+        def attempt() -> None:
+            nonlocal first
+            if not first and state is not None and self.on_main and read_state(self.spark, self.table).raw != state.raw:
+                raise _Superseded
+            first = False
+            self.spark.sql(merge)
+
+        unit.retries.run(f"MERGE into view {self.plan.name}", attempt)

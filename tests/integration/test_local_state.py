@@ -1,0 +1,89 @@
+"""The local indexed state stays equal to the Iceberg tables it indexes: after batches, after a
+compaction that purges tombstones, after a backfill publishes a view, and when it is deleted."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from catalog.settings import LakeSettings
+from flows.backfill import backfill
+from flows.compact import compact
+from flows.maintain import maintain
+from flows.verify import verify
+from spark.ingest import checkpoint_dir, state_path
+from spark.planner import plan_view
+from spark.state.codec import rows_of
+from spark.state.layout import ViewPart, mirror_parts, route
+from spark.state.store import Store
+from spark.state.sync import DIGEST, digest_sql
+from spark.views import load_views
+from tests.e2e.cli import move_round
+from workload.github import WorkloadConfig, generate_files
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+
+def assert_store_equals_tables(lake, path: Path) -> None:
+    """Every mirror part holds the mirror's rows (tombstones included); every view part the digests
+    of the view table's rows."""
+    plans = {n: plan_view(v, lake.sources) for n, v in load_views(LakeSettings().view_dirs).items()}
+    parts = mirror_parts(lake.sources, [route(p) for p in plans.values()])
+    store = Store(path)
+    try:
+        for table, part in parts.items():
+            assert store.attach_mirror(part), f"mirror part {table} is not in step"
+            columns = ", ".join(f"`{c}`" for c in part.column_names)
+            frame = lake.spark.sql(f"SELECT {columns}, _lmv_position, _lmv_deleted FROM {lake.names.mirror(table)}").toArrow()
+            positions, deleted = frame.column("_lmv_position").to_pylist(), frame.column("_lmv_deleted").to_pylist()
+            expected = sorted(zip(rows_of(frame, part.column_names), positions, deleted, strict=True), key=repr)
+            keys = [tuple(row[part.column_names.index(k)] for k in part.primary_key) for row, _, _ in expected]
+            stored = store.stored(table, keys)
+            got = sorted(((s.row, s.position, s.deleted) for s in stored.values()), key=repr)
+            assert got == expected, f"mirror {table}: the store differs from Iceberg"
+            assert store.count(table) == len(expected), f"mirror {table}: the store has rows Iceberg does not"
+        for name, plan in plans.items():
+            assert store.attach_view(ViewPart(view=name, key=plan.key_names, definition=plan.definition.fingerprint))
+            frame = lake.spark.sql(
+                f"SELECT v.*, {digest_sql(list(plan.columns), 'v')} AS {DIGEST} FROM {lake.names.view(name)} AS v"
+            ).toArrow()
+            keys = rows_of(frame, plan.key_names)
+            assert store.digests(name, keys) == dict(zip(keys, frame.column(DIGEST).to_pylist(), strict=True)), name
+            assert store.view_count(name) == frame.num_rows, f"view {name}: the store has keys the table does not"
+    finally:
+        store.close()
+
+
+@pytest.mark.slow(150)
+def test_the_store_follows_compaction_backfill_and_its_own_loss(lake, tmp_path):
+    staging, landing = tmp_path / "staging", tmp_path / "landing"
+    warehouse = str(lake.settings.warehouse)
+    generate_files(WorkloadConfig(users=60, seed=11, rounds=5), lake.sources, staging)
+    path = state_path(checkpoint_dir(lake.settings, landing))
+
+    def ingest_round(number: int) -> None:
+        move_round(staging, landing, number)
+        maintain(landing=str(landing), once=True, warehouse=warehouse)
+        assert_store_equals_tables(lake, path)
+        for view, counts in verify(warehouse=warehouse)["views"].items():
+            assert counts["matching"] == counts["expected_rows"] == counts["table_rows"], (number, view, counts)
+
+    ingest_round(0)
+    ingest_round(1)
+    assert path.exists()
+    # compaction purges the tombstones the store also holds: the next batch sees a foreign snapshot
+    purged = compact(tombstone_retention_hours=0.0, warehouse=warehouse)["tombstones_purged"]
+    assert purged > 0
+    ingest_round(2)
+    # a view repaired by a backfill: published on the view's main branch from outside the stream
+    table = lake.names.view("user_profile")
+    victim = lake.spark.sql(f"SELECT email FROM {table} ORDER BY email LIMIT 1").first()[0]
+    lake.spark.sql(f"DELETE FROM {table} WHERE email = '{victim}'")
+    assert backfill(view="user_profile", warehouse=warehouse)["upserts"] == 1
+    ingest_round(3)
+    # the store is lost: rebuilt from the tables, same results
+    shutil.rmtree(path.parent)
+    ingest_round(4)
+    assert path.exists()

@@ -1,0 +1,278 @@
+"""The local indexed state without a JVM: its layout from the plans, the SQLite store, and the walks."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+import pyarrow as pa
+import pytest
+
+from catalog.settings import LakeSettings
+from spark.planner import ViewPlan, plan_view
+from spark.state.codec import decode, encode, rows_of, to_arrow
+from spark.state.layout import MirrorPart, ViewPart, mirror_parts, plain_column, route
+from spark.state.store import Store
+from spark.state.walk import gather, reach
+from spark.views import load_views, parse_view
+
+
+@pytest.fixture(scope="module")
+def plans(sources) -> dict[str, ViewPlan]:
+    return {name: plan_view(view, sources) for name, view in load_views(LakeSettings().view_dirs).items()}
+
+
+def test_plain_columns_are_told_from_expressions():
+    assert plain_column("_lmv_self.username") == "username"
+    assert plain_column("_lmv_self.`index`") == "index"
+    assert plain_column("LOWER(_lmv_self.username)") is None
+    assert plain_column("_lmv_self.a + 1") is None
+
+
+def test_user_profile_is_served_by_indexes_on_its_join_columns(plans, sources):
+    r = route(plans["user_profile"])
+    assert r.indexed and r.exact_keys
+    parts = mirror_parts(sources, [r])
+    assert set(parts) == {"users", "stars", "repos", "pull_requests", "payment_info"}
+    assert parts["users"].indexes == (("id",), ("username",))  # the key (email) is the primary key
+    assert parts["stars"].indexes == (("repo_name", "repo_owner"), ("username",))
+    assert parts["pull_requests"].indexes == (("author",),)
+    assert parts["payment_info"].indexes == (("user_id",),)
+    assert parts["repos"].indexes == ()  # looked up by (owner, name): its primary key
+    # a changed repo walks stars -> users; a changed star carries its username to users
+    plan = plans["user_profile"]
+    repos = next(o.id for o in plan.occurrences if o.table == "repos")
+    assert [(h.table, h.columns) for h in r.up[repos]] == [("stars", ("repo_owner", "repo_name")), ("users", ("username",))]
+
+
+def test_a_link_carrying_the_key_skips_the_hop_into_the_anchor(plans):
+    plan = plans["repo_summary"]
+    r = route(plan)
+    stars = next(o.id for o in plan.occurrences if o.table == "stars")
+    assert r.up[stars] == () and r.key_columns[stars] == ("repo_owner", "repo_name")
+
+
+def test_a_link_on_expressions_leaves_the_view_to_scans(sources):
+    plan = plan_view(
+        parse_view(
+            "-- @key: email\nSELECT u.email, (SELECT count(*) FROM stars s WHERE lower(s.username) = lower(u.username)) AS n FROM users u",
+            "v",
+        ),
+        sources,
+    )
+    r = route(plan)
+    assert not r.indexed and "compares expressions" in (r.reason or "")
+
+
+def test_an_expression_key_is_looked_up_by_its_plain_columns_then_filtered(sources):
+    plan = plan_view(
+        parse_view(
+            "-- @key: author, day\nSELECT p.author, date_trunc('DAY', p.created_at) AS day, count(*) AS n "
+            "FROM pull_requests p GROUP BY p.author, date_trunc('DAY', p.created_at)",
+            "daily",
+        ),
+        sources,
+    )
+    r = route(plan)
+    assert r.indexed and not r.exact_keys
+    assert r.anchor is not None and r.anchor.columns == ("author",)
+    assert r.key_columns[plan.anchor] == ("author", None)  # the day is evaluated by Spark
+
+
+def test_layout_fingerprint_changes_only_when_rows_must_reload():
+    base = MirrorPart(table="t", primary_key=("id",), columns=(("id", "bigint"), ("a", "string"), ("b", "string")), indexes=(("a",),))
+    same = base.model_copy(update={"indexes": ()})
+    assert base.fingerprint != same.fingerprint  # `a` is no longer kept as a column of its own
+    more = base.model_copy(update={"indexes": (("a",), ("a", "b"))})
+    assert base.fingerprint != more.fingerprint  # `b` becomes a column of its own
+    fewer = more.model_copy(update={"indexes": (("a", "b"),)})
+    assert more.fingerprint == fewer.fingerprint  # an index dropped in place
+
+
+def test_codec_round_trips_every_type_exactly():
+    schema = pa.schema(
+        [
+            ("s", pa.string()),
+            ("i", pa.int64()),
+            ("d", pa.float64()),
+            ("b", pa.bool_()),
+            ("t", pa.timestamp("us", tz="UTC")),
+            ("day", pa.date32()),
+        ]
+    )
+    moment = datetime.datetime(2024, 2, 29, 12, 30, 1, 5, tzinfo=datetime.UTC)
+    table = pa.Table.from_pylist(
+        [
+            {"s": "é'x", "i": -(2**62), "d": float("nan"), "b": True, "t": moment, "day": datetime.date(1, 1, 1)},
+            {"s": None, "i": None, "d": -0.0, "b": False, "t": None, "day": None},
+        ],
+        schema=schema,
+    )
+    rows = [decode(encode(r)) for r in rows_of(table, schema.names)]
+    back = to_arrow(rows, schema)
+    assert back.column("t").to_pylist() == [moment, None]
+    assert back.column("day").to_pylist() == [datetime.date(1, 1, 1), None]
+    d = back.column("d").to_pylist()
+    assert math.isnan(d[0]) and math.copysign(1, d[1]) == -1
+    assert back.drop_columns(["d"]).equals(table.drop_columns(["d"]))
+    # a row stored before a column was added reads back with NULL there
+    assert to_arrow([("x",)], pa.schema([("s", pa.string()), ("n", pa.int64())])).to_pylist() == [{"s": "x", "n": None}]
+
+
+def _seed_store(plans, sources) -> tuple[Store, dict]:
+    r = route(plans["user_profile"])
+    parts = mirror_parts(sources, [r])
+    store = Store(":memory:")
+    for part in parts.values():
+        assert store.attach_mirror(part) is False  # new: empty
+    rows = {
+        "users": [
+            ({"id": 1, "email": "a@x", "username": "ann"}, False),
+            ({"id": 2, "email": "b@x", "username": "bob"}, False),
+            ({"id": 3, "email": "c@x", "username": "cat"}, True),  # a tombstone: not live
+        ],
+        "stars": [
+            ({"username": "ann", "repo_owner": "o", "repo_name": "r1"}, False),
+            ({"username": "bob", "repo_owner": "o", "repo_name": "r1"}, False),
+            ({"username": "cat", "repo_owner": "o", "repo_name": "r1"}, False),
+            ({"username": "bob", "repo_owner": "o", "repo_name": "r2"}, False),
+        ],
+        "repos": [({"owner": "o", "name": "r1", "description": "one"}, False), ({"owner": "o", "name": "r2"}, False)],
+        "pull_requests": [({"repo": "r1", "repo_owner": "o", "index": 1, "author": "ann"}, False)],
+        "payment_info": [({"id": 10, "user_id": 2, "verified": True}, False)],
+    }
+    for table, items in rows.items():
+        names = parts[table].column_names
+        store.put_rows(table, [(tuple(values.get(c) for c in names), 5, deleted) for values, deleted in items])
+    return store, parts
+
+
+def test_reach_follows_the_chains_through_live_rows_only(plans, sources):
+    store, parts = _seed_store(plans, sources)
+    plan, r = plans["user_profile"], route(plans["user_profile"])
+    names = parts["repos"].column_names
+    image = tuple({"owner": "o", "name": "r1"}.get(c) for c in names)
+    keys, pending = reach(plan, r, parts, store, {"repos": [image]})
+    assert keys == {("a@x",), ("b@x",)} and pending == []  # cat's star reaches a tombstoned user: no key
+    star = tuple({"username": "bob", "repo_owner": "o", "repo_name": "zz"}.get(c) for c in parts["stars"].column_names)
+    pay = tuple({"id": 11, "user_id": 1}.get(c) for c in parts["payment_info"].column_names)
+    keys, _ = reach(plan, r, parts, store, {"stars": [star], "payment_info": [pay]})
+    assert keys == {("a@x",), ("b@x",)}
+
+
+def test_gather_collects_each_occurrences_rows_for_the_keys(plans, sources):
+    store, parts = _seed_store(plans, sources)
+    plan, r = plans["user_profile"], route(plans["user_profile"])
+    rows = gather(plan, r, parts, store, [("b@x",)])
+    by_table = {plan.occurrence(o).table: sorted(rs, key=repr) for o, rs in rows.items()}
+    users = parts["users"].column_names
+    assert [row[users.index("username")] for row in by_table["users"]] == ["bob"]
+    stars = parts["stars"].column_names
+    assert sorted(row[stars.index("repo_name")] for row in by_table["stars"]) == ["r1", "r2"]
+    assert len(by_table["repos"]) == 2 and by_table["pull_requests"] == [] and len(by_table["payment_info"]) == 1
+
+
+def test_store_lookups_match_sql_equality_in_chunks_and_null_safe_when_asked(sources):
+    part = MirrorPart(table="t", primary_key=("id",), columns=(("id", "bigint"), ("g", "string"), ("h", "bigint")), indexes=(("g",), ("g", "h")))
+    store = Store(":memory:")
+    store.attach_mirror(part)
+    store.put_rows("t", [((i, f"g{i % 700}", None if i % 2 else i), i, False) for i in range(2000)])
+    found = store.lookup("t", ("g",), [(f"g{i}",) for i in range(700)], (False,))
+    assert len(found) == 2000  # more values than one IN list holds
+    assert store.lookup("t", ("g",), [(None,)], (False,)) == []  # NULL = NULL is not true
+    assert sorted(r[0] for r in store.lookup("t", ("g", "h"), [("g1", None)], (False, True))) == [1, 701, 1401]  # <=> NULL
+    assert store.lookup("t", ("g", "h"), [("g1", None)], (False, False)) == []
+    assert [r[0] for r in store.lookup("t", ("g", "h"), [("g2", 702)], (False, False))] == [702]
+    stored = store.stored("t", [(5,), (99999,)])
+    assert set(stored) == {(5,)} and stored[(5,)].position == 5 and not stored[(5,)].deleted
+    store.put_rows("t", [((5, None, None), 9, True)])  # a tombstone replaces the row
+    assert store.stored("t", [(5,)])[(5,)].deleted
+    assert all(row[0] != 5 for row in store.lookup("t", ("g",), [("g5",)], (False,)))
+
+
+def test_store_layout_changes_reload_only_what_they_must(tmp_path):
+    path = tmp_path / "state.sqlite"
+    part = MirrorPart(table="t", primary_key=("id",), columns=(("id", "bigint"), ("g", "string")), indexes=(("g",),))
+    store = Store(path)
+    store.attach_mirror(part)
+    store.put_rows("t", [((1, "a"), 1, False)])
+    with store.transaction():
+        store.set_record("mirror:t", part.fingerprint, 42, "w")
+    store.close()
+    again = Store(path)  # reopened: rows and record survive
+    assert again.attach_mirror(part) is True and again.record("mirror:t").snapshot == 42 and again.count("t") == 1
+    changed = part.model_copy(update={"columns": (("id", "bigint"), ("g", "string"), ("n", "bigint"))})
+    assert again.attach_mirror(changed) is False and again.count("t") == 0 and again.record("mirror:t") is None
+    view = ViewPart(view="v", key=("k",), definition="abc")
+    assert again.attach_view(view) is False
+    again.put_digests("v", [(("x",), "d1"), ((None,), "d2")])
+    assert again.digests("v", [("x",), (None,), ("y",)]) == {("x",): "d1", (None,): "d2"}
+    again.put_digests("v", [], deletes=[("x",)])
+    assert again.digests("v", [("x",)]) == {}
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "page"])
+def test_an_unreadable_store_is_set_aside_and_starts_empty(tmp_path, damage):
+    path = tmp_path / "state.sqlite"
+    part = MirrorPart(table="t", primary_key=("id",), columns=(("id", "bigint"), ("g", "string")), indexes=(("g",),))
+    store = Store(path)
+    store.attach_mirror(part)
+    store.put_rows("t", [((i, "x" * 200), i, False) for i in range(2_000)])
+    with store.transaction():
+        store.set_record("mirror:t", part.fingerprint, 42, "w")
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    data = bytearray(path.read_bytes())
+    if damage == "garbage":
+        data[:100] = b"not a database " * 6 + b"!" * 10
+    elif damage == "truncated":
+        data = data[: len(data) // 3]
+    else:  # a page in the middle overwritten: the header still reads, the b-tree does not
+        middle = len(data) // 2 // 4096 * 4096
+        data[middle : middle + 4096] = b"\xff" * 4096
+    path.write_bytes(bytes(data))
+    again = Store(path)
+    assert again.discarded, "the damage went unnoticed"
+    assert again.record("mirror:t") is None  # nothing of the old store is trusted: every part reloads
+    assert again.attach_mirror(part) is False and again.count("t") == 0
+    again.put_rows("t", [((1, "a"), 1, False)])
+    assert again.lookup("t", ("g",), [("a",)], (False,)) == [(1, "a")]
+    again.close()
+
+
+class _History:
+    """A fake table history for in_step: snapshots newest first, as Snapshots.since returns them."""
+
+    def __init__(self, *entries: tuple[int, int | None, str, str | None]):
+        from spark.state.sync import Snapshot
+
+        self.chain = [Snapshot(*e) for e in reversed(entries)]
+
+    def since(self, identifier: str, snapshot: int | None):
+        ids = [s.id for s in self.chain]
+        if snapshot is None:
+            return self.chain
+        return self.chain[: ids.index(snapshot)] if snapshot in ids else None
+
+
+def test_in_step_tells_compaction_and_the_units_own_commits_from_foreign_ones():
+    from spark.state.sync import in_step
+
+    history = _History((1, None, "append", "s:0.0"), (2, 1, "replace", None), (3, 2, "overwrite", "s:1.0"), (4, 3, "replace", None))
+    assert in_step(history, "t", 4) == (4, 4)
+    assert in_step(history, "t", 1) is None  # unit s:1.0 is not the one being applied: foreign
+    assert in_step(history, "t", 2, {"s:1.0"}) == (4, 2)  # current 4; the part still reflects only 2
+    assert in_step(history, "t", 99) is None  # not an ancestor (expired, rolled back)
+    assert in_step(_History((1, None, "replace", None)), "t", None) == (1, 1)
+
+
+def test_explain_shows_the_store_lookups_or_why_there_are_none(plans, sources):
+    from spark.explain import explain
+
+    text = explain(plans["user_profile"])
+    assert "repos r                      up: stars by (repo_owner = .owner, repo_name = .name) -> users by (username = .username)" in text
+    plan = plan_view(
+        parse_view("-- @key: email\nSELECT u.email, (SELECT count(*) FROM stars s WHERE lower(s.username) = lower(u.username)) AS n FROM users u", "v"),
+        sources,
+    )
+    assert "local state: not used, every lookup scans the mirrors: the link `" in explain(plan)
