@@ -49,6 +49,7 @@ from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from catalog.verify import duckdb_sql
 from spark.batch import VIEW_WORKERS, BatchProcessor, BatchResult
+from spark.bulk import lines_frame
 from spark.ingest import checkpoint_dir, planned_files, run_ingest
 from spark.maintain import ViewMaintainer
 from spark.planner import plan_view
@@ -193,7 +194,7 @@ class Scale:
                 for table, event in flat[start : start + chunk]:
                     part.setdefault(table, []).append(event)
                 self.batch_id += 1
-                loader.process_lines(self.batch_id, lines_of(part))
+                loader.process_lines(self.batch_id, lines_frame(self.spark, lines_of(part)))  # parsed set-wise, as ingest does
                 status.update(f"loading snapshot events into the mirrors: {min(start + chunk, len(flat)):,} / {events:,}")
         load_seconds = time.perf_counter() - started
         rows = {t: self.spark.table(self.names.mirror(t)).count() for t in self.sources}

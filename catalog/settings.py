@@ -44,6 +44,10 @@ class LakeSettings(BaseSettings):
     max_events_per_batch: int = Field(
         default=100_000, ge=1, description="Lines applied per unit: a bigger batch is applied in chunks of this size."
     )
+    bulk_min_bytes: int = Field(
+        default=32 << 20, ge=1, description="A batch of at least this many landing bytes is parsed set-wise by Spark "
+        "(spark.bulk) in one unit, instead of line by line in the driver in units of max_events_per_batch.",
+    )
     max_line_chars: int = Field(
         default=4 << 20, ge=1024, description="A longer landing line is a dead letter, not parsed."
     )

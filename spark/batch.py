@@ -2,7 +2,7 @@
 
 The steps, each safe to repeat when a crash makes Spark replay the batch:
 
-1. parse the lines (pure, deterministic);
+1. parse the lines (pure, deterministic; a large unit set-wise in Spark, `spark.bulk`, same rules);
 2. plan: per table, the change rows that apply and the old/new images views need, saved in the
    journal *before* any table changes (a replay reads the plan back: the old images may be gone);
 3. append dead letters, MERGE each mirror, maintain each view, append the ledger row. Every snapshot
@@ -29,6 +29,7 @@ from catalog.evolution import infer_column, with_columns
 from catalog.tables import POSITION, SOURCE_TS, TableNames, mirror_arrow_schema
 from spark.batchresult import BatchResult
 from spark.batchstore import StoreSteps
+from spark.bulk import Lines, bulk_changeset
 from spark.changeset import ChangeSet, build_changeset, changes_to_arrow
 from spark.commits import Retries, WriteUnit, append_once, committed, tagged
 from spark.deadletters import dead_letters_to_arrow, ensure_dead_letters
@@ -104,15 +105,16 @@ class BatchProcessor(StoreSteps):
         if store is not None:
             self._attach_store()
 
-    def process_lines(self, batch_id: int, lines: list[tuple[str, str]], stream: str = "local") -> BatchResult:
+    def process_lines(self, batch_id: int, lines: list[tuple[str, str]] | Lines, stream: str = "local") -> BatchResult:
         """Apply `(line, file)` pairs as batch `batch_id` of `stream`."""
         return self.process(BatchRef(stream, batch_id), lines)
 
     def process(
-        self, ref: BatchRef, lines: list[tuple[str, str]], file_skips: Mapping[str, int] | None = None
+        self, ref: BatchRef, lines: list[tuple[str, str]] | Lines, file_skips: Mapping[str, int] | None = None
     ) -> BatchResult:
         """Apply one unit of lines, exactly once however often it is replayed.
 
+        `lines` are `(line, file)` pairs, or `Lines` still in Spark for a unit parsed set-wise.
         `file_skips` counts files that gave no lines (empty, or gone before Spark read them), by reason.
         """
         started = time.perf_counter()
@@ -125,17 +127,17 @@ class BatchProcessor(StoreSteps):
         if unit.replay and committed(self.spark, self.names.ledger, ref.write_id):
             crash_point("batch_end", ref.batch)
             return BatchResult(
-                ref.batch, len(lines), 0, chunk=ref.chunk, replayed=True, already_committed=True,
+                ref.batch, len(lines) if isinstance(lines, list) else 0, 0, chunk=ref.chunk, replayed=True, already_committed=True,
                 seconds=time.perf_counter() - started,
             )
         clock = _Clock()
         if self.sync is not None:  # another writer (compaction's purge, a backfill's publish, a crash) moved a table
             self.sync.check({ref.write_id} if unit.replay else ())
             clock.lap("state check")
-        changeset = build_changeset(lines, self.sources, self.max_line_chars)
+        changeset = self._parse(lines, ref.batch, started_at)
         notes: list[str] = []
         if changeset.new_fields and self._evolve(changeset.new_fields, notes):
-            changeset = build_changeset(lines, self.sources, self.max_line_chars)  # again, with the new columns
+            changeset = self._parse(lines, ref.batch, started_at)  # again, with the new columns
             if self.store is not None:
                 self._attach_store()  # a mirror's columns changed: its part reloads
         notes += self._absent_notes(changeset.absent)
@@ -153,7 +155,7 @@ class BatchProcessor(StoreSteps):
             views = self._apply(changeset, plans, unit, started_at, clock)
             result = BatchResult(
                 batch_id=ref.batch,
-                lines=len(lines),
+                lines=len(lines) if isinstance(lines, list) else changeset.set_wise + changeset.line_by_line,
                 events=changeset.events,
                 merged={t: p.rows.num_rows for t, p in plans.items()},
                 dead_letters=len(changeset.dead_letters),
@@ -163,6 +165,7 @@ class BatchProcessor(StoreSteps):
                 chunk=ref.chunk,
                 replayed=unit.replay,
                 notes=tuple(notes),
+                set_wise=isinstance(lines, Lines),
             )
             entry = self._ledger_entry(ref, result, plans, unit, started_at)
             append_once(self.spark, self.names.ledger, unit, lambda: append_entry(self.spark, self.names, entry))
@@ -171,6 +174,11 @@ class BatchProcessor(StoreSteps):
         crash_point("batch_end", ref.batch)
         seconds = time.perf_counter() - started
         return replace(result, seconds=seconds, conflicts_retried=unit.retries.count, steps=clock.rounded())
+
+    def _parse(self, lines: list[tuple[str, str]] | Lines, batch_id: int, now: int) -> ChangeSet:
+        if isinstance(lines, Lines):
+            return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars)
+        return build_changeset(lines, self.sources, self.max_line_chars)
 
     # ---- schema drift ------------------------------------------------------------------------------
     def _evolve(self, new_fields: Mapping[str, Mapping[str, object]], notes: list[str]) -> bool:
@@ -209,7 +217,9 @@ class BatchProcessor(StoreSteps):
     # ---- steps -------------------------------------------------------------------------------------
     def _plan(self, changeset: ChangeSet, batch_id: int, now: int) -> dict[str, TablePlan]:
         """Per table: the change rows that will apply and, for tables views read, their images."""
-        rows = {t: changes_to_arrow(self.sources[t], c, batch_id, now) for t, c in sorted(changeset.changes.items())}
+        rows = dict(sorted(changeset.rows.items())) or {
+            t: changes_to_arrow(self.sources[t], c, batch_id, now) for t, c in sorted(changeset.changes.items())
+        }
         kept = self.store.mirrors if self.store is not None else {}
         scanned = [t for t in rows if t in self.watched and t not in kept]
         stored = dict(zip(scanned, concurrently(self.spark, lambda t: stored_rows(self.spark, self.names, self.sources[t], rows[t]), scanned)))

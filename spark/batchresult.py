@@ -27,6 +27,7 @@ class BatchResult:
     conflicts_retried: int = 0
     notes: tuple[str, ...] = ()  # schema drift: columns added, columns missing, views affected
     steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step (parse, plan, mirrors, views, ledger)
+    set_wise: bool = False  # Spark parsed the unit's lines (spark.bulk)
 
     def describe(self) -> str:
         name = f"batch {self.batch_id}" + (f".{self.chunk}" if self.chunk else "")
@@ -38,7 +39,7 @@ class BatchResult:
             else f"; {v.view} {v.keys} keys -> {v.upserts} upserts, {v.deletes} deletes" + (f" ({v.note})" if v.note else "")
             for v in self.views.values()
         )  # fmt: skip
-        extra = (" (replayed)" if self.replayed else "") + (
+        extra = (" (set-wise)" if self.set_wise else "") + (" (replayed)" if self.replayed else "") + (
             f", {self.conflicts_retried} commit conflicts retried" if self.conflicts_retried else ""
         )
         reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.skip_reasons.items()))

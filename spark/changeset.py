@@ -42,6 +42,9 @@ class ChangeSet:
     events: int = 0  # lines that parsed into a change, before dedupe
     new_fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # table -> field -> first non-null value
     absent: dict[str, Counter[str]] = field(default_factory=dict)  # table -> declared column -> images lacking it
+    rows: dict[str, pa.Table] = field(default_factory=dict)  # mirror rows per table, when Spark parsed the unit (spark.bulk)
+    set_wise: int = 0  # lines Spark parsed (spark.bulk)
+    line_by_line: int = 0  # lines of such a unit parsed one by one in the driver (parse_line)
 
     @property
     def max_position(self) -> dict[str, int]:
@@ -77,6 +80,40 @@ def latest_per_key(changes: Iterable[Change]) -> list[Change]:
     return list(best.values())
 
 
+def parse_line(
+    text: str, file: str, sources: Mapping[str, SourceTable], result: ChangeSet, max_line_chars: int | None = None
+) -> Change | None:
+    """Parse one `(line, file)` pair: its change, or None after recording its dead letter or skip in
+    `result` (which also counts the event and notes fields the declaration lacks or misses)."""
+    table = table_of(file)
+    if max_line_chars is not None and len(text) > max_line_chars:
+        reason = f"line of {len(text):,} characters is over the limit of {max_line_chars:,} (LAKEMV_MAX_LINE_CHARS)"
+        result.dead_letters.append(DeadLetter(text, file, table, reason))
+        return None
+    source = sources.get(table)
+    if source is None:
+        known = ", ".join(sorted(sources))
+        result.dead_letters.append(DeadLetter(text, file, table, f"unknown table folder {table!r}: declared sources are {known}"))
+        return None
+    try:
+        outcome = parse_envelope(text, source)
+    except EnvelopeError as exc:
+        result.dead_letters.append(DeadLetter(text, file, table, str(exc)))
+        return None
+    if isinstance(outcome, Skip):
+        result.skipped[outcome.reason] += 1
+        return None
+    result.events += 1
+    if outcome.unknown:
+        fields = result.new_fields.setdefault(table, {})
+        for name, value in outcome.unknown:
+            if fields.get(name) is None:
+                fields[name] = value
+    if outcome.absent:
+        result.absent.setdefault(table, Counter()).update(outcome.absent)
+    return outcome
+
+
 def build_changeset(
     lines: Iterable[tuple[str, str]], sources: Mapping[str, SourceTable], max_line_chars: int | None = None
 ) -> ChangeSet:
@@ -84,35 +121,9 @@ def build_changeset(
     result = ChangeSet()
     parsed: dict[str, list[Change]] = {}
     for text, file in lines:
-        table = table_of(file)
-        if max_line_chars is not None and len(text) > max_line_chars:
-            reason = f"line of {len(text):,} characters is over the limit of {max_line_chars:,} (LAKEMV_MAX_LINE_CHARS)"
-            result.dead_letters.append(DeadLetter(text, file, table, reason))
-            continue
-        source = sources.get(table)
-        if source is None:
-            known = ", ".join(sorted(sources))
-            result.dead_letters.append(
-                DeadLetter(text, file, table, f"unknown table folder {table!r}: declared sources are {known}")
-            )
-            continue
-        try:
-            outcome = parse_envelope(text, source)
-        except EnvelopeError as exc:
-            result.dead_letters.append(DeadLetter(text, file, table, str(exc)))
-            continue
-        if isinstance(outcome, Skip):
-            result.skipped[outcome.reason] += 1
-            continue
-        result.events += 1
-        parsed.setdefault(table, []).append(outcome)
-        if outcome.unknown:
-            fields = result.new_fields.setdefault(table, {})
-            for name, value in outcome.unknown:
-                if fields.get(name) is None:
-                    fields[name] = value
-        if outcome.absent:
-            result.absent.setdefault(table, Counter()).update(outcome.absent)
+        change = parse_line(text, file, sources, result, max_line_chars)
+        if change is not None:
+            parsed.setdefault(change.table, []).append(change)
     result.changes = {table: latest_per_key(changes) for table, changes in parsed.items()}
     return result
 

@@ -24,6 +24,7 @@ from catalog.tables import TableNames
 from spark.batch import BatchProcessor, BatchResult
 from spark.changeset import check_landing, local_path
 from spark import lifecycle
+from spark.bulk import Lines
 from spark.journal import BatchRef, Journal
 from spark.maintain import ViewResult
 from spark.planner import ViewPlan
@@ -81,6 +82,17 @@ def planned_files(checkpoint: Path, batch_id: int) -> list[str]:
     return []
 
 
+def landing_bytes(planned: Sequence[str]) -> int:
+    """Bytes of a batch's landing files (those already gone count nothing)."""
+    total = 0
+    for uri in planned:
+        try:
+            total += os.path.getsize(local_path(uri))
+        except OSError:
+            continue
+    return total
+
+
 def file_skips(planned: Sequence[str], read: set[str]) -> Counter[str]:
     """Files of a batch that gave no line: empty, or removed between listing and reading."""
     skips: Counter[str] = Counter()
@@ -130,8 +142,16 @@ def run_ingest(
         lifecycle.check()
         if not identity:
             identity.append(stream_id(checkpoint))
+        planned = planned_files(checkpoint, batch_id)
+        if landing_bytes(planned) >= settings.bulk_min_bytes:  # a snapshot or a backlog: Spark parses it, one unit
+            read = {row[0] for row in frame.select("file").distinct().collect()}
+            outcome = processor.process(BatchRef(identity[0], batch_id, 0), Lines(frame), file_skips(planned, read))
+            result.batches.append(outcome)
+            if on_batch is not None:
+                on_batch(outcome)
+            return
         table = frame.toArrow()
-        skips = file_skips(planned_files(checkpoint, batch_id), set(table.column("file").to_pylist()))
+        skips = file_skips(planned, set(table.column("file").to_pylist()))
         for chunk, start in enumerate(range(0, max(table.num_rows, 1), chunk_size)):
             part = table.slice(start, chunk_size)
             lines = list(zip(part.column("value").to_pylist(), part.column("file").to_pylist(), strict=True))

@@ -84,12 +84,12 @@ class Trial:
     compared: dict[str, int] = field(default_factory=dict)  # table -> rows compared
 
 
-def schedule_for(seed: int, batches: int) -> list[tuple[str, int]]:
+def schedule_for(seed: int, batches: int, points: Sequence[str] = POINTS) -> list[tuple[str, int]]:
     """Every crash point once, spread over batches 1..batches-1 in pipeline order (rotated by seed)."""
     spans = batches - 1
     shift = seed % spans
-    per_batch = -(-len(POINTS) // spans)
-    return [(point, 1 + (index // per_batch + shift) % spans) for index, point in enumerate(POINTS)]
+    per_batch = -(-len(points) // spans)
+    return [(point, 1 + (index // per_batch + shift) % spans) for index, point in enumerate(points)]
 
 
 def _ordered_schedule(schedule: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -121,7 +121,8 @@ def copy_landing(source: Path, target: Path) -> None:
         os.utime(destination, (stat.st_atime, stat.st_mtime))
 
 
-def ingest_env(files_per_batch: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def ingest_env(files_per_batch: int, extra: Mapping[str, str] | None = None, set_wise: bool = False) -> dict[str, str]:
+    """The environment of one ingest run; `set_wise`: every batch parsed by Spark (spark.bulk)."""
     env = {
         **os.environ,
         "LAKEMV_SPARK_MASTER": "local[2]",
@@ -132,6 +133,7 @@ def ingest_env(files_per_batch: int, extra: Mapping[str, str] | None = None) -> 
         # side by side, a kill in one view's step came after another view had finished the batch,
         # whose own points its replays then never reached.
         "LAKEMV_VIEW_WORKERS": "1",
+        "LAKEMV_BULK_MIN_BYTES": "1" if set_wise else str(1 << 40),
     }
     env.pop("LAKEMV_CRASH_AT", None)
     env.pop("LAKEMV_CRASH_SIGNAL", None)
@@ -235,13 +237,23 @@ def assert_views_match_model(lake: Mapping[str, list[dict]], state: dict, contex
 
 
 # ---- a trial -------------------------------------------------------------------------------------------
-def run_trial(root: Path, seed: int, *, users: int = 120, rounds: int = 5, sources: SourceRegistry | None = None) -> Trial:
-    """Reference run and crashed run of one generated input; raises AssertionError on any difference."""
+def run_trial(
+    root: Path,
+    seed: int,
+    *,
+    users: int = 120,
+    rounds: int = 5,
+    sources: SourceRegistry | None = None,
+    points: Sequence[str] = POINTS,
+    set_wise: bool = False,
+) -> Trial:
+    """Reference run and crashed run of one generated input; raises AssertionError on any difference.
+    `points`: where to kill (every point by default); `set_wise`: every batch parsed by Spark."""
     started = time.monotonic()
     sources = sources or load_sources(LakeSettings().sources_dirs)
     generated = root / "generated"
     state, per_round = prepare_landing(generated, seed, users, rounds, sources)
-    trial = Trial(seed, _ordered_schedule(schedule_for(seed, rounds)))
+    trial = Trial(seed, _ordered_schedule(schedule_for(seed, rounds, points)))
     lakes = {}
     for name in ("reference", "crashed"):
         landing, warehouse = root / f"{name}-landing", root / f"{name}-wh"
@@ -249,7 +261,8 @@ def run_trial(root: Path, seed: int, *, users: int = 120, rounds: int = 5, sourc
         if name == "crashed":
             signal_file = root / "crash-signal"
             for point, batch in trial.schedule:
-                env = ingest_env(per_round, {"LAKEMV_CRASH_AT": f"{point}@{batch}", "LAKEMV_CRASH_SIGNAL": str(signal_file)})
+                arm = {"LAKEMV_CRASH_AT": f"{point}@{batch}", "LAKEMV_CRASH_SIGNAL": str(signal_file)}
+                env = ingest_env(per_round, arm, set_wise)
                 trial.runs += 1
                 reached = ingest(warehouse, landing, env, signal_file)
                 if reached is None:
@@ -261,7 +274,7 @@ def run_trial(root: Path, seed: int, *, users: int = 120, rounds: int = 5, sourc
                             shutil.rmtree(folder)
                             trial.states_lost += 1
         trial.runs += 1
-        assert ingest(warehouse, landing, ingest_env(per_round)) is None
+        assert ingest(warehouse, landing, ingest_env(per_round, set_wise=set_wise)) is None
         lakes[name] = read_lake(warehouse, sources)
     context = f"seed {seed}"
     trial.compared = assert_same_lake(lakes["reference"], lakes["crashed"], context)
@@ -276,13 +289,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--users", type=int, default=120)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--root", type=Path, default=Path("/tmp/lakemv-crash"))
+    parser.add_argument("--set-wise", action="store_true", help="every batch parsed by Spark (spark.bulk)")
     args = parser.parse_args(argv)
     total_kills = 0
     for seed in args.seeds:
         root = args.root / f"seed-{seed}"
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        trial = run_trial(root, seed, users=args.users, rounds=args.rounds)
+        trial = run_trial(root, seed, users=args.users, rounds=args.rounds, set_wise=args.set_wise)
         total_kills += len(trial.kills)
         print(
             f"seed {seed}: {len(trial.kills)} kills ({', '.join(trial.kills)}), not reached: {trial.not_reached or 'none'}; "

@@ -19,3 +19,15 @@ def test_every_kill_point_recovers_to_the_crash_free_result(tmp_path, sources):
     assert sorted(k.split("@")[0] for k in trial.kills) == sorted(POINTS)
     assert trial.compared["views.user_profile__changes"] > 0 and trial.compared["dead_letters"] > 0
     assert trial.states_lost > 0  # and deleting the local state between runs changed no result
+
+
+# A unit Spark parses (spark.bulk) replays through the same steps; a kill at each kind of step.
+SET_WISE_POINTS = ("journaled", "mirror:stars", "state:mirrors", "view:user_profile", "state:repo_summary", "ledger")
+
+
+@pytest.mark.slow(200)
+def test_set_wise_units_recover_to_the_crash_free_result(tmp_path, sources):
+    trial = run_trial(tmp_path, seed=5, users=60, rounds=4, sources=sources, points=SET_WISE_POINTS, set_wise=True)
+    assert not trial.not_reached, trial.not_reached
+    assert sorted(k.split("@")[0] for k in trial.kills) == sorted(SET_WISE_POINTS)
+    assert trial.compared["views.user_profile__changes"] > 0 and trial.compared["dead_letters"] > 0

@@ -92,3 +92,42 @@ def test_continuous_mode_picks_up_files_that_arrive_while_running(lake, tmp_path
 def test_missing_landing_directory_is_a_clear_error(lake, tmp_path):
     with pytest.raises(ConfigError, match="landing directory does not exist"):
         run_ingest(lake.spark, lake.settings, lake.sources, tmp_path / "nope", once=True)
+
+
+def test_a_backlog_parsed_set_wise_lands_exactly_as_line_by_line(lake, tmp_path):
+    """The same landing files ingested into two catalogs, every batch parsed by Spark in one and line
+    by line in the other: the same mirror rows (tombstones and positions included), dead letters
+    and views."""
+    from catalog.settings import LakeSettings
+    from spark.planner import plan_view
+    from spark.session import use_catalog
+    from spark.views import load_views
+    from tests.conftest import small_settings
+    from tests.e2e.crash_harness import HOSTILE
+    from workload.github import WorkloadConfig, generate_files
+
+    landing = tmp_path / "landing"
+    generate_files(WorkloadConfig(users=60, seed=8, rounds=3), lake.sources, landing)
+    drop(landing, "users", "hostile.json", *HOSTILE)
+    plans = [plan_view(v, lake.sources) for v in load_views(LakeSettings().view_dirs).values()]
+    other = small_settings(tmp_path / "other", f"{lake.settings.catalog_name}_lines")
+    use_catalog(lake.spark, other)
+    set_wise = run_ingest(lake.spark, lake.settings.model_copy(update={"bulk_min_bytes": 1}), lake.sources, landing, once=True, views=plans)
+    by_line = run_ingest(lake.spark, other.model_copy(update={"bulk_min_bytes": 1 << 40}), lake.sources, landing, once=True, views=plans)
+    assert set_wise.batches and all(b.set_wise for b in set_wise.batches)
+    assert not any(b.set_wise for b in by_line.batches)
+    assert set_wise.events == by_line.events > 0 and set_wise.dead_letters == by_line.dead_letters == len(HOSTILE)
+
+    def rows(catalog: str, namespace: str, table: str, drop: tuple[str, ...]) -> list[str]:
+        frame = lake.spark.table(f"{catalog}.{namespace}.{table}").drop(*drop)
+        return sorted(str(r.asDict(recursive=True)) for r in frame.collect())
+
+    per_run = ("_lmv_ingested_at", "_lmv_batch_id")
+    for table in lake.sources:
+        assert rows(lake.settings.catalog_name, "mirror", table, per_run) == rows(other.catalog_name, "mirror", table, per_run), table
+    for plan in plans:
+        assert rows(lake.settings.catalog_name, "views", plan.name, ()) == rows(other.catalog_name, "views", plan.name, ()), plan.name
+    letters = ("raw", "reason", "source_table")
+    assert sorted(map(str, lake.spark.table(f"{lake.settings.catalog_name}.lakemv.dead_letters").select(*letters).collect())) == sorted(
+        map(str, lake.spark.table(f"{other.catalog_name}.lakemv.dead_letters").select(*letters).collect())
+    )

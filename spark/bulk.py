@@ -1,0 +1,114 @@
+"""Large units parsed set-wise by Spark instead of line by line in the driver.
+
+A snapshot (`op: r`) or a backlog arrives as millions of lines. Parsing them in the driver runs at
+Python speed on one core; here Spark parses them (`spark.envelopesql`, the same rules) and dedupes
+them per primary key (highest position, then the later line), and only the deduplicated mirror rows
+come back to the driver, as Arrow. The few lines the SQL cannot vouch for are parsed by
+`parse_envelope` as always, so their dead letters and skips carry the same reasons, and take part
+in the dedupe with their place in the unit. What comes out is the `ChangeSet` a small unit's lines
+give, with its rows already in Arrow: the rest of the batch (journal, store, MERGE, views) is the
+same code for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from catalog.declarations import SourceTable
+from catalog.tables import POSITION, mirror_arrow_schema
+from spark.changeset import ChangeSet, changes_to_arrow, parse_line
+from spark.envelope import Change
+from spark.envelopesql import CLEAN, SEQ, parse_sql
+
+_TABLE = "_lmv_table"
+
+
+@dataclass(frozen=True)
+class Lines:
+    """A unit's landing lines still in Spark: a DataFrame of `value` and `file`."""
+
+    frame: DataFrame
+
+
+def lines_frame(spark: SparkSession, lines: list[tuple[str, str]]) -> Lines:
+    """`(line, file)` pairs as `Lines` (for callers that hold lines in the driver, e.g. the benchmark)."""
+    table = pa.table({"value": [v for v, _ in lines], "file": [f for _, f in lines]})
+    return Lines(spark.createDataFrame(table))
+
+
+def bulk_changeset(
+    lines: Lines,
+    sources: Mapping[str, SourceTable],
+    batch_id: int,
+    ingested_at_micros: int,
+    max_line_chars: int | None,
+) -> ChangeSet:
+    """The unit's change set, parsed and deduplicated by Spark (see the module docstring).
+
+    Runs in the session of `lines.frame` (a streaming batch's frame lives in a session of its own).
+    """
+    spark = lines.frame.sparkSession
+    relation = f"_lmv_bulk_{batch_id}"
+    # Line numbers from Spark's partition order, the same on a replay of the same files.
+    numbered = (
+        lines.frame.select("value", "file")
+        .withColumn(SEQ, F.monotonically_increasing_id())
+        .withColumn(_TABLE, F.regexp_extract("file", r"([^/]+)/[^/]+$", 1))
+    )
+    result = ChangeSet()
+    parsed: dict[str, DataFrame] = {}
+    try:
+        for table, source in sources.items():
+            numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(relation)
+            frame = spark.sql(parse_sql(source, relation, batch_id, ingested_at_micros, max_line_chars))
+            # Kept for the steps below; the raw line only where Python will need it.
+            parsed[table] = frame.select(
+                *[c for c in frame.columns if c not in ("value", "file")],
+                F.when(~F.col(CLEAN), F.col("value")).alias("value"),
+                F.when(~F.col(CLEAN), F.col("file")).alias("file"),
+            ).persist()
+        stray = numbered.where(~F.col(_TABLE).isin(list(sources))).select("value", "file", SEQ)
+        rest = stray
+        for frame in parsed.values():
+            rest = rest.unionByName(frame.where(~F.col(CLEAN)).select("value", "file", SEQ))
+        fallback = rest.toArrow()
+        counts = [p.where(F.col(CLEAN)).select(F.lit(t).alias("t")) for t, p in parsed.items()]
+        clean_lines = counts[0]
+        for frame in counts[1:]:
+            clean_lines = clean_lines.unionByName(frame)
+        result.set_wise = clean_lines.count()
+        result.line_by_line = fallback.num_rows
+        result.events += result.set_wise  # every clean line is an event; parse_line counts the rest
+        python: dict[str, list[tuple[int, Change]]] = {}
+        for text, file, seq in zip(*(fallback.column(c).to_pylist() for c in ("value", "file", SEQ)), strict=True):
+            change = parse_line(text, file, sources, result, max_line_chars)
+            if change is not None:
+                python.setdefault(change.table, []).append((seq, change))
+        for table, frame in parsed.items():
+            source = sources[table]
+            columns = list(mirror_arrow_schema(source).names)
+            clean = frame.where(F.col(CLEAN)).select(*columns, SEQ)
+            if table in python:
+                extra = changes_to_arrow(source, [c for _, c in python[table]], batch_id, ingested_at_micros)
+                extra = extra.append_column(SEQ, pa.array([s for s, _ in python[table]], type=pa.int64()))
+                clean = clean.unionByName(spark.createDataFrame(extra))
+            rows = _latest(clean, source).toArrow()
+            if rows.num_rows:
+                result.rows[table] = rows.select(columns).cast(mirror_arrow_schema(source))
+        return result
+    finally:
+        spark.catalog.dropTempView(relation)
+        for frame in parsed.values():
+            frame.unpersist()
+
+
+def _latest(frame: DataFrame, source: SourceTable) -> DataFrame:
+    """Per primary key the row with the highest position, the later line on a tie (as `latest_per_key`)."""
+    order = Window.partitionBy(*[F.col(k) for k in source.primary_key]).orderBy(F.col(POSITION).desc(), F.col(SEQ).desc())
+    return frame.withColumn("_lmv_rank", F.row_number().over(order)).where(F.col("_lmv_rank") == 1).drop("_lmv_rank")

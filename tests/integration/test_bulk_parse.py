@@ -1,0 +1,132 @@
+"""Spark's set-wise parse of a unit (spark.bulk) gives exactly what the driver's line-by-line parse
+gives: the same deduplicated mirror rows, dead letters with the same reasons, skips, event counts and
+schema-drift notes - for generated workloads and for lines built to hit every rule's edge."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from catalog.tables import mirror_arrow_schema
+from spark.bulk import bulk_changeset, lines_frame
+from spark.changeset import build_changeset, changes_to_arrow
+from tests.cdc import at
+from workload.debezium import connect_schema
+from workload.github import GitHubWorkload, WorkloadConfig
+
+NOW = 1_700_000_000_000_000
+
+
+def _canonical(table: pa.Table) -> list[str]:
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in table.to_pylist())
+
+
+def assert_same_parse(spark, sources, lines: list[tuple[str, str]], max_line_chars: int | None = None) -> int:
+    """Compare the two parses; returns how many lines Spark parsed itself."""
+    expected = build_changeset(lines, sources, max_line_chars)
+    got = bulk_changeset(lines_frame(spark, lines), sources, 7, NOW, max_line_chars)
+    for table in sorted(set(expected.changes) | set(got.rows)):
+        want = changes_to_arrow(sources[table], expected.changes.get(table, []), 7, NOW)
+        have = got.rows.get(table, mirror_arrow_schema(sources[table]).empty_table())
+        assert _canonical(have) == _canonical(want), f"{table}: Spark's rows differ from the driver's"
+    letters = lambda cs: sorted((d.raw, d.source_file, d.table, d.reason) for d in cs.dead_letters)  # noqa: E731
+    assert letters(got) == letters(expected)
+    assert got.skipped == expected.skipped
+    assert got.events == expected.events
+    assert got.new_fields == expected.new_fields
+    assert got.absent == expected.absent
+    return got.set_wise
+
+
+def _generated(sources, seed: int, users: int, rounds: int) -> list[tuple[str, str]]:
+    workload = GitHubWorkload(WorkloadConfig(users=users, seed=seed, rounds=rounds), sources)
+    rng = random.Random(seed)
+    schemas = {name: connect_schema(source) for name, source in sources.items()}
+    lines = []
+    for events in workload.rounds():
+        for table, items in events.items():
+            for event in items:
+                value = {"schema": schemas[table], "payload": event} if rng.random() < 0.5 else event
+                lines.append((json.dumps(value, separators=(",", ":")), at(table, f"r{rng.randrange(3)}.json")))
+    rng.shuffle(lines)
+    return lines
+
+
+def test_a_generated_history_parses_the_same_in_spark(spark, sources):
+    lines = _generated(sources, seed=3, users=150, rounds=4)
+    assert len(lines) > 800
+    assert assert_same_parse(spark, sources, lines) == len(lines)  # the generator's lines are all Spark's to parse
+
+
+def test_edge_values_spark_vouches_for_parse_the_same(spark, sources):
+    """Values at the edges of what the SQL accepts: each line is Spark's to parse, and still equal."""
+    stamps = ["2024-02-29T12:00:00Z", "2024-01-01 10:11:12.5+01:30", "2024-01-01T10:11:12.1234567-05:00",
+              "9999-12-31T23:59:59.999999Z", "0001-01-01T00:00:00Z", 253402300799999999, -62135596800000000, 0, -1]  # fmt: skip
+    lines = [
+        (json.dumps({"op": "c", "after": {"id": -(2**63), "email": f"e{i}@x", "username": "", "registered_at": stamp},
+                     "source": {"lsn": i, "ts_ms": 0}}), at("users"))  # fmt: skip
+        for i, stamp in enumerate(stamps)
+    ]
+    lines.append((json.dumps({"op": "d", "before": {"email": "e1@x", "id": "not checked on a delete"}, "source": {"lsn": 99}}), at("users")))
+    lines.append((json.dumps({"op": "u", "after": {"id": 1, "email": "e2@x", "username": None, "registered_at": None}, "ts_ms": 5, "source": {"lsn": 1}}), at("users")))
+    assert assert_same_parse(spark, sources, lines) == len(lines)
+
+
+# JSON values that probe each rule: types, ranges, the strict ISO form and what falls outside it.
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.sampled_from([0, -1, 1, 2**31 - 1, 2**31, -(2**31) - 1, 2**63 - 1, -(2**63), 253402300799999999, 253402300800000000, -62135596800000000, -62135596800000001]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6),
+    st.sampled_from(
+        [
+            "2024-02-29T12:00:00Z", "2023-02-29T00:00:00Z", "2024-01-01 10:11:12.5+01:30", "2024-01-01T10:11:12.1234567-05:00",
+            "2024-01-01T24:00:00", "2024-01-01T23:59:60Z", "2024-01-01T10:11:12+24:00", "2024-01-01T10:11:12+05:60",
+            "0001-01-01T00:00:00Z", "0001-01-01T00:30:00+01:00", "9999-12-31T23:59:59.999999Z", "9999-12-31T23:59:59-01:00",
+            " 2024-01-01T00:00:00Z", "2024-01-01", "2024-01-01T00:00", "2024-01-01T00:00:00.Z", "x@y", "12", "true", "",
+        ]
+    ),
+)
+_IMAGE_FIELDS = ("id", "email", "username", "registered_at", "extra")
+_IMAGES = st.one_of(
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.sampled_from(_IMAGE_FIELDS), _SCALARS, max_size=5),
+    st.fixed_dictionaries({"id": _SCALARS, "email": _SCALARS, "username": _SCALARS, "registered_at": _SCALARS}),
+)
+
+
+@st.composite
+def envelopes(draw) -> str:  # noqa: ANN001
+    op = draw(st.one_of(st.sampled_from(["c", "r", "u", "d"]), _SCALARS))
+    body: dict[str, Any] = {"op": op, "before": draw(_IMAGES), "after": draw(_IMAGES)}
+    source = draw(st.one_of(st.none(), st.text(max_size=2), st.fixed_dictionaries({"lsn": _SCALARS, "ts_ms": _SCALARS})))
+    if source is not None:
+        body["source"] = source
+    if draw(st.booleans()):
+        body["ts_ms"] = draw(_SCALARS)
+    for name in ("op", "before", "after"):
+        if draw(st.integers(0, 9)) == 0:
+            body.pop(name)
+    shape = draw(st.sampled_from(["plain", "wrapped", "null payload", "text"]))
+    if shape == "wrapped":
+        return json.dumps({"schema": {"type": "struct"}, "payload": body})
+    if shape == "null payload":
+        return json.dumps({"schema": {}, "payload": None})
+    if shape == "text":
+        return draw(st.sampled_from(["", "  ", "null", "[1]", '{"op": "c"', "{}", '{"a":1,"a":2}']))
+    return json.dumps(body)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(envelopes(), st.sampled_from(["users", "users", "users", "nope"])), min_size=1, max_size=40))
+def test_every_rule_gives_the_same_outcome_in_spark_and_in_the_driver(spark, sources, drawn):
+    lines = [(text, at(folder)) for text, folder in drawn]
+    assert_same_parse(spark, sources, lines, max_line_chars=200)
