@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from catalog.declarations import SourceTable
-from catalog.tables import POSITION, mirror_arrow_schema
+from catalog.tables import BATCH_ID, INGESTED_AT, POSITION, mirror_arrow_schema
 from spark.changeset import ChangeSet, changes_to_arrow, parse_line
 from spark.envelope import Change
 from spark.envelopesql import CLEAN, SEQ, parse_sql
@@ -55,35 +55,28 @@ def bulk_changeset(
     """
     spark = lines.frame.sparkSession
     relation = f"_lmv_bulk_{batch_id}"
-    # Line numbers from Spark's partition order, the same on a replay of the same files.
+    # Line numbers from Spark's partition order, the same on a replay of the same files; the lines
+    # are read once for every table.
     numbered = (
         lines.frame.select("value", "file")
         .withColumn(SEQ, F.monotonically_increasing_id())
         .withColumn(_TABLE, F.regexp_extract("file", r"([^/]+)/[^/]+$", 1))
+        .persist()
     )
     result = ChangeSet()
     parsed: dict[str, DataFrame] = {}
     try:
         for table, source in sources.items():
-            numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(relation)
-            frame = spark.sql(parse_sql(source, relation, batch_id, ingested_at_micros, max_line_chars))
-            # Kept for the steps below; the raw line only where Python will need it.
-            parsed[table] = frame.select(
-                *[c for c in frame.columns if c not in ("value", "file")],
-                F.when(~F.col(CLEAN), F.col("value")).alias("value"),
-                F.when(~F.col(CLEAN), F.col("file")).alias("file"),
-            ).persist()
+            # A view of its own per table: replacing a temp view uncaches every plan that read it.
+            numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(f"{relation}_{table}")
+            parsed[table] = spark.sql(parse_sql(source, f"{relation}_{table}", max_line_chars)).persist()
         stray = numbered.where(~F.col(_TABLE).isin(list(sources))).select("value", "file", SEQ)
         rest = stray
         for frame in parsed.values():
             rest = rest.unionByName(frame.where(~F.col(CLEAN)).select("value", "file", SEQ))
         fallback = rest.toArrow()
-        counts = [p.where(F.col(CLEAN)).select(F.lit(t).alias("t")) for t, p in parsed.items()]
-        clean_lines = counts[0]
-        for frame in counts[1:]:
-            clean_lines = clean_lines.unionByName(frame)
-        result.set_wise = clean_lines.count()
         result.line_by_line = fallback.num_rows
+        result.set_wise = numbered.count() - fallback.num_rows
         result.events += result.set_wise  # every clean line is an event; parse_line counts the rest
         python: dict[str, list[tuple[int, Change]]] = {}
         for text, file, seq in zip(*(fallback.column(c).to_pylist() for c in ("value", "file", SEQ)), strict=True):
@@ -93,19 +86,26 @@ def bulk_changeset(
         for table, frame in parsed.items():
             source = sources[table]
             columns = list(mirror_arrow_schema(source).names)
-            clean = frame.where(F.col(CLEAN)).select(*columns, SEQ)
+            clean = frame.where(F.col(CLEAN)).select(
+                *[F.lit(None).cast("timestamp").alias(c) if c == INGESTED_AT else F.lit(None).cast("bigint").alias(c) if c == BATCH_ID else c for c in columns],
+                SEQ,
+            )
             if table in python:
                 extra = changes_to_arrow(source, [c for _, c in python[table]], batch_id, ingested_at_micros)
                 extra = extra.append_column(SEQ, pa.array([s for s, _ in python[table]], type=pa.int64()))
                 clean = clean.unionByName(spark.createDataFrame(extra))
             rows = _latest(clean, source).toArrow()
             if rows.num_rows:
+                rows = rows.set_column(rows.schema.get_field_index(INGESTED_AT), INGESTED_AT, pa.array([ingested_at_micros] * rows.num_rows, pa.timestamp("us", tz="UTC")))
+                rows = rows.set_column(rows.schema.get_field_index(BATCH_ID), BATCH_ID, pa.array([batch_id] * rows.num_rows, pa.int64()))
                 result.rows[table] = rows.select(columns).cast(mirror_arrow_schema(source))
         return result
     finally:
-        spark.catalog.dropTempView(relation)
+        for table in sources:
+            spark.catalog.dropTempView(f"{relation}_{table}")
         for frame in parsed.values():
             frame.unpersist()
+        numbered.unpersist()
 
 
 def _latest(frame: DataFrame, source: SourceTable) -> DataFrame:
