@@ -64,13 +64,14 @@ def main() -> None:
     parser.add_argument("--jfr", action="store_true", help="record the measured batches with Java Flight Recorder")
     parser.add_argument("--conf", action="append", default=[], help="a Spark SQL conf key=value for the measured batches")
     parser.add_argument("--scan", action="store_true", help="without the local state (every lookup scans Iceberg)")
+    parser.add_argument("--no-direct", action="store_true", help="with the local state, but Spark MERGEs instead of direct commits")
     args = parser.parse_args()
     console = Console()
     work, pristine = args.root / f"users-{args.users}", args.root / f"pristine-{args.users}"
     if pristine.exists():  # same absolute paths: the catalog's metadata locations stay valid
         shutil.rmtree(work, ignore_errors=True)
         subprocess.run(["cp", "-a", str(pristine), str(work)], check=True)
-    settings = argparse.Namespace(seed=42, load_chunk=500_000, scan=args.scan)
+    settings = argparse.Namespace(seed=42, load_chunk=500_000, scan=args.scan, no_direct=args.no_direct)
     scale = Scale(args.users, args.root, settings, console)
     if not pristine.exists():
         scale.load()

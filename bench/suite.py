@@ -50,6 +50,7 @@ from catalog.tables import TableNames
 from catalog.verify import duckdb_sql
 from spark.batch import VIEW_WORKERS, BatchProcessor, BatchResult
 from spark.bulk import lines_frame
+from spark.directwrite import DirectWriter
 from spark.ingest import checkpoint_dir, planned_files, run_ingest
 from spark.maintain import ViewMaintainer
 from spark.planner import plan_view
@@ -172,6 +173,7 @@ class Scale:
         self.workload = GitHubWorkload(WorkloadConfig(users=users, seed=args.seed), self.sources)
         self.schemas = {name: connect_schema(source) for name, source in self.workload.sources.items()}
         self.spark = get_spark(self.settings)
+        self.direct = None if args.scan or args.no_direct else DirectWriter(self.spark, self.settings)
         self.meter = Meter(self.spark, self.settings.catalog_name)
         self.batch_id = 0
         self.processor: BatchProcessor | None = None
@@ -184,7 +186,10 @@ class Scale:
         with self.console.status("generating the snapshot..."):
             snapshot = next(self.workload.rounds())
         events = count(snapshot)
-        loader = BatchProcessor(self.spark, self.names, self.sources)
+        # The mirrors only, judged by a local state of their own (discarded after): every write is a
+        # direct commit, as ingest makes it; the measured processor below rebuilds its state from Iceberg.
+        loading = None if self.args.scan else Store(self.root / "state-load" / "state.sqlite")
+        loader = BatchProcessor(self.spark, self.names, self.sources, store=loading, direct=self.direct)
         chunk, started = self.args.load_chunk, time.perf_counter()
         flat = [(t, e) for t, es in snapshot.items() for e in es]
         del snapshot
@@ -194,9 +199,12 @@ class Scale:
                 for table, event in flat[start : start + chunk]:
                     part.setdefault(table, []).append(event)
                 self.batch_id += 1
-                loader.process_lines(self.batch_id, lines_frame(self.spark, lines_of(part)))  # parsed set-wise, as ingest does
+                lines = lines_of(part)
+                loader.process_lines(self.batch_id, lines if self.settings.set_wise_bytes is None else lines_frame(self.spark, lines))
                 status.update(f"loading snapshot events into the mirrors: {min(start + chunk, len(flat)):,} / {events:,}")
         load_seconds = time.perf_counter() - started
+        if loading is not None:
+            loading.close()
         rows = {t: self.spark.table(self.names.mirror(t)).count() for t in self.sources}
         build = self.build()
         view_rows = self.spark.table(self.names.view(VIEW)).count()
@@ -210,7 +218,7 @@ class Scale:
         store = None if self.args.scan else Store(self.root / "state" / "state.sqlite")
 
         def processor() -> BatchProcessor:
-            return BatchProcessor(self.spark, self.names, self.sources, [self.plan], store=store, view_workers=self.args.view_workers)
+            return BatchProcessor(self.spark, self.names, self.sources, [self.plan], store=store, view_workers=self.args.view_workers, direct=self.direct)
 
         self.processor, figures = self.meter.measure("build", processor)
         if store is not None and self.processor.synced is not None:
@@ -421,7 +429,7 @@ class Scale:
             store = None if self.args.scan else Store(self.root / f"state-{label}" / "state.sqlite")
 
             def processor(plans: list = plans, store: Store | None = store) -> BatchProcessor:
-                return BatchProcessor(self.spark, self.names, self.sources, plans, store=store, view_workers=self.args.view_workers)
+                return BatchProcessor(self.spark, self.names, self.sources, plans, store=store, view_workers=self.args.view_workers, direct=self.direct)
 
             self.processor, build = self.meter.measure(f"{len(plans)} views built", processor)
             for number in range(self.args.warmup):
@@ -482,6 +490,7 @@ def main() -> None:
     parser.add_argument("--view-workers", type=int, default=None, help="views maintained at once (default: LAKEMV_VIEW_WORKERS's default)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--scan", action="store_true", help="measure without the local state (every lookup scans Iceberg)")
+    parser.add_argument("--no-direct", action="store_true", help="with the local state, but Spark MERGEs instead of direct commits")
     parser.add_argument("--quick", action="store_true", help="short runs: 20s of feed, a 100k-event backlog")
     parser.add_argument("--root", type=Path, default=None, help="work folder (default: a temporary one, removed after)")
     args = parser.parse_args()

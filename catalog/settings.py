@@ -44,9 +44,10 @@ class LakeSettings(BaseSettings):
     max_events_per_batch: int = Field(
         default=100_000, ge=1, description="Lines applied per unit: a bigger batch is applied in chunks of this size."
     )
-    bulk_min_bytes: int = Field(
-        default=32 << 20, ge=1, description="A batch of at least this many landing bytes is parsed set-wise by Spark "
-        "(spark.bulk) in one unit, instead of line by line in the driver in units of max_events_per_batch.",
+    bulk_min_bytes: int | None = Field(
+        default=None, ge=1, description="A batch of at least this many landing bytes is parsed set-wise by Spark "
+        "(spark.bulk) in one unit, instead of line by line in the driver in units of max_events_per_batch. "
+        "Default: 32 MiB on a cluster; never with a local master, where the driver parses faster (README).",
     )
     max_line_chars: int = Field(
         default=4 << 20, ge=1024, description="A longer landing line is a dead letter, not parsed."
@@ -55,6 +56,11 @@ class LakeSettings(BaseSettings):
         default=True,
         description="Keep the local indexed state (spark.state) next to the checkpoint: batches look rows up "
         "there instead of scanning the Iceberg tables.",
+    )
+    direct_writes: bool = Field(
+        default=False, description="Commit a batch's small writes as Parquet files through Iceberg's API (appends, and "
+        "replacements by key where the local state knows the rows) instead of Spark MERGEs (spark.directwrite). Off "
+        "by default: replacements are equality deletes, which pyiceberg 0.12 cannot read.",
     )
     view_workers: int = Field(
         default=4, ge=1, description="Views a batch maintains at once from the local state (each writes its own "
@@ -87,6 +93,13 @@ class LakeSettings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @property
+    def set_wise_bytes(self) -> int | None:
+        """The landing bytes from which a batch is parsed by Spark (bulk_min_bytes), None for never."""
+        if self.bulk_min_bytes is not None:
+            return self.bulk_min_bytes
+        return None if self.spark_master.startswith("local") else 32 << 20
 
     @property
     def view_dirs(self) -> tuple[Path, ...]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
-import sys
 import threading
 import time
 from contextlib import ExitStack

@@ -33,11 +33,12 @@ from spark.bulk import Lines, bulk_changeset
 from spark.changeset import ChangeSet, build_changeset, changes_to_arrow
 from spark.commits import Retries, WriteUnit, append_once, committed, tagged
 from spark.deadletters import dead_letters_to_arrow, ensure_dead_letters
+from spark.directwrite import DirectWriter
 from spark.delta import effective_delta
 from spark.faults import crash_point
 from spark.indexed import IndexedView
 from spark.journal import BatchRef, Journal, TablePlan
-from spark.ledger import LedgerEntry, TableEntry, append_entry, ensure_ledger
+from spark.ledger import LedgerEntry, TableEntry, ensure_ledger
 from spark.maintain import ViewMaintainer, ViewResult
 from spark.mirror import (
     add_mirror_columns,
@@ -80,9 +81,11 @@ class BatchProcessor(StoreSteps):
         max_line_chars: int | None = None,
         store: Store | None = None,
         view_workers: int = VIEW_WORKERS,
+        direct: DirectWriter | None = None,
     ):
         self.spark = spark
         self.view_workers = view_workers
+        self.direct = direct
         self.max_line_chars = max_line_chars
         self.names = names
         self.sources = dict(sources)
@@ -96,6 +99,11 @@ class BatchProcessor(StoreSteps):
         if views:
             ensure_view_namespace(spark, names)
         self.maintainers = [ViewMaintainer(spark, names, self.sources, plan) for plan in views]
+        # Tables written with direct commits (spark.directwrite): appends everywhere, and the mirrors
+        # and views whose replaced rows the store knows (set when the store attaches).
+        self.direct_tables: set[str] = set()
+        if direct is not None and direct.supports(names.ledger):
+            self.direct_tables = {names.ledger, names.dead_letters}
         self.watched = {table for plan in views for table in plan.tables}
         self.built = [r for r in (m.ensure() for m in self.maintainers) if r is not None]
         self.store = store
@@ -168,7 +176,7 @@ class BatchProcessor(StoreSteps):
                 set_wise=isinstance(lines, Lines),
             )
             entry = self._ledger_entry(ref, result, plans, unit, started_at)
-            append_once(self.spark, self.names.ledger, unit, lambda: append_entry(self.spark, self.names, entry))
+            self._append(self.names.ledger, entry.to_arrow(), unit)
             clock.lap("ledger")
             crash_point("ledger", ref.batch)
         crash_point("batch_end", ref.batch)
@@ -179,6 +187,14 @@ class BatchProcessor(StoreSteps):
         if isinstance(lines, Lines):
             return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars)
         return build_changeset(lines, self.sources, self.max_line_chars)
+
+    def _append(self, table: str, rows: pa.Table, unit: WriteUnit) -> None:
+        """Append `rows` once per unit: a direct commit where it can, else a Spark write (tagged)."""
+        if table in self.direct_tables:
+            assert self.direct is not None
+            append_once(self.spark, table, unit, lambda: self.direct.commit(table, rows, None, unit.write_id))
+        else:
+            append_once(self.spark, table, unit, lambda: self.spark.createDataFrame(rows).writeTo(table).append())
 
     # ---- schema drift ------------------------------------------------------------------------------
     def _evolve(self, new_fields: Mapping[str, Mapping[str, object]], notes: list[str]) -> bool:
@@ -244,18 +260,21 @@ class BatchProcessor(StoreSteps):
     ) -> dict[str, ViewResult]:
         if changeset.dead_letters:
             letters = dead_letters_to_arrow(changeset.dead_letters, unit.batch_id or 0, now)
-            append_once(
-                self.spark,
-                self.names.dead_letters,
-                unit,
-                lambda: self.spark.createDataFrame(letters).writeTo(self.names.dead_letters).append(),
-            )
+            self._append(self.names.dead_letters, letters, unit)
             clock.lap("dead letters")
         crash_point("dead_letters", unit.batch_id)
 
         def merge(table: str) -> None:
-            source, rows = self.sources[table], plans[table].rows
-            unit.retries.run(f"MERGE into mirror {table}", lambda: merge_changes(self.spark, self.names, source, rows))
+            source, rows, identifier = self.sources[table], plans[table].rows, self.names.mirror(table)
+            if identifier in self.direct_tables:  # rows the store has already judged newer: replace by key
+                assert self.direct is not None and self.store is not None
+                keys = self._stored_keys(table, rows)
+                append_once(self.spark, identifier, unit, lambda: self.direct.commit(identifier, rows, keys, unit.write_id))
+            elif self.direct_tables and self.sync is None and not self.direct.has_rows(identifier):  # type: ignore[union-attr]
+                # An empty mirror (a first snapshot): nothing to replace, nothing to compare positions with.
+                append_once(self.spark, identifier, unit, lambda: self.direct.commit(identifier, rows, None, unit.write_id))  # type: ignore[union-attr]
+            else:
+                unit.retries.run(f"MERGE into mirror {table}", lambda: merge_changes(self.spark, self.names, source, rows))
             crash_point(f"mirror:{table}", unit.batch_id)
 
         concurrently(self.spark, merge, [t for t, p in sorted(plans.items()) if p.rows.num_rows])

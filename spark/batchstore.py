@@ -14,6 +14,7 @@ from catalog.declarations import SourceTable
 from catalog.tables import DELETED, POSITION, TableNames
 from spark.commits import WriteUnit
 from spark.delta import effective_delta
+from spark.directwrite import DirectWriter
 from spark.indexed import IndexedView
 from spark.journal import Journal, TablePlan
 from spark.maintain import ViewMaintainer, ViewResult
@@ -36,6 +37,8 @@ class StoreSteps:
     sync: StoreSync | None
     indexed: dict[str, IndexedView]
     synced: SyncReport | None
+    direct: DirectWriter | None
+    direct_tables: set[str]
 
     def _attach_store(self) -> None:
         """Derive the store's layout from the views, attach it, and bring it in step with the tables."""
@@ -43,12 +46,16 @@ class StoreSteps:
         routes = {m.plan.name: route(m.plan) for m in self.maintainers}
         for table, part in mirror_parts(self.sources, list(routes.values())).items():
             self.store.attach_mirror(part)
+            if self.direct_tables:  # the store judges which rows win: a batch replaces them by key
+                self.direct_tables.add(self.names.mirror(table))
         self.sync = StoreSync(self.spark, self.store, self.names)
         self.indexed = {}
         for m in self.maintainers:
             if routes[m.plan.name].indexed:
                 self.store.attach_view(ViewPart(view=m.plan.name, key=m.plan.key_names, definition=m.plan.definition.fingerprint))
                 self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync)
+                if self.direct_tables:
+                    m.direct = self.direct
         # A unit still in the journal may be replayed next: its commits are not foreign (the replay
         # applies its rows to the store again, and diffs its views against what the store holds).
         self.synced = self.sync.check(self.journal.write_ids() if self.journal is not None else ())
@@ -71,6 +78,16 @@ class StoreSteps:
             for s in found.values()
         ]
         return effective_delta(source.primary_key, source.column_names, incoming, stored)
+
+    def _stored_keys(self, table: str, rows: pa.Table) -> pa.Table:
+        """The primary keys of `rows` the mirror holds a row for (live or tombstone): what a direct
+        write replaces. New keys need no equality delete, so a snapshot's writes carry none."""
+        assert self.store is not None
+        pk = list(self.sources[table].primary_key)
+        keys = rows.select(pk)
+        found = self.store.stored(table, rows_of(keys, pk))
+        held = [i for i, key in enumerate(rows_of(keys, pk)) if key in found]
+        return keys.take(pa.array(held, type=pa.int64()))
 
     def _record_mirrors(self, plans: Mapping[str, TablePlan], unit: WriteUnit) -> None:
         """The unit's applied rows into the store, with the snapshots its MERGEs made (one transaction)."""

@@ -35,6 +35,7 @@ _CONFLICT_MARKERS = (
     "Cannot commit, found new",
     "Missing required files to delete",
     "Cannot commit rewrite",
+    "Cannot remove dangling deletes",  # rewrite_data_files' second commit, when a batch committed in between
     "SQLITE_BUSY",
     "database is locked",
 )

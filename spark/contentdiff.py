@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark.viewsql import OP
 
@@ -29,3 +30,22 @@ def content_diff(new: pa.Table, old: pa.Table, key_names: Sequence[str], schema:
     deletes = [{**{k: row[k] for k in key_names}, OP: "delete"} for key, row in stored.items() if key not in present]
     fields = [f.with_nullable(True) for f in schema] + [pa.field(OP, pa.string())]  # a delete's values are NULL
     return pa.Table.from_pylist(upserts + deletes, schema=pa.schema(fields))
+
+
+def feed_rows(plan_columns: Sequence[str], key_names: Sequence[str], diff: pa.Table, batch_id: int | None, position: int | None, now_micros: int) -> pa.Table:
+    """The change-feed rows of a diff (`content_diff`'s shape), as `feed_insert_sql` writes them:
+    key columns, op, the new row as a struct (NULL on delete), batch id, source position, time."""
+    count = diff.num_rows
+    deleted = pc.equal(diff.column(OP), "delete").combine_chunks()
+    row = pa.StructArray.from_arrays(
+        [diff.column(c).combine_chunks() for c in plan_columns], names=list(plan_columns), mask=deleted
+    )
+    columns = {k: diff.column(k) for k in key_names}
+    columns.update(
+        op=diff.column(OP),
+        row=row,
+        batch_id=pa.array([batch_id] * count, pa.int64()),
+        source_position=pa.array([position] * count, pa.int64()),
+        changed_at=pa.array([now_micros] * count, pa.timestamp("us", tz="UTC")),
+    )
+    return pa.table(columns)

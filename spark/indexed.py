@@ -88,11 +88,13 @@ class IndexedView:
         new = self._recompute(rows, ordered)
         steps["recompute"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        diff, upserts, deletes = self._diff(new, ordered)
+        diff, replaced, upserts, deletes = self._diff(new, ordered)
         steps["diff"] = time.perf_counter() - clock
         if diff.num_rows == 0:
             return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps))
-        result = self.maintainer.write_diff(diff, Writing(len(keys), position, unit, started, steps, state))
+        record = self.store.record(self.name)
+        based_on = None if record is None else record.snapshot  # the view as the store's digests know it
+        result = self.maintainer.write_diff(diff, Writing(len(keys), position, unit, started, steps, state), based_on, replaced)
         if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
             return result
         clock = time.perf_counter()
@@ -149,8 +151,10 @@ class IndexedView:
             for relation in relations:
                 self.spark.catalog.dropTempView(relation)
 
-    def _diff(self, new: pa.Table, keys: list[Values]) -> tuple[pa.Table, list[tuple[Values, str]], list[Values]]:
-        """(diff rows for the feed and MERGE, digests to store, keys to drop) against the stored digests."""
+    def _diff(self, new: pa.Table, keys: list[Values]) -> tuple[pa.Table, pa.Table, list[tuple[Values, str]], list[Values]]:
+        """(diff rows for the feed and the view, the keys among them the view holds a row for, digests to
+        store, keys to drop) against the stored digests. A direct commit deletes exactly the held keys:
+        one row each, which DuckDB's count(*) from metadata relies on."""
         stored = self.store.digests(self.plan.name, keys)
         new_keys = rows_of(new, self.plan.key_names)
         digests = new.column(DIGEST).to_pylist()
@@ -169,7 +173,9 @@ class IndexedView:
                 value = "delete" if field.name == OP else None
                 removed = removed.append_column(field, pa.array([value] * len(gone), type=field.type))
         diff = pa.concat_tables([upserted, removed.select([f.name for f in fields]).cast(pa.schema(fields))])
-        return diff, [(new_keys[i], digests[i]) for i in changed], gone
+        held = [j for j, i in enumerate(changed) if new_keys[i] in stored] + list(range(len(changed), len(changed) + len(gone)))
+        replaced = diff.select(list(self.plan.key_names)).take(pa.array(held, type=pa.int64()))
+        return diff, replaced, [(new_keys[i], digests[i]) for i in changed], gone
 
 
 def _rounded(steps: Mapping[str, float]) -> dict[str, float]:

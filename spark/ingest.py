@@ -25,6 +25,7 @@ from spark.batch import BatchProcessor, BatchResult
 from spark.changeset import check_landing, local_path
 from spark import lifecycle
 from spark.bulk import Lines
+from spark.directwrite import DirectWriter
 from spark.journal import BatchRef, Journal
 from spark.maintain import ViewResult
 from spark.planner import ViewPlan
@@ -130,6 +131,7 @@ def run_ingest(
         max_line_chars=settings.max_line_chars,
         store=Store(state_path(checkpoint)) if settings.local_state else None,
         view_workers=settings.view_workers,
+        direct=DirectWriter(spark, settings) if settings.direct_writes else None,
     )
     for built in processor.built:
         if on_build is not None:
@@ -143,7 +145,8 @@ def run_ingest(
         if not identity:
             identity.append(stream_id(checkpoint))
         planned = planned_files(checkpoint, batch_id)
-        if landing_bytes(planned) >= settings.bulk_min_bytes:  # a snapshot or a backlog: Spark parses it, one unit
+        set_wise = settings.set_wise_bytes
+        if set_wise is not None and landing_bytes(planned) >= set_wise:  # a snapshot or a backlog: Spark parses it
             read = {row[0] for row in frame.select("file").distinct().collect()}
             outcome = processor.process(BatchRef(identity[0], batch_id, 0), Lines(frame), file_skips(planned, read))
             result.batches.append(outcome)

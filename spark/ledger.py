@@ -101,8 +101,3 @@ class LedgerEntry:
 
 def ensure_ledger(spark: SparkSession, names: TableNames) -> None:
     spark.sql(f"CREATE TABLE IF NOT EXISTS {names.ledger} ({DDL}) USING iceberg TBLPROPERTIES ({tblproperties_sql()})")
-
-
-def append_entry(spark: SparkSession, names: TableNames, entry: LedgerEntry) -> None:
-    """Append one ledger row (the caller tags the commit with the unit's write id)."""
-    spark.createDataFrame(entry.to_arrow()).writeTo(names.ledger).append()

@@ -53,6 +53,7 @@ class ViewMaintainer(ViewWriter):
         self.live = {t: live_rows_sql(names, sources[t]) for t in plan.tables}
         self.on_main = True  # writes the view's main branch, which a backfill may pause
         self._temp = f"_lmv_{plan.name}"
+        self.direct = None  # a DirectWriter, when the batch writes this view's diffs by direct commits
 
     def at(self, snapshots: Mapping[str, int | None] | None = None, branch: str | None = None) -> ViewMaintainer:
         """The same view, reading the mirrors as of `snapshots` and/or writing `branch` (a backfill's)."""
@@ -62,6 +63,7 @@ class ViewMaintainer(ViewWriter):
         if branch is not None:
             other.table, other.feed = f"{self.table}.branch_{branch}", f"{self.feed}.branch_{branch}"
             other.on_main = False
+            other.direct = None  # direct commits go to a table's main branch
         return other
 
     # ---- tables ------------------------------------------------------------------------------------

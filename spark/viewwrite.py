@@ -11,16 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from catalog.viewstate import ViewState
-from spark.commits import WriteUnit, append_once
-from spark.contentdiff import content_diff
+from spark.commits import WriteUnit, append_once, committed
+from spark.directwrite import DirectWriter
+from spark.contentdiff import content_diff, feed_rows
 from spark.faults import crash_point
 from spark.planner import OCCURRENCE, ViewPlan
 from spark.literals import key_columns, key_filter
 from spark.parallel import concurrently
+from spark.state.sync import Snapshots
 from spark.viewstate import read_state
 from spark.viewsql import OP, diff_sql, feed_insert_sql, filtered_ctes, merge_sql, old_rows_sql
 
@@ -72,6 +75,7 @@ class ViewWriter:
     feed: str
     on_main: bool
     _temp: str
+    direct: DirectWriter | None
 
     def write(self, keys: str | None, w: Writing) -> ViewResult:
         """Recompute the keys in relation `keys` (every key when None) and write what differs."""
@@ -85,17 +89,25 @@ class ViewWriter:
         w.steps["diff"] = time.perf_counter() - clock
         return self._write_frame(diff, counts, None, w)
 
-    def write_diff(self, rows: pa.Table, w: Writing) -> ViewResult:
-        """Append a diff computed in the driver (`content_diff`'s shape) to the feed and MERGE it."""
+    def write_diff(
+        self, rows: pa.Table, w: Writing, based_on: int | None = None, replaced: pa.Table | None = None
+    ) -> ViewResult:
+        """Append a diff computed in the driver (`content_diff`'s shape) to the feed and MERGE it.
+
+        With a direct writer, `based_on` (the view snapshot the diff was computed against) and
+        `replaced` (the diff's keys the view holds a row for), both are direct commits instead: the
+        feed rows appended, the view's replaced rows deleted by key and its upserts added.
+        """
         ops = rows.column(OP).to_pylist()
         counts = {op: ops.count(op) for op in set(ops)}
+        if self.direct is not None and based_on is not None and replaced is not None and rows.num_rows:
+            return self._write_direct(rows, counts, based_on, replaced, w)
         diff = self.spark.createDataFrame(rows) if rows.num_rows else None
         prefilter = key_filter("t", key_columns(rows, self.plan.key_names))
         return self._write_frame(diff, counts, prefilter, w)
 
     def _write_frame(self, diff: DataFrame | None, counts: Mapping[str, int], prefilter: str | None, w: Writing) -> ViewResult:
         unit, position, state, steps = w.unit, w.position, w.state, w.steps
-        count, started = w.count, w.started
         if counts and diff is not None:
             relation = f"{self._temp}_diff"
             diff.createOrReplaceTempView(relation)
@@ -110,17 +122,59 @@ class ViewWriter:
                 steps["merge"] = time.perf_counter() - clock
                 crash_point(f"view:{self.plan.name}", unit.batch_id)
             except _Superseded:
-                return ViewResult(self.plan.name, count, paused=True, note="superseded by a backfill: left to it")
+                return self._superseded(w)
             finally:
                 self.spark.catalog.dropTempView(relation)
+        return self._result(counts, w)
+
+    def _result(self, counts: Mapping[str, int], w: Writing) -> ViewResult:
         return ViewResult(
             self.plan.name,
-            count,
+            w.count,
             upserts=counts.get("upsert", 0),
             deletes=counts.get("delete", 0),
-            seconds=time.perf_counter() - started,
-            steps={k: round(v, 3) for k, v in steps.items()},
+            seconds=time.perf_counter() - w.started,
+            steps={k: round(v, 3) for k, v in w.steps.items()},
         )
+
+    def _superseded(self, w: Writing) -> ViewResult:
+        return ViewResult(self.plan.name, w.count, paused=True, note="superseded by a backfill: left to it")
+
+    def _changed_hands(self, state: ViewState | None) -> bool:
+        """Whether a backfill paused or published the view since the batch read its state."""
+        return state is not None and self.on_main and read_state(self.spark, self.table).raw != state.raw
+
+    def _write_direct(self, rows: pa.Table, counts: Mapping[str, int], based_on: int, replaced: pa.Table, w: Writing) -> ViewResult:
+        unit, steps = w.unit, w.steps
+        clock = time.perf_counter()
+        feed = feed_rows(self.plan.columns, self.plan.key_names, rows, unit.batch_id, w.position, time.time_ns() // 1000)
+        append_once(self.spark, self.feed, unit, lambda: self.direct.commit(self.feed, feed, None, unit.write_id))  # type: ignore[union-attr]
+        steps["feed"] = time.perf_counter() - clock
+        crash_point(f"feed:{self.plan.name}", unit.batch_id)
+        clock = time.perf_counter()
+        upserts = rows.filter(pc.equal(rows.column(OP), "upsert")).select(list(self.plan.columns))
+        keys = replaced
+        first, base = True, based_on
+
+        def attempt() -> None:
+            nonlocal first, base
+            if not first:  # lost a race: did this unit's commit land, or did the view change hands?
+                if committed(self.spark, self.table, unit.write_id):
+                    return
+                if self._changed_hands(w.state):
+                    raise _Superseded
+                base = Snapshots(self.spark).current(self.table)  # compaction or a foreign append, not a takeover
+            first = False
+            self.direct.commit(self.table, upserts, keys, unit.write_id, validate_from=base)  # type: ignore[union-attr]
+
+        try:
+            if not (unit.replay and committed(self.spark, self.table, unit.write_id)):
+                unit.retries.run(f"commit into view {self.plan.name}", attempt)
+        except _Superseded:
+            return self._superseded(w)
+        steps["merge"] = time.perf_counter() - clock
+        crash_point(f"view:{self.plan.name}", unit.batch_id)
+        return self._result(counts, w)
 
     def _diff_of_keys(self, keys: str, steps: dict[str, float]) -> pa.Table:
         """The diff for a batch's keys, in the driver: the view's new rows (its body over the rows the
@@ -183,7 +237,7 @@ class ViewWriter:
 
         def attempt() -> None:
             nonlocal first
-            if not first and state is not None and self.on_main and read_state(self.spark, self.table).raw != state.raw:
+            if not first and self._changed_hands(state):
                 raise _Superseded
             first = False
             self.spark.sql(merge)

@@ -179,8 +179,9 @@ def _lookups(r: Route) -> Iterable[Lookup]:
 
 
 def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route]) -> dict[str, MirrorPart]:
-    """One part per table an indexed view reads, with an index per distinct lookup column set."""
-    indexes: dict[str, set[tuple[str, ...]]] = {}
+    """One part per source table (the store judges every batch's rows against the stored ones, so
+    each mirror is written without a MERGE), with an index per distinct lookup column set."""
+    indexes: dict[str, set[tuple[str, ...]]] = {table: set() for table in sources}
     for r in routes:
         if not r.indexed:
             continue

@@ -139,7 +139,6 @@ class Store:
         """Use `part`'s layout; True when its rows are still valid (same fingerprint), else it is emptied."""
         with self.transaction():
             self._mirrors[part.table] = part
-            table = _q(f"m_{part.table}")
             record = self.record(f"mirror:{part.table}")
             valid = record is not None and record.fingerprint == part.fingerprint
             if not valid:

@@ -40,13 +40,15 @@ def _final_states(flow_name: str) -> list[str]:
     return asyncio.run(read())
 
 
-def _ingested(lake, tmp_path: Path, rounds: int = 3, users: int = 80, seed: int = 7) -> Path:
+def _ingested(lake, tmp_path: Path, rounds: int = 3, users: int = 80, seed: int = 7, runs: int = 1) -> Path:
+    """Generate `rounds` rounds and ingest them in `runs` maintain runs (each table gets a commit per run)."""
     staging, landing = tmp_path / "staging", tmp_path / "landing"
     generate_files(WorkloadConfig(users=users, seed=seed, rounds=rounds), lake.sources, staging)
-    for number in range(rounds):
-        move_round(staging, landing, number)
-    result = maintain(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
-    assert result["events"] > 0 and result["batches"] >= 1, result
+    for run in range(runs):
+        for number in range(run * rounds // runs, (run + 1) * rounds // runs):
+            move_round(staging, landing, number)
+        result = maintain(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
+        assert result["events"] > 0 and result["batches"] >= 1, result
     return landing
 
 
@@ -84,7 +86,7 @@ def test_verify_catches_a_corrupted_row_and_a_missing_one(lake, tmp_path):
 
 
 def test_compact_keeps_every_query_result_and_reduces_the_file_count(lake, tmp_path):
-    _ingested(lake, tmp_path, rounds=5)
+    _ingested(lake, tmp_path, rounds=5, runs=5)  # small files, and replaced rows in delete files
     checked = {**{t: ", ".join(lake.sources[t].primary_key) for t in lake.sources}, "user_profile": "email", "repo_summary": "owner, name"}
     before = {t: _rows(lake, t, key) for t, key in checked.items()}
     tombstones = lake.spark.sql(f"SELECT count(*) FROM {lake.names.mirror('users')} WHERE _lmv_deleted").first()[0]
@@ -98,6 +100,7 @@ def test_compact_keeps_every_query_result_and_reduces_the_file_count(lake, tmp_p
 
     result = compact(tombstone_retention_hours=0.0, warehouse=str(lake.settings.warehouse))
 
+    assert result["delete_files_before"] > 0, result
     files_before = result["data_files_before"] + result["delete_files_before"]
     files_after = result["data_files_after"] + result["delete_files_after"]
     assert files_after < files_before and result["delete_files_after"] == 0, result

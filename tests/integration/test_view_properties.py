@@ -41,6 +41,7 @@ from catalog.declarations import SourceRegistry
 from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from spark.batch import BatchProcessor
+from spark.directwrite import DirectWriter
 from spark.maintain import ViewMaintainer
 from spark.mirror import live_rows_sql
 from spark.planner import ViewPlan, plan_view
@@ -465,21 +466,22 @@ def assert_feed_is_the_diff(
 # ---- the property -----------------------------------------------------------------------------------
 @pytest.mark.slow(200)
 @settings(
-    max_examples=8,
+    max_examples=9,
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(history=histories(), indexed=st.booleans())
-def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history, indexed):
-    note(history.describe() + ("\nwith the local indexed state" if indexed else "\nby scans"))
+@given(history=histories(), mode=st.sampled_from(["scan", "indexed", "direct"]))
+def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history, mode):
+    note(history.describe() + f"\nlookups and writes: {mode}")
     lake = fresh_lake(spark, tmp_path, sources)
-    run_history(lake, history, Store(lake.settings.warehouse / "state.sqlite") if indexed else None)
+    store = Store(lake.settings.warehouse / "state.sqlite") if mode != "scan" else None
+    run_history(lake, history, store, DirectWriter(spark, lake.settings) if mode == "direct" else None)
 
 
-def run_history(lake: Lake, history: History, store: Store | None = None) -> None:
+def run_history(lake: Lake, history: History, store: Store | None = None, direct: DirectWriter | None = None) -> None:
     """Feed `history` batch by batch; after each: mirrors == model, views fresh, feeds == diffs."""
-    processor = BatchProcessor(lake.spark, lake.names, lake.sources, view_plans(lake), store=store)
+    processor = BatchProcessor(lake.spark, lake.names, lake.sources, view_plans(lake), store=store, direct=direct)
     assert set(processor.indexed) == ({m.plan.name for m in processor.maintainers} if store else set())
     views = assert_views_are_fresh(lake, processor)
     applied: list[Event] = []

@@ -7,6 +7,7 @@ from chispa import assert_df_equality
 
 from spark import maintain
 from spark.batch import BatchProcessor
+from spark.directwrite import DirectWriter
 from spark.planner import plan_view
 from spark.state.store import Store
 from spark.views import parse_view
@@ -57,11 +58,14 @@ BATCHES = [
 ]
 
 
-@pytest.fixture(params=["scan", "indexed"])
+@pytest.fixture(params=["scan", "indexed", "direct"])
 def processor(lake, tmp_path, request):
+    """Lookups by scans; from the local state with Spark MERGEs; from the local state with direct commits."""
     plans = [plan_view(shape_view(name), lake.sources) for name in SHAPES]
-    store = Store(tmp_path / "state.sqlite") if request.param == "indexed" else None
-    processor = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store)
+    store = Store(tmp_path / "state.sqlite") if request.param != "scan" else None
+    direct = DirectWriter(lake.spark, lake.settings) if request.param == "direct" else None
+    processor = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store, direct=direct)
+    assert (lake.names.mirror("users") in processor.direct_tables) == (request.param == "direct")
     served = set(SHAPES) - SCANNED
     assert set(processor.indexed) == (served if store else set())  # the others beside it, from the store
     return processor
