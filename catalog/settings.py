@@ -58,9 +58,9 @@ class LakeSettings(BaseSettings):
         "there instead of scanning the Iceberg tables.",
     )
     direct_writes: bool = Field(
-        default=False, description="Commit a batch's small writes as Parquet files through Iceberg's API (appends, and "
-        "replacements by key where the local state knows the rows) instead of Spark MERGEs (spark.directwrite). Off "
-        "by default: replacements are equality deletes, which pyiceberg 0.12 cannot read.",
+        default=True, description="Commit a batch's small writes as Parquet files through Iceberg's API (appends, and "
+        "position deletes of the rows they replace, whose places the local state keeps) instead of Spark MERGEs "
+        "(spark.directwrite).",
     )
     view_workers: int = Field(
         default=4, ge=1, description="Views a batch maintains at once from the local state (each writes its own "

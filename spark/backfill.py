@@ -31,7 +31,7 @@ from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from catalog.verify import VerifyResult, verify_view
 from catalog.viewstate import ViewState
-from spark.commits import WriteUnit, tagged
+from spark.commits import Retries, WriteUnit, tagged
 from spark.maintain import FINGERPRINT, ViewMaintainer
 from spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace, live_rows_sql
 from spark.planner import ViewPlan, over
@@ -124,6 +124,11 @@ class Backfill:
         self.attempts = attempts
         self.id = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + secrets.token_hex(2)
         self.branch = f"lakemv_backfill_{self.id}"
+        self.retries = Retries()  # branch commits race compaction's (and ingest's) like any other
+
+    def _ddl(self, sql: str) -> None:
+        """An idempotent metadata statement (branches, cherry-picks), retried when it loses a commit race."""
+        self.retries.run(sql.split(" BRANCH")[0].split("(")[0].strip(), lambda: self.spark.sql(sql).collect())
 
     # ---- plan ------------------------------------------------------------------------------------
     def _prepare_tables(self) -> None:
@@ -207,7 +212,7 @@ class Backfill:
         """Steps 2-5 on a fresh branch; None when main moved under the branch (start again)."""
         clock = time.perf_counter()
         for table in (self.table, self.feed):
-            self.spark.sql(f"ALTER TABLE {table} CREATE OR REPLACE BRANCH {self.branch}")
+            self._ddl(f"ALTER TABLE {table} CREATE OR REPLACE BRANCH {self.branch}")
         feed_base = ref_snapshot(self.spark, self.feed)
         snapshots = mirror_snapshots(self.spark, self.names, self.plan.tables)
         unit = WriteUnit(f"backfill:{self.plan.name}:{self.id}")
@@ -266,10 +271,10 @@ class Backfill:
     def _fast_forward(self, table: str) -> bool:
         """Fast-forward main to the branch; False when main is no longer an ancestor of it."""
         try:
-            self.spark.sql(
+            self._ddl(
                 f"CALL {self.settings.catalog_name}.system.fast_forward(table => '{self._identifier(table)}', "
                 f"branch => 'main', to => '{self.branch}')"
-            ).collect()
+            )
         except Exception as exc:
             if "is not an ancestor" in str(exc):
                 return False
@@ -296,4 +301,4 @@ class Backfill:
 
     def _drop_branches(self, branch: str | None = None) -> None:
         for table in (self.table, self.feed):
-            self.spark.sql(f"ALTER TABLE {table} DROP BRANCH IF EXISTS {branch or self.branch}")
+            self._ddl(f"ALTER TABLE {table} DROP BRANCH IF EXISTS {branch or self.branch}")

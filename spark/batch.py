@@ -192,7 +192,7 @@ class BatchProcessor(StoreSteps):
         """Append `rows` once per unit: a direct commit where it can, else a Spark write (tagged)."""
         if table in self.direct_tables:
             assert self.direct is not None
-            append_once(self.spark, table, unit, lambda: self.direct.commit(table, rows, None, unit.write_id))
+            append_once(self.spark, table, unit, lambda: self.direct.commit(table, rows, (), unit.write_id))
         else:
             append_once(self.spark, table, unit, lambda: self.spark.createDataFrame(rows).writeTo(table).append())
 
@@ -265,14 +265,9 @@ class BatchProcessor(StoreSteps):
         crash_point("dead_letters", unit.batch_id)
 
         def merge(table: str) -> None:
-            source, rows, identifier = self.sources[table], plans[table].rows, self.names.mirror(table)
-            if identifier in self.direct_tables:  # rows the store has already judged newer: replace by key
-                assert self.direct is not None and self.store is not None
-                keys = self._stored_keys(table, rows)
-                append_once(self.spark, identifier, unit, lambda: self.direct.commit(identifier, rows, keys, unit.write_id))
-            elif self.direct_tables and self.sync is None and not self.direct.has_rows(identifier):  # type: ignore[union-attr]
-                # An empty mirror (a first snapshot): nothing to replace, nothing to compare positions with.
-                append_once(self.spark, identifier, unit, lambda: self.direct.commit(identifier, rows, None, unit.write_id))  # type: ignore[union-attr]
+            source, rows = self.sources[table], plans[table].rows
+            if self.names.mirror(table) in self.direct_tables:  # rows the store has judged newer, and knows the places of
+                self._commit_mirror(table, rows, unit)
             else:
                 unit.retries.run(f"MERGE into mirror {table}", lambda: merge_changes(self.spark, self.names, source, rows))
             crash_point(f"mirror:{table}", unit.batch_id)

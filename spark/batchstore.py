@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from catalog.declarations import SourceTable
 from catalog.tables import DELETED, POSITION, TableNames
-from spark.commits import WriteUnit
+from spark.commits import WriteUnit, committed
 from spark.delta import effective_delta
 from spark.directwrite import DirectWriter
 from spark.indexed import IndexedView
@@ -20,7 +20,7 @@ from spark.journal import Journal, TablePlan
 from spark.maintain import ViewMaintainer, ViewResult
 from spark.state.codec import rows_of
 from spark.state.layout import ViewPart, mirror_parts, route
-from spark.state.store import Store
+from spark.state.store import Location, Store
 from spark.state.sync import StoreSync, SyncReport, record_mirrors
 from spark.viewstate import read_state
 
@@ -44,15 +44,18 @@ class StoreSteps:
         """Derive the store's layout from the views, attach it, and bring it in step with the tables."""
         assert self.store is not None
         routes = {m.plan.name: route(m.plan) for m in self.maintainers}
-        for table, part in mirror_parts(self.sources, list(routes.values())).items():
+        located = bool(self.direct_tables)  # direct commits delete replaced rows by their place in the table's files
+        for table, part in mirror_parts(self.sources, list(routes.values()), located).items():
             self.store.attach_mirror(part)
-            if self.direct_tables:  # the store judges which rows win: a batch replaces them by key
+            if located:  # the store judges which rows win and knows where the rows they replace live
                 self.direct_tables.add(self.names.mirror(table))
         self.sync = StoreSync(self.spark, self.store, self.names)
         self.indexed = {}
         for m in self.maintainers:
             if routes[m.plan.name].indexed:
-                self.store.attach_view(ViewPart(view=m.plan.name, key=m.plan.key_names, definition=m.plan.definition.fingerprint))
+                self.store.attach_view(
+                    ViewPart(view=m.plan.name, key=m.plan.key_names, definition=m.plan.definition.fingerprint, located=located)
+                )
                 self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync)
                 if self.direct_tables:
                     m.direct = self.direct
@@ -79,15 +82,30 @@ class StoreSteps:
         ]
         return effective_delta(source.primary_key, source.column_names, incoming, stored)
 
-    def _stored_keys(self, table: str, rows: pa.Table) -> pa.Table:
-        """The primary keys of `rows` the mirror holds a row for (live or tombstone): what a direct
-        write replaces. New keys need no equality delete, so a snapshot's writes carry none."""
-        assert self.store is not None
+    def _commit_mirror(self, table: str, rows: pa.Table, unit: WriteUnit) -> None:
+        """The unit's rows of a mirror as one direct commit: added, and the rows the mirror holds for
+        their keys (live or tombstones; none for new keys) deleted by position. After a lost race (a
+        compaction moved those rows) the store follows the table first, so the positions are fresh."""
+        assert self.store is not None and self.sync is not None and self.direct is not None
+        identifier, name = self.names.mirror(table), f"mirror:{table}"
         pk = list(self.sources[table].primary_key)
-        keys = rows.select(pk)
-        found = self.store.stored(table, rows_of(keys, pk))
-        held = [i for i, key in enumerate(rows_of(keys, pk)) if key in found]
-        return keys.take(pa.array(held, type=pa.int64()))
+        keys = rows_of(rows.select(pk), pk)
+        if unit.replay and committed(self.spark, identifier, unit.write_id):
+            return
+        first = True
+
+        def held() -> list[Location | None]:
+            return [s.location for s in self.store.stored(table, keys).values()]  # type: ignore[union-attr]
+
+        def attempt() -> None:
+            nonlocal first
+            if not first and committed(self.spark, identifier, unit.write_id):
+                return
+            base, replaced = self.sync.places(name, held, unit.write_id, refresh=not first)  # type: ignore[union-attr]
+            first = False
+            self.direct.commit(identifier, rows, replaced, unit.write_id, validate_from=base)  # type: ignore[union-attr]
+
+        unit.retries.run(f"commit into mirror {table}", attempt)
 
     def _record_mirrors(self, plans: Mapping[str, TablePlan], unit: WriteUnit) -> None:
         """The unit's applied rows into the store, with the snapshots its MERGEs made (one transaction)."""

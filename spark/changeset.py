@@ -52,7 +52,7 @@ class ChangeSet:
 
 
 def local_path(file_path: str) -> str:
-    """A landing file's path on disk, from a `file:` URI (as Spark reports it) or a plain path."""
+    """A local file's path on disk, from a `file:` URI (as Spark and Iceberg spell it) or a plain path."""
     path = urlparse(file_path).path if "://" in file_path or file_path.startswith("file:") else file_path
     return unquote(path)
 

@@ -2,11 +2,14 @@
 
 A batch writes a thousand rows into tables of millions. Spark's MERGE must read the table to find the
 rows it replaces (Iceberg has no index: 1.4 s for 1k keys into 1M rows here), and every Spark write
-is a job. When the local state already knows which rows a batch replaces and that each new row wins
-(`spark.state`), no read is needed: the new rows go into a Parquet file, the keys they replace into an
-equality-delete file, and both are committed as one Iceberg `RowDelta` - atomic for readers, about
-0.2 s whatever the table's size (measured: 1k upserts into 1M rows). An append is the same without
-the delete file. Spark, DuckDB and compaction read equality deletes; `compact` folds them away.
+is a job. The local state already knows which rows a batch replaces, that each new row wins, and
+where each replaced row lives (its data file and position, `spark.state`), so no read is needed: the
+new rows go into a Parquet file, the replaced rows' positions into a position-delete file, and both
+are committed as one Iceberg `RowDelta` - atomic for readers, validated like Spark's own merge-on-read
+commits (the files the deletes point into must still exist: a compaction that rewrote them in
+between makes the commit fail as a conflict, and the caller retries with the rows' new places). An
+append is the same without the delete file. Position deletes are what Spark's MERGE writes too, so
+every reader of the tables reads them (Spark, DuckDB, pyiceberg) and `compact` folds them away.
 
 The files are written to the table's own data location, so this serves tables on the local file
 system (`supports`); elsewhere the callers keep Spark's MERGE.
@@ -16,26 +19,35 @@ from __future__ import annotations
 
 import os
 import uuid
-from urllib.parse import unquote, urlparse
+from collections.abc import Sequence
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from catalog.settings import LakeSettings
+from spark.changeset import local_path
 from spark.commits import WRITE_ID
+from spark.state.store import Location
+
+# Iceberg's reserved field ids of a position-delete file's columns (the table spec's "Position Delete Files").
+_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
+    ]
+)
 
 
 class DirectWriter:
-    """Commits Arrow rows (and equality deletes by key) into Iceberg tables of one catalog."""
+    """Commits Arrow rows (and position deletes of the rows they replace) into Iceberg tables of one catalog."""
 
     def __init__(self, spark: SparkSession, settings: LakeSettings):
         self.spark = spark
         self.settings = settings
-        jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
-        self._gateway = spark.sparkContext._gateway  # type: ignore[union-attr]
-        self._jvm = jvm
-        self._iceberg = jvm.org.apache.iceberg
+        self._jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
+        self._iceberg = self._jvm.org.apache.iceberg
         self._schemas: dict[tuple[str, int], pa.Schema] = {}
         self._catalog = None
 
@@ -43,13 +55,9 @@ class DirectWriter:
         return self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, identifier)
 
     def supports(self, identifier: str) -> bool:
-        """Whether the table's data lives on the local file system (where this writes its files)."""
-        return urlparse(str(self._table(identifier).location())).scheme in ("", "file")
-
-    def has_rows(self, identifier: str) -> bool:
-        """Whether the table has a snapshot with rows (a new table has none)."""
-        snapshot = self._table(identifier).currentSnapshot()
-        return snapshot is not None and int(snapshot.summary().getOrDefault("total-records", "1")) > 0
+        """Whether this can write the table: data on the local file system, no partitioning."""
+        table = self._table(identifier)
+        return urlparse(str(table.location())).scheme in ("", "file") and bool(table.spec().isUnpartitioned())
 
     def _arrow_schema(self, identifier: str, table) -> pa.Schema:  # noqa: ANN001
         """The table's schema in Arrow with Iceberg's field ids (pyiceberg's mapping), by schema id."""
@@ -65,52 +73,62 @@ class DirectWriter:
             self._schemas[key] = schema_to_pyarrow(loaded.schema(), include_field_ids=True)
         return self._schemas[key]
 
-    def _write(self, table, rows: pa.Table, schema: pa.Schema, kind: str) -> tuple[str, int]:  # noqa: ANN001
+    def _write(self, table, rows: pa.Table, kind: str) -> tuple[str, int]:  # noqa: ANN001
         location = str(table.locationProvider().newDataLocation(f"lmv-{kind}-{uuid.uuid4().hex}.parquet"))
-        path = unquote(urlparse(location).path)
+        path = local_path(location)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        pq.write_table(rows.select(schema.names).cast(schema), path, compression="zstd")
+        pq.write_table(rows, path, compression="zstd")
         return location, os.path.getsize(path)
 
     def commit(
         self,
         identifier: str,
         rows: pa.Table | None,
-        deleted_keys: pa.Table | None,
+        replaced: Sequence[Location],
         write_id: str,
         validate_from: int | None = None,
+        exclusive: bool = False,
     ) -> None:
-        """Delete every row whose key equals a row of `deleted_keys`, add `rows`, in one commit tagged
-        with `write_id`. With `validate_from`, the commit fails with a ValidationException ("Found
-        conflicting files") if rows were added to the table after that snapshot (a backfill's publish;
-        compaction's rewrites do not count)."""
+        """Delete the rows at `replaced` (data file, position) and add `rows`, in one commit tagged with
+        `write_id`. Fails with a ValidationException (a conflict: retried by the caller) when a data
+        file of `replaced` was removed after snapshot `validate_from` (a compaction rewrote it), or,
+        when `exclusive`, when another writer added rows since then (a backfill's publish)."""
         table = self._table(identifier)
-        spec = table.spec()
-        io, metrics = table.io(), self._iceberg.MetricsConfig.forTable(table)
-        schema = self._arrow_schema(identifier, table)
+        spec, io = table.spec(), table.io()
         parquet = self._iceberg.FileFormat.PARQUET
-        fast_append = (deleted_keys is None or deleted_keys.num_rows == 0) and validate_from is None
-        operation = table.newFastAppend() if fast_append else table.newRowDelta()
+        append = not replaced and not exclusive and validate_from is None
+        if append:
+            operation = table.newAppend()  # merges small manifests as they accumulate, as Spark's appends do
+        else:
+            if replaced and validate_from is None:
+                raise ValueError("replacing rows needs the snapshot their places were read at (validate_from)")
+            operation = table.newRowDelta()
+            if validate_from is not None:
+                operation = operation.validateFromSnapshot(validate_from)
         if rows is not None and rows.num_rows:
-            location, size = self._write(table, rows, schema, "data")
+            schema = self._arrow_schema(identifier, table)
+            location, size = self._write(table, rows.select(schema.names).cast(schema), "data")
+            metrics = self._iceberg.parquet.ParquetUtil.fileMetrics(io.newInputFile(location), self._iceberg.MetricsConfig.forTable(table))
             data = (
                 self._iceberg.DataFiles.builder(spec).withPath(location).withFormat(parquet).withFileSizeInBytes(size)
-                .withMetrics(self._iceberg.parquet.ParquetUtil.fileMetrics(io.newInputFile(location), metrics)).build()
+                .withMetrics(metrics).build()
             )  # fmt: skip
-            operation = operation.appendFile(data) if fast_append else operation.addRows(data)
-        if not fast_append and deleted_keys is not None and deleted_keys.num_rows:
-            key_schema = pa.schema([schema.field(name) for name in deleted_keys.column_names])
-            location, size = self._write(table, deleted_keys, key_schema, "eqdel")
-            ids = self._gateway.new_array(self._jvm.int, len(key_schema))
-            for index, field in enumerate(key_schema):
-                ids[index] = int(field.metadata[b"PARQUET:field_id"])
-            deletes = (
-                self._iceberg.FileMetadata.deleteFileBuilder(spec).ofEqualityDeletes(ids).withPath(location)
-                .withFormat(parquet).withFileSizeInBytes(size)
-                .withMetrics(self._iceberg.parquet.ParquetUtil.fileMetrics(io.newInputFile(location), metrics)).build()
+            operation = operation.appendFile(data) if append else operation.addRows(data)
+        if replaced:
+            ordered = sorted(set(replaced))
+            deletes = pa.table([pa.array([p for p, _ in ordered]), pa.array([a for _, a in ordered], pa.int64())], schema=_DELETE_SCHEMA)
+            location, size = self._write(table, deletes, "deletes")
+            metrics = self._iceberg.parquet.ParquetUtil.fileMetrics(
+                io.newInputFile(location), self._iceberg.MetricsConfig.forPositionDelete()
+            )
+            delete_file = (
+                self._iceberg.FileMetadata.deleteFileBuilder(spec).ofPositionDeletes().withPath(location)
+                .withFormat(parquet).withFileSizeInBytes(size).withMetrics(metrics).build()
             )  # fmt: skip
-            operation = operation.addDeletes(deletes)
-        if validate_from is not None:
-            operation = operation.validateFromSnapshot(validate_from).validateNoConflictingDataFiles()
+            referenced = self._jvm.java.util.ArrayList()
+            for path in sorted({p for p, _ in ordered}):
+                referenced.add(path)
+            operation = operation.addDeletes(delete_file).validateDataFilesExist(referenced).validateDeletedFiles()
+        if exclusive:
+            operation = operation.validateNoConflictingDataFiles()
         operation.set(WRITE_ID, write_id).commit()
-

@@ -27,6 +27,7 @@ from spark.maintain import ViewMaintainer, ViewResult, Writing
 from spark.planner import over
 from spark.state.codec import Values, rows_of, to_arrow
 from spark.state.layout import MirrorPart, Route
+from spark.state.store import Location
 from spark.state.sync import DIGEST, StoreSync, digest_sql
 from spark.state.walk import gather, reach
 from spark.viewsql import OP
@@ -88,25 +89,35 @@ class IndexedView:
         new = self._recompute(rows, ordered)
         steps["recompute"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        diff, replaced, upserts, deletes = self._diff(new, ordered)
+        diff, held, upserts, deletes = self._diff(new, ordered)
         steps["diff"] = time.perf_counter() - clock
         if diff.num_rows == 0:
             return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps))
-        record = self.store.record(self.name)
-        based_on = None if record is None else record.snapshot  # the view as the store's digests know it
-        result = self.maintainer.write_diff(diff, Writing(len(keys), position, unit, started, steps, state), based_on, replaced)
+        writing = Writing(len(keys), position, unit, started, steps, state)
+        result = self.maintainer.write_diff(diff, writing, lambda refresh: self._places(held, unit, refresh))
         if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
             return result
         clock = time.perf_counter()
-        current = self.sync.advance(self.name, unit.write_id)
-        if current is False:
-            self.sync.reload(self.name)
-        else:
-            with self.store.transaction():
-                self.store.put_digests(self.plan.name, upserts, deletes)
-                self.store.set_record(self.name, self.store.views[self.plan.name].fingerprint, current, unit.write_id)  # type: ignore[arg-type]
+        self._record(upserts, deletes, unit)
         crash_point(f"state:{self.plan.name}", unit.batch_id)
         return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)})
+
+    def _places(self, held: list[Values], unit: WriteUnit, refresh: bool) -> tuple[int | None, list[Location]]:
+        """Where the view rows of `held` live, and the view snapshot the store reflects (what the
+        diff was computed against); with `refresh`, after following the table (a compaction)."""
+        return self.sync.places(self.name, lambda: self.store.view_locations(self.plan.name, held).values(), unit.write_id, refresh)
+
+    def _record(self, upserts: list[tuple[Values, str]], deletes: list[Values], unit: WriteUnit) -> None:
+        """The unit's digests into the store, where its rows now live, and the snapshot it made; a
+        reload instead when someone else committed to the view meanwhile."""
+        step = self.sync.advance(self.name, unit.write_id)
+        if step is not None:
+            with self.store.transaction():
+                self.store.put_digests(self.plan.name, upserts, deletes)
+                if self.sync.relocate(self.name, step.moved):
+                    self.store.set_record(self.name, self.store.views[self.plan.name].fingerprint, step.current, unit.write_id)
+                    return
+        self.sync.reload(self.name)
 
     def _recompute_all(self, keys: int) -> bool:
         """Past FULL_RECOMPUTE_SHARE of the view's rows a whole recompute is cheaper (spark.maintain)."""
@@ -151,10 +162,10 @@ class IndexedView:
             for relation in relations:
                 self.spark.catalog.dropTempView(relation)
 
-    def _diff(self, new: pa.Table, keys: list[Values]) -> tuple[pa.Table, pa.Table, list[tuple[Values, str]], list[Values]]:
+    def _diff(self, new: pa.Table, keys: list[Values]) -> tuple[pa.Table, list[Values], list[tuple[Values, str]], list[Values]]:
         """(diff rows for the feed and the view, the keys among them the view holds a row for, digests to
-        store, keys to drop) against the stored digests. A direct commit deletes exactly the held keys:
-        one row each, which DuckDB's count(*) from metadata relies on."""
+        store, keys to drop) against the stored digests. A direct commit deletes exactly the held keys'
+        rows, by position."""
         stored = self.store.digests(self.plan.name, keys)
         new_keys = rows_of(new, self.plan.key_names)
         digests = new.column(DIGEST).to_pylist()
@@ -173,9 +184,8 @@ class IndexedView:
                 value = "delete" if field.name == OP else None
                 removed = removed.append_column(field, pa.array([value] * len(gone), type=field.type))
         diff = pa.concat_tables([upserted, removed.select([f.name for f in fields]).cast(pa.schema(fields))])
-        held = [j for j, i in enumerate(changed) if new_keys[i] in stored] + list(range(len(changed), len(changed) + len(gone)))
-        replaced = diff.select(list(self.plan.key_names)).take(pa.array(held, type=pa.int64()))
-        return diff, replaced, [(new_keys[i], digests[i]) for i in changed], gone
+        held = [new_keys[i] for i in changed if new_keys[i] in stored] + gone
+        return diff, held, [(new_keys[i], digests[i]) for i in changed], gone
 
 
 def _rounded(steps: Mapping[str, float]) -> dict[str, float]:

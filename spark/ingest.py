@@ -118,8 +118,10 @@ def run_ingest(
     on_batch: Callable[[BatchResult], None] | None = None,
     views: Sequence[ViewPlan] = (),
     on_build: Callable[[ViewResult], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> IngestResult:
-    """Ingest landing files and maintain `views`; with `once`, everything present now, then return."""
+    """Ingest landing files and maintain `views`; with `once`, everything present now, then return.
+    `on_ready` is called once the tables, views and local state are ready, before the stream starts."""
     check_landing(landing)
     checkpoint = checkpoint_dir(settings, landing)
     processor = BatchProcessor(
@@ -176,6 +178,8 @@ def run_ingest(
         .queryName(f"lakemv_ingest_{settings.catalog_name}")
     )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    if on_ready is not None:
+        on_ready()
     try:
         query = writer.start()
         _await(query)

@@ -123,12 +123,7 @@ def maintain_table(
         f"rewrite_data_files {table}",
         lambda: spark.sql(
             f"CALL {catalog}.system.rewrite_data_files(table => '{table}'{strategy}, "
-            # The equality deletes of direct commits (spark.directwrite) apply to every older file:
-            # the rewritten files take a new sequence number, so those deletes become dangling and
-            # are dropped instead of being read forever. Iceberg then refuses the rewrite when a
-            # batch added deletes meanwhile (a conflict, retried like any other).
-            "options => map('min-input-files', '2', 'delete-file-threshold', '1', "
-            "'use-starting-sequence-number', 'false', 'remove-dangling-deletes', 'true'))"
+            "options => map('min-input-files', '2', 'delete-file-threshold', '1'))"
         ).collect(),
     )
     retries.run(

@@ -7,7 +7,7 @@ this writes it, exactly once per unit: only rows whose content changed reach the
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ from spark.faults import crash_point
 from spark.planner import OCCURRENCE, ViewPlan
 from spark.literals import key_columns, key_filter
 from spark.parallel import concurrently
-from spark.state.sync import Snapshots
+from spark.state.store import Location
 from spark.viewstate import read_state
 from spark.viewsql import OP, diff_sql, feed_insert_sql, filtered_ctes, merge_sql, old_rows_sql
 
@@ -61,6 +61,11 @@ class Writing:
     state: ViewState | None = None
 
 
+# Where the view rows a diff replaces live: (the view snapshot that was read at, their places); the
+# argument asks to follow the table first (a lost race: a compaction may have moved them).
+Placement = Callable[[bool], tuple[int | None, list[Location]]]
+
+
 class _Superseded(Exception):
     """The view changed hands (a backfill paused or published it) while this batch was writing it."""
 
@@ -89,19 +94,17 @@ class ViewWriter:
         w.steps["diff"] = time.perf_counter() - clock
         return self._write_frame(diff, counts, None, w)
 
-    def write_diff(
-        self, rows: pa.Table, w: Writing, based_on: int | None = None, replaced: pa.Table | None = None
-    ) -> ViewResult:
+    def write_diff(self, rows: pa.Table, w: Writing, places: Placement | None = None) -> ViewResult:
         """Append a diff computed in the driver (`content_diff`'s shape) to the feed and MERGE it.
 
-        With a direct writer, `based_on` (the view snapshot the diff was computed against) and
-        `replaced` (the diff's keys the view holds a row for), both are direct commits instead: the
-        feed rows appended, the view's replaced rows deleted by key and its upserts added.
+        With a direct writer and `places` (where the view's rows the diff replaces live, and the
+        snapshot that was read at), both are direct commits instead: the feed rows appended, the
+        replaced rows deleted by position and the upserts added, in one commit.
         """
         ops = rows.column(OP).to_pylist()
         counts = {op: ops.count(op) for op in set(ops)}
-        if self.direct is not None and based_on is not None and replaced is not None and rows.num_rows:
-            return self._write_direct(rows, counts, based_on, replaced, w)
+        if self.direct is not None and places is not None and rows.num_rows:
+            return self._write_direct(rows, counts, places, w)
         diff = self.spark.createDataFrame(rows) if rows.num_rows else None
         prefilter = key_filter("t", key_columns(rows, self.plan.key_names))
         return self._write_frame(diff, counts, prefilter, w)
@@ -144,28 +147,27 @@ class ViewWriter:
         """Whether a backfill paused or published the view since the batch read its state."""
         return state is not None and self.on_main and read_state(self.spark, self.table).raw != state.raw
 
-    def _write_direct(self, rows: pa.Table, counts: Mapping[str, int], based_on: int, replaced: pa.Table, w: Writing) -> ViewResult:
+    def _write_direct(self, rows: pa.Table, counts: Mapping[str, int], places: Placement, w: Writing) -> ViewResult:
         unit, steps = w.unit, w.steps
         clock = time.perf_counter()
         feed = feed_rows(self.plan.columns, self.plan.key_names, rows, unit.batch_id, w.position, time.time_ns() // 1000)
-        append_once(self.spark, self.feed, unit, lambda: self.direct.commit(self.feed, feed, None, unit.write_id))  # type: ignore[union-attr]
+        append_once(self.spark, self.feed, unit, lambda: self.direct.commit(self.feed, feed, (), unit.write_id))  # type: ignore[union-attr]
         steps["feed"] = time.perf_counter() - clock
         crash_point(f"feed:{self.plan.name}", unit.batch_id)
         clock = time.perf_counter()
         upserts = rows.filter(pc.equal(rows.column(OP), "upsert")).select(list(self.plan.columns))
-        keys = replaced
-        first, base = True, based_on
+        first = True
 
         def attempt() -> None:
-            nonlocal first, base
+            nonlocal first
             if not first:  # lost a race: did this unit's commit land, or did the view change hands?
                 if committed(self.spark, self.table, unit.write_id):
                     return
                 if self._changed_hands(w.state):
                     raise _Superseded
-                base = Snapshots(self.spark).current(self.table)  # compaction or a foreign append, not a takeover
+            base, replaced = places(not first)  # after a compaction: the rows' new places
             first = False
-            self.direct.commit(self.table, upserts, keys, unit.write_id, validate_from=base)  # type: ignore[union-attr]
+            self.direct.commit(self.table, upserts, replaced, unit.write_id, validate_from=base, exclusive=True)  # type: ignore[union-attr]
 
         try:
             if not (unit.replay and committed(self.spark, self.table, unit.write_id)):

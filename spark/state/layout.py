@@ -20,7 +20,7 @@ from catalog.declarations import SourceTable
 from spark.planner import SELF, Link, ViewPlan
 
 _PLAIN = re.compile(rf"^{SELF}\.(?:`([^`]+)`|([A-Za-z_][A-Za-z0-9_]*))$")
-FORMAT = 1  # bump when the store's encoding changes: every store is rebuilt
+FORMAT = 2  # bump when the store's encoding changes: every store is rebuilt
 
 
 def plain_column(expression: str) -> str | None:
@@ -38,6 +38,7 @@ class MirrorPart(BaseModel):
     primary_key: tuple[str, ...]
     columns: tuple[tuple[str, str], ...]  # (name, declared type), the mirror's order
     indexes: tuple[tuple[str, ...], ...]  # column sets looked up by, sorted; the primary key excluded
+    located: bool = False  # also where each row lives in the table (data file, row), for position deletes
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -53,7 +54,7 @@ class MirrorPart(BaseModel):
     def fingerprint(self) -> str:
         """Changes when the rows must be reloaded (columns, key, a newly looked-up column); indexes
         over columns already kept are added and dropped in place."""
-        text = f"{FORMAT}|{self.primary_key}|{self.columns}|{self.materialized}"
+        text = f"{FORMAT}|{self.primary_key}|{self.columns}|{self.materialized}|{self.located}"
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -65,10 +66,11 @@ class ViewPart(BaseModel):
     view: str
     key: tuple[str, ...]
     definition: str  # the definition's fingerprint: a new one means the digests are reloaded
+    located: bool = False  # also where each row lives in the table (data file, row), for position deletes
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha1(f"{FORMAT}|{self.key}|{self.definition}".encode()).hexdigest()[:16]
+        return hashlib.sha1(f"{FORMAT}|{self.key}|{self.definition}|{self.located}".encode()).hexdigest()[:16]
 
 
 class Lookup(BaseModel):
@@ -178,9 +180,10 @@ def _lookups(r: Route) -> Iterable[Lookup]:
     yield from r.down.values()
 
 
-def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route]) -> dict[str, MirrorPart]:
+def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route], located: bool = False) -> dict[str, MirrorPart]:
     """One part per source table (the store judges every batch's rows against the stored ones, so
-    each mirror is written without a MERGE), with an index per distinct lookup column set."""
+    each mirror can be written without a MERGE), with an index per distinct lookup column set;
+    `located` parts also keep each row's place in the table's files."""
     indexes: dict[str, set[tuple[str, ...]]] = {table: set() for table in sources}
     for r in routes:
         if not r.indexed:
@@ -196,5 +199,6 @@ def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route]) ->
             primary_key=tuple(source.primary_key),
             columns=tuple((c.name, c.type) for c in source.columns),
             indexes=tuple(sorted(s for s in sets if s != pk)),
+            located=located,
         )
     return parts

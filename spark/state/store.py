@@ -9,6 +9,8 @@ as the rows, so `spark.state.sync` can tell whether it is in step with its table
 Mirror part `m_<table>`: the primary-key columns and every looked-up column as SQLite columns, the
 whole row as a blob, the source position and the tombstone flag; one partial index (live rows) per
 lookup column set. View part `v_<view>`: the key (canonically encoded) and the digest of the row.
+A *located* part also keeps where each row lives in its Iceberg table - the data file (an id into
+`files`) and the row's position in it - so that replacing the row is a position delete.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from spark.state.layout import MirrorPart, ViewPart
 
 log = logging.getLogger(__name__)
 _CHUNK = 500  # parameters per IN list (SQLite allows 32766; shorter statements cache better)
+Location = tuple[str, int]  # (data file path as the table's metadata spells it, row position in it)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Stored:
     row: Values
     position: int
     deleted: bool
+    location: Location | None = None  # where the row lives, for a located part (None: not known)
 
 
 def _q(name: str) -> str:
@@ -77,6 +81,8 @@ class Store:
             self._db = self._open()
         self._mirrors: dict[str, MirrorPart] = {}
         self._views: dict[str, ViewPart] = {}
+        self._file_ids: dict[str, int] = {}
+        self._paths: dict[int, str] = {}
 
     def _open(self) -> sqlite3.Connection:
         """Connect and check the database is one SQLite can read whole (raises sqlite3.DatabaseError)."""
@@ -87,6 +93,7 @@ class Store:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS parts (name TEXT PRIMARY KEY, fingerprint TEXT, snapshot INTEGER, write_id TEXT)"
             )
+            db.execute("CREATE TABLE IF NOT EXISTS files (id INTEGER PRIMARY KEY, part TEXT, path TEXT UNIQUE)")
             problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError("; ".join(problems))
@@ -152,9 +159,11 @@ class Store:
         columns = ", ".join(_q(c) for c in part.materialized)
         pk = ", ".join(_q(c) for c in part.primary_key)
         self._db.execute(
-            f"CREATE TABLE {table} ({columns}, _row BLOB, _pos INTEGER, _del INTEGER, PRIMARY KEY ({pk})) WITHOUT ROWID"
+            f"CREATE TABLE {table} ({columns}, _row BLOB, _pos INTEGER, _del INTEGER, _file INTEGER, _at INTEGER, "
+            f"PRIMARY KEY ({pk})) WITHOUT ROWID"
         )
         self._db.execute("DELETE FROM parts WHERE name = ?", (f"mirror:{part.table}",))
+        self._forget_files(f"mirror:{part.table}")
 
     def _sync_indexes(self, part: MirrorPart) -> None:
         prefix = f"ix_{part.table}__"
@@ -178,21 +187,103 @@ class Store:
             if record is not None and record.fingerprint == part.fingerprint:
                 return True
             self._db.execute(f"DROP TABLE IF EXISTS {_q(f'v_{part.view}')}")
-            self._db.execute(f"CREATE TABLE {_q(f'v_{part.view}')} (k BLOB PRIMARY KEY, digest TEXT) WITHOUT ROWID")
+            self._db.execute(
+                f"CREATE TABLE {_q(f'v_{part.view}')} (k BLOB PRIMARY KEY, digest TEXT, _file INTEGER, _at INTEGER) WITHOUT ROWID"
+            )
             self._db.execute("DELETE FROM parts WHERE name = ?", (f"view:{part.view}",))
+            self._forget_files(f"view:{part.view}")
             return False
 
+    # ---- where rows live -----------------------------------------------------------------------------
+    def _file_id(self, part: str, path: str) -> int:
+        known = self._file_ids.get(path)
+        if known is None:
+            self._db.execute("INSERT OR IGNORE INTO files (part, path) VALUES (?, ?)", (part, path))
+            known = self._db.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()[0]
+            self._file_ids[path], self._paths[known] = known, path
+        return known
+
+    def _path(self, file_id: int | None) -> str | None:
+        if file_id is None:
+            return None
+        if file_id not in self._paths:
+            path = self._db.execute("SELECT path FROM files WHERE id = ?", (file_id,)).fetchone()[0]
+            self._paths[file_id], self._file_ids[path] = path, file_id
+        return self._paths[file_id]
+
+    def _forget_files(self, part: str, paths: Iterable[str] | None = None) -> None:
+        """Drop the file ids of `part` (all of them, or those of `paths`): no row of it lives there now."""
+        if paths is None:
+            gone = [r[0] for r in self._db.execute("SELECT path FROM files WHERE part = ?", (part,))]
+        else:
+            gone = list(paths)
+        self._db.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in gone))
+        for path in gone:
+            self._paths.pop(self._file_ids.pop(path, -1), None)
+
+    def locate(self, part: str, path: str, keys: Sequence[Values]) -> None:
+        """The rows of `keys` (primary keys of a mirror part, keys of a view part) now live in data
+        file `path`, the i-th key at row i."""
+        kind, name = part.split(":", 1)
+        with self.transaction():
+            file_id = self._file_id(part, path)
+            if kind == "view":
+                self._db.executemany(
+                    f"UPDATE {_q(f'v_{name}')} SET _file = ?, _at = ? WHERE k = ?",
+                    ((file_id, at, key_blob(key)) for at, key in enumerate(keys)),
+                )
+                return
+            pk = self._mirrors[name].primary_key
+            where = " AND ".join(f"{_q(c)} = ?" for c in pk)
+            self._db.executemany(
+                f"UPDATE {_q(f'm_{name}')} SET _file = ?, _at = ? WHERE {where}",
+                ([file_id, at, *(index_value(v) for v in key)] for at, key in enumerate(keys)),
+            )
+
+    def forget_files(self, part: str, paths: Iterable[str]) -> None:
+        """Data files of `part`'s table that no snapshot reads any more (a compaction replaced them)."""
+        with self.transaction():
+            self._forget_files(part, paths)
+
+    def view_locations(self, view: str, keys: Sequence[Values]) -> dict[Values, Location | None]:
+        """Where the view's rows of `keys` live (for the keys it holds; None where not known)."""
+        found: dict[Values, Location | None] = {}
+        with self._lock:
+            for key, file_id, at in self._view_rows(view, keys, "_file, _at"):
+                path = self._path(file_id)
+                found[key] = None if path is None else (path, at)
+        return found
+
+    def _view_rows(self, view: str, keys: Sequence[Values], columns: str) -> Iterator[tuple[Any, ...]]:
+        """(key, *columns) of each of `keys` the view part holds, in chunks of one IN list."""
+        blobs = {key_blob(k): k for k in keys}
+        items = list(blobs)
+        with self._lock:
+            for start in range(0, len(items), _CHUNK):
+                chunk = items[start : start + _CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                for blob, *values in self._db.execute(f"SELECT k, {columns} FROM {_q(f'v_{view}')} WHERE k IN ({marks})", chunk):
+                    yield (blobs[blob], *values)
+
     # ---- mirror rows ---------------------------------------------------------------------------------
-    def put_rows(self, table: str, rows: Iterable[tuple[Values, int, bool]]) -> int:
-        """Insert or replace mirror rows `(values, position, deleted)`, values in the part's column order."""
+    def put_rows(
+        self, table: str, rows: Iterable[tuple[Values, int, bool]], locations: Iterable[Location | None] | None = None
+    ) -> int:
+        """Insert or replace mirror rows `(values, position, deleted)`, values in the part's column order,
+        with where each lives when known (else `locate` tells it later)."""
         part = self._mirrors[table]
         positions = [part.column_names.index(c) for c in part.materialized]
-        marks = ", ".join("?" for _ in range(len(positions) + 3))
+        marks = ", ".join("?" for _ in range(len(positions) + 5))
         sql = f"INSERT OR REPLACE INTO {_q(f'm_{table}')} VALUES ({marks})"
+        places = iter(locations) if locations is not None else None
 
         def params() -> Iterator[list[Any]]:
             for values, position, deleted in rows:
-                yield [index_value(values[i]) for i in positions] + [encode(values), position, int(bool(deleted))]
+                place = next(places) if places is not None else None
+                file_id = None if place is None else self._file_id(f"mirror:{table}", place[0])
+                yield [index_value(values[i]) for i in positions] + [
+                    encode(values), position, int(bool(deleted)), file_id, None if place is None else place[1]
+                ]
 
         with self.transaction():
             cursor = self._db.executemany(sql, params())
@@ -201,6 +292,7 @@ class Store:
     def clear_rows(self, table: str) -> None:
         with self.transaction():
             self._db.execute(f"DELETE FROM {_q(f'm_{table}')}")
+            self._forget_files(f"mirror:{table}")
 
     def rebuild_indexes(self, table: str) -> None:
         """Drop and recreate a part's indexes (a bulk load inserts first, then indexes once)."""
@@ -222,8 +314,10 @@ class Store:
         found: dict[Values, Stored] = {}
         pk_positions = [part.column_names.index(k) for k in part.primary_key]
         for row in self._select(table, part.primary_key, list(dict.fromkeys(keys)), (False,) * len(part.primary_key), live=False):
-            values, position, deleted = decode(row[0]), row[1], bool(row[2])
-            found[tuple(values[i] for i in pk_positions)] = Stored(values, position, deleted)
+            values, position, deleted, file_id, at = decode(row[0]), row[1], bool(row[2]), row[3], row[4]
+            with self._lock:
+                path = self._path(file_id)
+            found[tuple(values[i] for i in pk_positions)] = Stored(values, position, deleted, None if path is None else (path, at))
         return found
 
     def lookup(self, table: str, columns: Sequence[str], values: Iterable[Values], null_safe: Sequence[bool]) -> list[Values]:
@@ -248,38 +342,45 @@ class Store:
                 for start in range(0, len(plain), _CHUNK):
                     chunk = plain[start : start + _CHUNK]
                     marks = ", ".join("?" for _ in chunk)
-                    yield from self._db.execute(f"SELECT _row, _pos, _del FROM {name} WHERE {column} IN ({marks}){alive}", chunk)
+                    yield from self._db.execute(f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {column} IN ({marks}){alive}", chunk)
                 if any(v[0] is None for v in wanted):
-                    yield from self._db.execute(f"SELECT _row, _pos, _del FROM {name} WHERE {column} IS NULL{alive}")
+                    yield from self._db.execute(f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {column} IS NULL{alive}")
                 return
             where = " AND ".join(f"{_q(c)} IS ?" if ns else f"{_q(c)} = ?" for c, ns in zip(columns, null_safe, strict=True))
-            sql = f"SELECT _row, _pos, _del FROM {name} WHERE {where}{alive}"
+            sql = f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {where}{alive}"
             for value in wanted:
                 yield from self._db.execute(sql, [index_value(v) for v in value])
 
     # ---- view digests --------------------------------------------------------------------------------
     def digests(self, view: str, keys: Sequence[Values]) -> dict[Values, str]:
         """The stored digest of each of `keys` that the view holds."""
-        found: dict[Values, str] = {}
-        blobs = {key_blob(k): k for k in keys}
-        items = list(blobs)
-        with self._lock:
-            for start in range(0, len(items), _CHUNK):
-                chunk = items[start : start + _CHUNK]
-                marks = ", ".join("?" for _ in chunk)
-                for blob, digest in self._db.execute(f"SELECT k, digest FROM {_q(f'v_{view}')} WHERE k IN ({marks})", chunk):
-                    found[blobs[blob]] = digest
-        return found
+        return {key: digest for key, digest in self._view_rows(view, keys, "digest")}
 
-    def put_digests(self, view: str, upserts: Iterable[tuple[Values, str]], deletes: Iterable[Values] = ()) -> None:
+    def put_digests(
+        self,
+        view: str,
+        upserts: Iterable[tuple[Values, str]],
+        deletes: Iterable[Values] = (),
+        locations: Iterable[Location | None] | None = None,
+    ) -> None:
+        """Store the digests of `upserts` (with where each row lives when known) and drop `deletes`."""
         table = _q(f"v_{view}")
+        places = iter(locations) if locations is not None else None
+
+        def params() -> Iterator[tuple[Any, ...]]:
+            for key, digest in upserts:
+                place = next(places) if places is not None else None
+                file_id = None if place is None else self._file_id(f"view:{view}", place[0])
+                yield key_blob(key), digest, file_id, None if place is None else place[1]
+
         with self.transaction():
-            self._db.executemany(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", ((key_blob(k), d) for k, d in upserts))
+            self._db.executemany(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)", params())
             self._db.executemany(f"DELETE FROM {table} WHERE k = ?", ((key_blob(k),) for k in deletes))
 
     def clear_digests(self, view: str) -> None:
         with self.transaction():
             self._db.execute(f"DELETE FROM {_q(f'v_{view}')}")
+            self._forget_files(f"view:{view}")
 
     def view_count(self, view: str) -> int:
         with self._lock:

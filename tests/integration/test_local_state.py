@@ -18,7 +18,7 @@ from spark.planner import plan_view
 from spark.state.codec import rows_of
 from spark.state.layout import ViewPart, mirror_parts, route
 from spark.state.store import Store
-from spark.state.sync import DIGEST, digest_sql
+from spark.state.sync import DIGEST, StoreSync, digest_sql
 from spark.views import load_views
 from tests.e2e.cli import move_round
 from workload.github import WorkloadConfig, generate_files
@@ -27,41 +27,49 @@ pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 def assert_store_equals_tables(lake, path: Path) -> None:
-    """Every mirror part holds the mirror's rows (tombstones included); every view part the digests
-    of the view table's rows."""
+    """Every mirror part holds the mirror's rows (tombstones included), each at the data file and
+    position Iceberg reads it from; every view part the digests of the view table's rows, and their places."""
     plans = {n: plan_view(v, lake.sources) for n, v in load_views(LakeSettings().view_dirs).items()}
-    parts = mirror_parts(lake.sources, [route(p) for p in plans.values()])
+    parts = mirror_parts(lake.sources, [route(p) for p in plans.values()], located=True)  # ingest writes directly
     store = Store(path)
     try:
         for table, part in parts.items():
             assert store.attach_mirror(part), f"mirror part {table} is not in step"
             columns = ", ".join(f"`{c}`" for c in part.column_names)
-            frame = lake.spark.sql(f"SELECT {columns}, _lmv_position, _lmv_deleted FROM {lake.names.mirror(table)}").toArrow()
+            frame = lake.spark.sql(
+                f"SELECT {columns}, _lmv_position, _lmv_deleted, _file, _pos FROM {lake.names.mirror(table)}"
+            ).toArrow()
             positions, deleted = frame.column("_lmv_position").to_pylist(), frame.column("_lmv_deleted").to_pylist()
-            expected = sorted(zip(rows_of(frame, part.column_names), positions, deleted, strict=True), key=repr)
-            keys = [tuple(row[part.column_names.index(k)] for k in part.primary_key) for row, _, _ in expected]
+            places = list(zip(frame.column("_file").to_pylist(), frame.column("_pos").to_pylist(), strict=True))
+            expected = sorted(zip(rows_of(frame, part.column_names), positions, deleted, places, strict=True), key=repr)
+            keys = [tuple(row[part.column_names.index(k)] for k in part.primary_key) for row, *_ in expected]
             stored = store.stored(table, keys)
-            got = sorted(((s.row, s.position, s.deleted) for s in stored.values()), key=repr)
+            got = sorted(((s.row, s.position, s.deleted, s.location) for s in stored.values()), key=repr)
             assert got == expected, f"mirror {table}: the store differs from Iceberg"
             assert store.count(table) == len(expected), f"mirror {table}: the store has rows Iceberg does not"
         for name, plan in plans.items():
-            assert store.attach_view(ViewPart(view=name, key=plan.key_names, definition=plan.definition.fingerprint))
+            assert store.attach_view(ViewPart(view=name, key=plan.key_names, definition=plan.definition.fingerprint, located=True))
             frame = lake.spark.sql(
-                f"SELECT v.*, {digest_sql(list(plan.columns), 'v')} AS {DIGEST} FROM {lake.names.view(name)} AS v"
+                f"SELECT v.*, {digest_sql(list(plan.columns), 'v')} AS {DIGEST}, _file, _pos FROM {lake.names.view(name)} AS v"
             ).toArrow()
             keys = rows_of(frame, plan.key_names)
             assert store.digests(name, keys) == dict(zip(keys, frame.column(DIGEST).to_pylist(), strict=True)), name
+            places = zip(frame.column("_file").to_pylist(), frame.column("_pos").to_pylist(), strict=True)
+            assert store.view_locations(name, keys) == dict(zip(keys, places, strict=True)), f"view {name}: rows misplaced"
             assert store.view_count(name) == frame.num_rows, f"view {name}: the store has keys the table does not"
     finally:
         store.close()
 
 
 @pytest.mark.slow(150)
-def test_the_store_follows_compaction_backfill_and_its_own_loss(lake, tmp_path):
+def test_the_store_follows_compaction_backfill_and_its_own_loss(lake, tmp_path, monkeypatch):
     staging, landing = tmp_path / "staging", tmp_path / "landing"
     warehouse = str(lake.settings.warehouse)
-    generate_files(WorkloadConfig(users=60, seed=11, rounds=5), lake.sources, staging)
+    generate_files(WorkloadConfig(users=60, seed=11, rounds=6), lake.sources, staging)
     path = state_path(checkpoint_dir(lake.settings, landing))
+    reloads: list[str] = []  # the parts read whole from their tables (the real reload runs too)
+    reload = StoreSync.reload
+    monkeypatch.setattr(StoreSync, "reload", lambda sync, name: reloads.append(name) or reload(sync, name))
 
     def ingest_round(number: int) -> None:
         move_round(staging, landing, number)
@@ -73,17 +81,24 @@ def test_the_store_follows_compaction_backfill_and_its_own_loss(lake, tmp_path):
     ingest_round(0)
     ingest_round(1)
     assert path.exists()
+    # compaction rewrites the files (no tombstone old enough to purge): the store follows the rows
+    # into the new files without reloading, and the next batch deletes them at their new places
+    compacted = compact(warehouse=warehouse)
+    assert compacted["tombstones_purged"] == 0 and compacted["data_files_after"] < compacted["data_files_before"], compacted
+    reloads.clear()
+    ingest_round(2)
+    assert reloads == []
     # compaction purges the tombstones the store also holds: the next batch sees a foreign snapshot
     purged = compact(tombstone_retention_hours=0.0, warehouse=warehouse)["tombstones_purged"]
     assert purged > 0
-    ingest_round(2)
+    ingest_round(3)
     # a view repaired by a backfill: published on the view's main branch from outside the stream
     table = lake.names.view("user_profile")
     victim = lake.spark.sql(f"SELECT email FROM {table} ORDER BY email LIMIT 1").first()[0]
     lake.spark.sql(f"DELETE FROM {table} WHERE email = '{victim}'")
     assert backfill(view="user_profile", warehouse=warehouse)["upserts"] == 1
-    ingest_round(3)
+    ingest_round(4)
     # the store is lost: rebuilt from the tables, same results
     shutil.rmtree(path.parent)
-    ingest_round(4)
+    ingest_round(5)
     assert path.exists()

@@ -211,6 +211,40 @@ def test_store_layout_changes_reload_only_what_they_must(tmp_path):
     assert again.digests("v", [("x",)]) == {}
 
 
+def test_a_located_store_keeps_where_each_row_lives_and_follows_it_into_new_files(tmp_path):
+    path = tmp_path / "state.sqlite"
+    part = MirrorPart(table="t", primary_key=("a", "b"), columns=(("a", "bigint"), ("b", "string"), ("g", "string")), indexes=(), located=True)
+    assert part.fingerprint != part.model_copy(update={"located": False}).fingerprint  # turning it on reloads
+    store = Store(path)
+    store.attach_mirror(part)
+    f1, f2, f3 = "file:/w/data/f1.parquet", "file:/w/data/f2.parquet", "file:/w/data/f3.parquet"
+    store.put_rows("t", [((1, "x", "g"), 1, False), ((2, "y", "g"), 1, False)], [(f1, 0), (f1, 1)])
+    assert {k: s.location for k, s in store.stored("t", [(1, "x"), (2, "y")]).items()} == {(1, "x"): (f1, 0), (2, "y"): (f1, 1)}
+    # a unit replaces (2, y) and adds (3, z): its rows are put first, then found in the file it committed
+    store.put_rows("t", [((2, "y", "h"), 2, False), ((3, "z", "h"), 2, False)])
+    assert store.stored("t", [(3, "z")])[(3, "z")].location is None  # not known until located
+    store.locate("mirror:t", f2, [(3, "z"), (2, "y")])
+    # a compaction rewrote f1 and f2 into f3, in key order: every row moves, f1 and f2 are forgotten
+    store.locate("mirror:t", f3, [(1, "x"), (2, "y"), (3, "z")])
+    store.forget_files("mirror:t", [f1, f2])
+    with store.transaction():
+        store.set_record("mirror:t", part.fingerprint, 3, "w")
+    store.close()
+    again = Store(path)  # places survive a restart (paths by id in `files`)
+    assert again.attach_mirror(part)
+    stored = again.stored("t", [(1, "x"), (2, "y"), (3, "z")])
+    assert {k: s.location for k, s in stored.items()} == {(1, "x"): (f3, 0), (2, "y"): (f3, 1), (3, "z"): (f3, 2)}
+    assert [r[0] for r in again._db.execute("SELECT path FROM files")] == [f3]
+    view = ViewPart(view="v", key=("k", "d"), definition="abc", located=True)
+    again.attach_view(view)
+    again.put_digests("v", [(("x", 1), "d1"), (("y", 2), "d2")], (), [(f1, 7), None])
+    again.locate("view:v", f2, [("y", 2)])
+    assert again.view_locations("v", [("x", 1), ("y", 2), ("z", 3)]) == {("x", 1): (f1, 7), ("y", 2): (f2, 0)}
+    again.clear_digests("v")  # a reload starts over: the view's files are forgotten, the mirror's kept
+    assert sorted(r[0] for r in again._db.execute("SELECT path FROM files")) == [f3]
+    again.close()
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "page"])
 def test_an_unreadable_store_is_set_aside_and_starts_empty(tmp_path, damage):
     path = tmp_path / "state.sqlite"
@@ -256,14 +290,18 @@ class _History:
 
 
 def test_in_step_tells_compaction_and_the_units_own_commits_from_foreign_ones():
-    from spark.state.sync import in_step
+    from spark.state.sync import Step, in_step
 
     history = _History((1, None, "append", "s:0.0"), (2, 1, "replace", None), (3, 2, "overwrite", "s:1.0"), (4, 3, "replace", None))
-    assert in_step(history, "t", 4) == (4, 4)
+    assert in_step(history, "t", 4) == Step(4, 4)
     assert in_step(history, "t", 1) is None  # unit s:1.0 is not the one being applied: foreign
-    assert in_step(history, "t", 2, {"s:1.0"}) == (4, 2)  # current 4; the part still reflects only 2
+    # current 4; the part still reflects only 2 (unit s:1.0's rows are not in it yet); the unit's
+    # commit and the compaction after it moved rows, in that order
+    assert in_step(history, "t", 2, {"s:1.0"}) == Step(4, 2, moved=(3, 4))
+    # compactions the part can follow at once: it reflects their snapshot, its rows moved there
+    assert in_step(history, "t", 1, {"s:1.0"}) == Step(4, 2, moved=(2, 3, 4), folded=(2,))
     assert in_step(history, "t", 99) is None  # not an ancestor (expired, rolled back)
-    assert in_step(_History((1, None, "replace", None)), "t", None) == (1, 1)
+    assert in_step(_History((1, None, "replace", None)), "t", None) == Step(1, 1, moved=(1,), folded=(1,))
 
 
 def test_explain_shows_the_store_lookups_or_why_there_are_none(plans, sources):
