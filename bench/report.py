@@ -48,6 +48,12 @@ def summary(results: Results) -> list[dict[str, Any]]:
             {_users(s): (_freshness(s, fastest) or {}).get("p50_seconds") for s in scales}, lambda v: v <= targets["freshness_p50_seconds"], "s")
         add(f"freshness p99 at {fastest:,} events/s", f"≤ {targets['freshness_p99_seconds']} s",
             {_users(s): (_freshness(s, fastest) or {}).get("p99_seconds") for s in scales}, lambda v: v <= targets["freshness_p99_seconds"], "s")
+    if all(s.get("single_changes") for s in scales) and "single_change_seconds" in targets:
+        add("a single change visible (median, max)", f"≤ {targets['single_change_seconds']} s",
+            {_users(s): s["single_changes"]["max_seconds"] for s in scales}, lambda v: v <= targets["single_change_seconds"], "s")
+    if all(s.get("startup") for s in scales) and "startup_seconds" in targets:
+        add("`ingest --once` on an existing lake: to its first batch", f"≤ {targets['startup_seconds']} s",
+            {_users(s): s["startup"]["median_to_first_batch_seconds"] for s in scales}, lambda v: v <= targets["startup_seconds"], "s")
     if all(s["catch_up"] for s in scales):
         add("catch-up throughput", f"≥ {targets['catch_up_events_per_second']:,} events/s",
             {_users(s): s["catch_up"]["events_per_second"] for s in scales}, lambda v: v >= targets["catch_up_events_per_second"], "events/s")
@@ -192,8 +198,9 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
         if scale["setup"]["build"].get("state"):
             state = scale["setup"]["build"]["state"]
             parts = ", ".join(f"{name} {part['rows']:,} rows" for name, part in state["reloaded"].items())
+            resident = f", +{state['resident_bytes'] / 2**20:,.0f} MiB resident in the driver" if "resident_bytes" in state else ""
             lines += ["", f"Local state: loaded from the tables in {state['rebuild_seconds']} s, "
-                      f"{state['disk_bytes'] / 2**20:,.1f} MiB on disk ({parts})."]  # fmt: skip
+                      f"{state['disk_bytes'] / 2**20:,.1f} MiB on disk{resident} ({parts})."]  # fmt: skip
         if b and full:
             one = b["median_one_k"]
             lines += [
@@ -213,6 +220,14 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
             flag = f" ({f['events_not_visible']:,} never visible: lower bounds)" if f["events_not_visible"] else ""
             lines.append(f"| {f['rate']:,} events/s{flag} | {f['offered_events_per_second']:,} | {f['events_measured']:,} | "
                          f"{_fmt(f['p50_seconds'])} | {_fmt(f['p99_seconds'])} | {_fmt(f['max_seconds'])} | {len(batches)} | {mean:,.0f} |")  # fmt: skip
+        single = scale.get("single_changes")
+        if single:
+            lines += ["", f"Single changes (one new star every 5 s into a running, idle ingest): visible after "
+                      f"{_fmt(single['p50_seconds'])} s (median), {_fmt(single['max_seconds'])} s (max) over {single['events_measured']} events."]  # fmt: skip
+        start = scale.get("startup")
+        if start:
+            lines += ["", "Start-up of `lakemv ingest --once` on this lake (its state in place, one new file): "
+                      + ", ".join(f"{r['to_first_batch_seconds']:.2f} s to the first batch ({r['seconds']:.1f} s in all)" for r in start["runs"]) + "."]
         c = scale["catch_up"]
         if c:
             lines += ["", f"Catch-up: {c['events']:,} backlog events drained in {c['seconds']:.1f} s = **{c['events_per_second']:,} events/s** "

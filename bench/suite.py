@@ -12,10 +12,16 @@ measures, on that one lake and in this order:
 2. fixed overhead: a batch of no lines, a batch of events already applied, a batch touching one table;
 3. fan-out: the description of the most-starred repository edited (one event, every stargazer's row);
 4. freshness: events written to the landing zone at a steady 1k and 2k events/s while `ingest` runs
-   continuously; p50 / p99 of (time the change is visible in user_profile - event time);
+   continuously (the feed starts once ingest is ready); p50 / p99 of (time the change is visible in
+   user_profile - event time); then single changes, one new star every 5 s, into an idle ingest;
 5. catch-up: events per second draining a backlog of 1M change events;
-6. many views: 1k-change batches maintaining `--views` views of mixed shapes (the shipped views, the
+6. start-up: `lakemv ingest --once` (the real command) on this lake with its state in place, given one
+   new file: seconds until its first batch starts;
+7. many views: 1k-change batches maintaining `--views` views of mixed shapes (the shipped views, the
    test shapes the store indexes, numbered copies) against batches of user_profile alone.
+
+Setting up each scale also measures the local state: its load from the tables, its size on disk and
+the driver memory it takes.
 
 Cost is wall seconds and CPU seconds (this process plus its JVM, so Python parsing, Spark and DuckDB
 all count). Writes bench/results/suite-<time>/ with results.json, report.md and PNG plots.
@@ -28,8 +34,10 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,6 +52,7 @@ from rich.console import Console
 
 from bench.report import write_report
 from catalog.declarations import load_sources
+from catalog.settings import PROJECT_ROOT
 from catalog.duck import lake_connection
 from catalog.settings import LakeSettings
 from catalog.tables import TableNames
@@ -62,7 +71,8 @@ from workload.github import GitHubWorkload, WorkloadConfig
 from workload.shapes import copies
 
 RESULTS = Path(__file__).with_name("results")
-MEASURES = ("batches", "full", "freshness", "catch-up", "views")
+LAKEMV = PROJECT_ROOT / ".venv" / "bin" / "lakemv"
+MEASURES = ("batches", "full", "freshness", "catch-up", "startup", "views")
 VIEW = "user_profile"
 TARGETS = {  # issue 13's, on 2 cores
     "freshness_p50_seconds": 3.0,
@@ -75,6 +85,8 @@ TARGETS = {  # issue 13's, on 2 cores
     "empty_batch_seconds": 1.0,
     "fan_out_seconds": 3.0,
     "per_view_seconds": 0.15,
+    "single_change_seconds": 3.0,
+    "startup_seconds": 8.0,
 }
 Events = dict[str, list[dict[str, Any]]]
 
@@ -220,6 +232,7 @@ class Scale:
         def processor() -> BatchProcessor:
             return BatchProcessor(self.spark, self.names, self.sources, [self.plan], store=store, view_workers=self.args.view_workers, direct=self.direct)
 
+        resident = _resident_bytes()
         self.processor, figures = self.meter.measure("build", processor)
         if store is not None and self.processor.synced is not None:
             reloaded = self.processor.synced.reloaded
@@ -227,9 +240,12 @@ class Scale:
                 "reloaded": {name: {"rows": rows, "seconds": round(seconds, 2)} for name, (rows, seconds) in reloaded.items()},
                 "rebuild_seconds": round(sum(s for _, s in reloaded.values()), 2),
                 "disk_bytes": store.size_bytes(),
+                # the driver's growth while the store loaded: SQLite's page cache (at most 256 MiB) and
+                # what Python keeps; the JVM is a process of its own
+                "resident_bytes": _resident_bytes() - resident,
             }
             self.say(f"local state: {figures['state']['rebuild_seconds']}s to load from the tables, "
-                     f"{store.size_bytes() / 2**20:,.0f} MiB on disk")  # fmt: skip
+                     f"{store.size_bytes() / 2**20:,.0f} MiB on disk, +{figures['state']['resident_bytes'] / 2**20:,.0f} MiB resident")  # fmt: skip
         return figures
 
     def batch(self, label: str, events: Events | list[tuple[str, str]]) -> dict[str, Any]:
@@ -305,20 +321,33 @@ class Scale:
         return written
 
     def freshness(self, rate: int) -> dict[str, Any]:
+        """A steady feed of `rate` events/s: files every 0.5 s, the first `--freshness-warmup` s not measured."""
         tick, warmup, seconds = 0.5, self.args.freshness_warmup, self.args.freshness_seconds
-        landing = self.root / f"landing-{rate}"
-        per_tick = rate * tick
         probe = self.workload.change_round(100)
         ratio = count(probe) / 100  # events per operation (noise, two-event operations)
-        ticks = [self.workload.change_round(max(1, round(per_tick / ratio))) for _ in range(int((warmup + seconds) / tick))]
+        ticks = [self.workload.change_round(max(1, round(rate * tick / ratio))) for _ in range(int((warmup + seconds) / tick))]
+        return {"rate": rate, **self._visibility(self.root / f"landing-{rate}", ticks, tick, warmup, f"freshness at {rate:,} events/s")}
+
+    def single_changes(self) -> dict[str, Any]:
+        """One change at a time into an idle, running ingest (a new star every 5 s): how soon each shows."""
+        ticks = [self.workload.operate("star_create", 1) for _ in range(self.args.single_changes)]
+        out = self._visibility(self.root / "landing-single", ticks, 5.0, 0.0, "single changes")
+        return {**out, "median_seconds": out["p50_seconds"]}
+
+    def _visibility(self, landing: Path, ticks: list[Events], tick: float, warmup: float, label: str) -> dict[str, Any]:
+        """Run ingest continuously on `landing` and, once it is ready (its store loaded), write one file
+        per table every `tick` seconds from `ticks`; per event: when the batch that carried it
+        committed user_profile, minus the event time."""
+        seconds = len(ticks) * tick - warmup
         offered = sum(count(t) for t in ticks) / (len(ticks) * tick)
         fed: dict[str, tuple[float, int]] = {}  # file name -> (event time, events)
         seen: dict[int, float] = {}  # batch id -> when its last unit committed
         batches: list[dict[str, Any]] = []
-        rng = random.Random(rate)
-        feeding_done = threading.Event()
+        rng = random.Random(len(ticks))
+        feeding_done, ready = threading.Event(), threading.Event()
 
         def feed() -> None:
+            ready.wait()
             start = time.time() + 1.0
             for number, events in enumerate(ticks):
                 time.sleep(max(0.0, start + number * tick - time.time()))
@@ -345,11 +374,13 @@ class Scale:
         def ingest() -> None:
             try:
                 run_ingest(self.spark, self.settings, self.sources, landing, once=False, trigger_seconds=self.args.trigger_seconds,
-                           views=[self.plan], on_batch=on_batch)  # fmt: skip
+                           views=[self.plan], on_batch=on_batch, on_ready=ready.set)  # fmt: skip
             except BaseException as exc:  # noqa: BLE001 - reported in the results
                 errors.append(exc)
+            finally:
+                ready.set()
 
-        self.say(f"freshness at {rate:,} events/s for {warmup + seconds:.0f}s (offered {offered:,.0f} events/s)...")
+        self.say(f"{label} for {warmup + seconds:.0f}s (offered {offered:,.1f} events/s)...")
         runner = threading.Thread(target=ingest, daemon=True)
         runner.start()
         feeder = threading.Thread(target=feed, daemon=True)
@@ -381,10 +412,10 @@ class Scale:
                 unseen += n
         p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
         measured_events = len(latencies)
-        self.say(f"freshness at {rate:,} events/s: p50 {p50:.2f}s, p99 {p99:.2f}s over {measured_events:,} events"
+        self.say(f"{label}: p50 {p50:.2f}s, p99 {p99:.2f}s, max {max(latencies):.2f}s over {measured_events:,} events"
                  + (f" ({unseen:,} not visible after the {self.args.drain_seconds:.0f}s drain: lower bounds)" if unseen else ""))  # fmt: skip
         return {
-            "rate": rate, "offered_events_per_second": round(offered), "seconds": seconds, "warmup_seconds": warmup,
+            "offered_events_per_second": round(offered, 1), "seconds": seconds, "warmup_seconds": warmup,
             "trigger_seconds": self.args.trigger_seconds, "events_measured": measured_events, "events_not_visible": unseen,
             "p50_seconds": round(p50, 3) if p50 is not None else None, "p99_seconds": round(p99, 3) if p99 is not None else None,
             "max_seconds": round(max(latencies), 3) if latencies else None,
@@ -418,6 +449,37 @@ class Scale:
         rate = result.events / figures["seconds"]
         self.say(f"catch-up: {result.events:,} events in {figures['seconds']:.0f}s = {rate:,.0f} events/s over {len(units)} units")
         return {**figures, "events": result.events, "events_per_second": round(rate), "units": units}
+
+    # ---- start-up ------------------------------------------------------------------------------
+    def startup(self) -> dict[str, Any]:
+        """`lakemv ingest --once` as a user runs it, on this lake with its state in place (the catch-up
+        measure's checkpoint), given one new file: seconds from exec until its first batch starts
+        (the first batch line's arrival less the batch's own seconds), and the whole run."""
+        landing = self.root / "backlog"
+        if not (checkpoint_dir(self.settings, landing) / "lakemv-state").exists():  # no catch-up run: make the checkpoint
+            self._write(landing, self.workload.change_round(100), "s-init", random.Random(1))
+            run_ingest(self.spark, self.settings, self.sources, landing, once=True, views=[self.plan])
+        env = {**os.environ, "LAKEMV_CATALOG_NAME": self.settings.catalog_name, "LAKEMV_WAREHOUSE": str(self.settings.warehouse)}
+        env.pop("PREFECT_API_URL", None)
+        runs = []
+        for number in range(self.args.repeat):
+            self._write(landing, self.workload.change_round(100), f"s{number:03d}", random.Random(number))
+            started = time.perf_counter()
+            process = subprocess.Popen([str(LAKEMV), "ingest", "--landing", str(landing), "--once"], env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+            first, lines = None, []
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.append(line)
+                found = re.match(r"^batch \d+.*, ([0-9.]+)s$", line.strip())
+                if first is None and found:
+                    first = time.perf_counter() - started - float(found.group(1))
+            total = time.perf_counter() - started
+            if process.wait() != 0 or first is None:
+                raise RuntimeError(f"lakemv ingest --once failed or ran no batch:\n{''.join(lines)[-3000:]}")
+            runs.append({"to_first_batch_seconds": round(first, 3), "seconds": round(total, 3)})
+            self.say(f"start-up: ingest --once reached its first batch after {first:.2f}s (whole run {total:.2f}s)")
+        return {"runs": runs, "median_to_first_batch_seconds": statistics.median(r["to_first_batch_seconds"] for r in runs)}
 
     # ---- 6: many views ------------------------------------------------------------------------
     def many_views(self) -> dict[str, Any]:
@@ -453,9 +515,16 @@ class Scale:
         out["batches"] = self.batches() if "batches" in measures else None
         out["full_recompute"] = self.full_recomputes() if "full" in measures else None
         out["freshness"] = [self.freshness(rate) for rate in self.args.rates] if "freshness" in measures else []
+        out["single_changes"] = self.single_changes() if "freshness" in measures else None
         out["catch_up"] = self.catch_up() if "catch-up" in measures else None
+        out["startup"] = self.startup() if "startup" in measures else None
         out["many_views"] = self.many_views() if "views" in measures else None
         return out
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm", encoding="utf-8") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _median_batch(batches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -480,6 +549,7 @@ def main() -> None:
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 2000], help="freshness feed rates, events/s")
     parser.add_argument("--freshness-seconds", type=float, default=60.0)
     parser.add_argument("--freshness-warmup", type=float, default=15.0)
+    parser.add_argument("--single-changes", type=int, default=6, help="single changes, 5 s apart, into an idle ingest")
     parser.add_argument("--drain-seconds", type=float, default=120.0, help="after the feed stops, wait this long for the last files")
     parser.add_argument("--trigger-seconds", type=float, default=0.5)
     parser.add_argument("--backlog-events", type=int, default=1_000_000)
