@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.suite import RESULTS, Scale
+from spark.batch import VIEW_WORKERS
 
 CATEGORIES = (  # first match wins, over the whole sampled stack
     ("code generation (Janino)", ("org.codehaus.janino", "CodeGenerator")),
@@ -71,7 +72,7 @@ def main() -> None:
     if pristine.exists():  # same absolute paths: the catalog's metadata locations stay valid
         shutil.rmtree(work, ignore_errors=True)
         subprocess.run(["cp", "-a", str(pristine), str(work)], check=True)
-    settings = argparse.Namespace(seed=42, load_chunk=500_000, scan=args.scan, no_direct=args.no_direct)
+    settings = argparse.Namespace(seed=42, load_chunk=500_000, scan=args.scan, no_direct=args.no_direct, view_workers=VIEW_WORKERS)
     scale = Scale(args.users, args.root, settings, console)
     if not pristine.exists():
         scale.load()

@@ -459,11 +459,12 @@ class Scale:
         if not (checkpoint_dir(self.settings, landing) / "lakemv-state").exists():  # no catch-up run: make the checkpoint
             self._write(landing, self.workload.change_round(100), "s-init", random.Random(1))
             run_ingest(self.spark, self.settings, self.sources, landing, once=True, views=[self.plan])
-        env = {**os.environ, "LAKEMV_CATALOG_NAME": self.settings.catalog_name, "LAKEMV_WAREHOUSE": str(self.settings.warehouse)}
+        env = {**os.environ, "LAKEMV_CATALOG_NAME": self.settings.catalog_name, "LAKEMV_WAREHOUSE": str(self.settings.warehouse),
+               "COLUMNS": "1000"}  # fmt: skip - one batch line per batch
         env.pop("PREFECT_API_URL", None)
         runs = []
-        for number in range(self.args.repeat):
-            self._write(landing, self.workload.change_round(100), f"s{number:03d}", random.Random(number))
+        for number in range(-1, self.args.repeat):  # the first run builds the views the suite did not (unmeasured)
+            self._write(landing, self.workload.change_round(100), f"s{number + 1:03d}", random.Random(number))
             started = time.perf_counter()
             process = subprocess.Popen([str(LAKEMV), "ingest", "--landing", str(landing), "--once"], env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -477,6 +478,8 @@ class Scale:
             total = time.perf_counter() - started
             if process.wait() != 0 or first is None:
                 raise RuntimeError(f"lakemv ingest --once failed or ran no batch:\n{''.join(lines)[-3000:]}")
+            if number < 0:
+                continue
             runs.append({"to_first_batch_seconds": round(first, 3), "seconds": round(total, 3)})
             self.say(f"start-up: ingest --once reached its first batch after {first:.2f}s (whole run {total:.2f}s)")
         return {"runs": runs, "median_to_first_batch_seconds": statistics.median(r["to_first_batch_seconds"] for r in runs)}
