@@ -81,6 +81,10 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.ansi.enabled": "true",
+        # The landing glob (<landing>/*/*) resolves to every file; past 32 paths Spark lists them
+        # with a Spark job of one task per path, on every trigger: ~1.1 s for 315 files here, 0.07 s
+        # listed on the driver. Landing folders are listed by the driver.
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
         # A stopping stream does not wait for its batch: the Python side has abandoned it, and the
         # next run replays it (exactly once, by the journal and write ids).
         "spark.sql.streaming.stopTimeout": "5000",

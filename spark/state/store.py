@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from spark.state.codec import Values, decode, encode, index_value
+from spark.state.dbfile import close_sealed, open_checked
 from spark.state.layout import MirrorPart, ViewPart
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class Store:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.discarded: str | None = None  # why an unreadable store was set aside (it is rebuilt from Iceberg)
+        self.checked = False  # whether the open read every page (a store not sealed by a clean close)
         try:
             self._db = self._open()
         except sqlite3.DatabaseError as exc:
@@ -85,26 +87,14 @@ class Store:
         self._paths: dict[int, str] = {}
 
     def _open(self) -> sqlite3.Connection:
-        """Connect and check the database is one SQLite can read whole (raises sqlite3.DatabaseError)."""
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        try:
-            for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-262144", "temp_store=MEMORY"):
-                db.execute(f"PRAGMA {pragma}")
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS parts (name TEXT PRIMARY KEY, fingerprint TEXT, snapshot INTEGER, write_id TEXT)"
-            )
-            db.execute("CREATE TABLE IF NOT EXISTS files (id INTEGER PRIMARY KEY, part TEXT, path TEXT UNIQUE)")
-            problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
-            if problems != ["ok"]:
-                raise sqlite3.DatabaseError("; ".join(problems))
-        except sqlite3.DatabaseError:
-            db.close()
-            raise
+        """Connect, checking the file is one SQLite can read whole unless a clean close sealed it
+        (`spark.state.dbfile`); raises sqlite3.DatabaseError."""
+        db, self.checked = open_checked(self.path)
         return db
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            close_sealed(self._db, self.path)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
