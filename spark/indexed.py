@@ -120,10 +120,10 @@ class IndexedView:
         self.sync.reload(self.name)
 
     def _recompute_all(self, keys: int) -> bool:
-        """Past FULL_RECOMPUTE_SHARE of the view's rows a whole recompute is cheaper (spark.maintain)."""
+        """Past INDEXED_FULL_RECOMPUTE_SHARE of the view's rows a whole recompute is cheaper (spark.maintain)."""
         if keys < maintain.FULL_RECOMPUTE_MIN_KEYS:
             return False
-        return keys >= maintain.FULL_RECOMPUTE_SHARE * self.store.view_count(self.plan.name)
+        return keys >= maintain.INDEXED_FULL_RECOMPUTE_SHARE * self.store.view_count(self.plan.name)
 
     def _evaluate_keys(self, anchor_rows: list[Values]) -> set[Values]:
         """Key expressions that are not plain columns, evaluated by Spark over the anchor rows."""

@@ -76,6 +76,7 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor,
     if path == "full":  # every batch reaches "most" rows: the batch recomputes each view whole and writes the diff
         monkeypatch.setattr(maintain, "FULL_RECOMPUTE_MIN_KEYS", 1)
         monkeypatch.setattr(maintain, "FULL_RECOMPUTE_SHARE", 0.0)
+        monkeypatch.setattr(maintain, "INDEXED_FULL_RECOMPUTE_SHARE", 0.0)
     seen_rows = {name: 0 for name in SHAPES}
     for number, batch in enumerate(BATCHES):
         result = processor.process_lines(number, [(line, at(table)) for table, line in batch])
