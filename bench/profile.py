@@ -4,6 +4,7 @@ optional JVM profile. For before/after figures of one optimization, run it befor
     .venv/bin/python -m bench.profile --users 100000              # 1 warm-up + 3 measured batches
     .venv/bin/python -m bench.profile --users 100000 --jfr        # ... plus where the JVM's CPU went
     .venv/bin/python -m bench.profile --users 100000 --conf spark.sql.adaptive.enabled=false
+    .venv/bin/python -m bench.profile --users 100000 --views 32   # the many-views measure, view by view
 
 The first run loads the snapshot and keeps a pristine copy of the lake under `--root`; later runs
 restore it, so every run measures identical batches on identical tables. Prints per-batch step
@@ -66,6 +67,7 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[], help="a Spark SQL conf key=value for the measured batches")
     parser.add_argument("--scan", action="store_true", help="without the local state (every lookup scans Iceberg)")
     parser.add_argument("--no-direct", action="store_true", help="with the local state, but Spark MERGEs instead of direct commits")
+    parser.add_argument("--views", type=int, default=1, help="maintain this many views (bench.suite's copies of every shape)")
     args = parser.parse_args()
     console = Console()
     work, pristine = args.root / f"users-{args.users}", args.root / f"pristine-{args.users}"
@@ -82,6 +84,8 @@ def main() -> None:
     else:
         scale.workload = pickle.loads((work / "workload.pickle").read_bytes())  # noqa: S301 - our own file
         scale.build()
+    if args.views > 1:
+        scale.many(args.views)
     for item in args.conf:
         key, _, value = item.partition("=")
         scale.spark.conf.set(key, value)
@@ -106,6 +110,14 @@ def main() -> None:
                   for b in measured]  # fmt: skip
         table.add_row(step, *[f"{v:,.3f}" if isinstance(v, float) else f"{v:,}" for v in values], f"{statistics.median(values):,.3f}")
     console.print(table)
+    if args.views > 1:
+        by_view = Table("view", "keys", "median s", "steps (median s)", title="view by view")
+        for name in measured[0]["per_view"]:
+            runs = [b["per_view"][name] for b in measured if name in b["per_view"]]
+            kinds = sorted({k for r in runs for k in r["steps"]})
+            steps = ", ".join(f"{k} {statistics.median(r['steps'].get(k, 0.0) for r in runs):.2f}" for k in kinds)
+            by_view.add_row(name, f"{statistics.median(r['keys'] for r in runs):,.0f}", f"{statistics.median(r['seconds'] for r in runs):.3f}", steps)
+        console.print(by_view)
     summary = {"users": args.users, "conf": args.conf, "batches": measured,
                "median_seconds": statistics.median(b["seconds"] for b in measured),
                "median_cpu_seconds": statistics.median(b["cpu_seconds"] for b in measured)}  # fmt: skip

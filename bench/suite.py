@@ -167,6 +167,8 @@ def batch_figures(result: BatchResult, figures: dict[str, Any]) -> dict[str, Any
         "steps": dict(result.steps),
         "views": len(result.views),
         "views_seconds": round(sum(v.seconds for v in result.views.values()), 3),
+        "per_view": {name: {"keys": v.keys, "seconds": round(v.seconds, 3), "steps": dict(v.steps), "note": v.note}
+                     for name, v in result.views.items()},  # fmt: skip
     }
 
 
@@ -485,6 +487,12 @@ class Scale:
         return {"runs": runs, "median_to_first_batch_seconds": statistics.median(r["to_first_batch_seconds"] for r in runs)}
 
     # ---- 6: many views ------------------------------------------------------------------------
+    def many(self, count: int) -> None:
+        """From here on, batches maintain `count` views of mixed shapes (bench.profile --views)."""
+        plans = copies(load_views(self.settings.view_dirs), self.sources, count)
+        store = None if self.args.scan else Store(self.root / "state-many" / "state.sqlite")
+        self.processor = BatchProcessor(self.spark, self.names, self.sources, plans, store=store, view_workers=self.args.view_workers, direct=self.direct)
+
     def many_views(self) -> dict[str, Any]:
         """What one more view costs a batch: the median 1k-change batch with `--views` views of mixed
         shapes, against the median with user_profile alone, both measured here, one after the other."""
