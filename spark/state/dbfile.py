@@ -2,11 +2,12 @@
 
 A store that cannot be read whole must be set aside and rebuilt from Iceberg, never half trusted.
 `PRAGMA quick_check` proves that, but it reads every page: 1.35 s for the 128 MiB store of 100k
-users, 41 s for the 1 GB store of 1M users - more than all the rest of `ingest --once`'s start-up. So a clean close *seals* the file:
-it checkpoints the WAL into the database and records the file's size, modification time and inode
-beside it (`<file>.sealed`). An open that finds the seal matching the file skips the check; one that
-does not (a crash, a kill, a file changed or copied since) runs it. The seal is removed as soon as
-the file is opened, before anything is written, so it never vouches for a file it did not see.
+users, 41 s for the 1 GB store of 1M users - more than all the rest of `ingest --once`'s start-up.
+So a clean close *seals* the file: it checkpoints the WAL into the database and records the file's
+size, modification time and inode beside it (`<file>.sealed`). An open that finds the seal matching
+the file skips the check; one that does not (a crash, a kill, a file changed or copied since) runs
+it. The seal is removed as soon as the file is opened, before anything is written, so it never
+vouches for a file it did not see.
 """
 
 from __future__ import annotations
