@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from catalog.declarations import SourceTable
 from catalog.tables import DELETED, POSITION, TableNames
-from spark.commits import WriteUnit, committed
+from spark.commits import WriteUnit, commit_once
 from spark.delta import effective_delta
 from spark.directwrite import DirectWriter
 from spark.indexed import IndexedView
@@ -90,22 +90,15 @@ class StoreSteps:
         identifier, name = self.names.mirror(table), f"mirror:{table}"
         pk = list(self.sources[table].primary_key)
         keys = rows_of(rows.select(pk), pk)
-        if unit.replay and committed(self.spark, identifier, unit.write_id):
-            return
-        first = True
 
         def held() -> list[Location | None]:
             return [s.location for s in self.store.stored(table, keys).values()]  # type: ignore[union-attr]
 
-        def attempt() -> None:
-            nonlocal first
-            if not first and committed(self.spark, identifier, unit.write_id):
-                return
-            base, replaced = self.sync.places(name, held, unit.write_id, refresh=not first)  # type: ignore[union-attr]
-            first = False
+        def attempt(retry: bool) -> None:
+            base, replaced = self.sync.places(name, held, unit.write_id, refresh=retry)  # type: ignore[union-attr]
             self.direct.commit(identifier, rows, replaced, unit.write_id, validate_from=base)  # type: ignore[union-attr]
 
-        unit.retries.run(f"commit into mirror {table}", attempt)
+        commit_once(self.spark, identifier, unit, attempt, f"commit into mirror {table}")
 
     def _record_mirrors(self, plans: Mapping[str, TablePlan], unit: WriteUnit) -> None:
         """The unit's applied rows into the store, with the snapshots its MERGEs made (one transaction)."""

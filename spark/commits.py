@@ -144,11 +144,12 @@ class WriteUnit:
     batch_id: int | None = None  # for crash points
 
 
-def append_once(spark: SparkSession, table: str, unit: WriteUnit, append: Callable[[], object]) -> bool:
-    """Run `append` (tagged with the unit's write id by the caller) unless `table` already has it.
+def commit_once(spark: SparkSession, table: str, unit: WriteUnit, commit: Callable[[bool], object], what: str) -> bool:
+    """Run `commit` (tagged with the unit's write id by the caller) unless `table` already has it.
 
-    Returns whether this call appended. A lost race is retried after checking again, so an append
-    whose commit outcome was unknown is not repeated.
+    Returns whether this call committed. A lost race is retried after checking again, so a commit
+    whose outcome was unknown is not repeated; `commit` is told whether an earlier attempt failed
+    (what it wrote against may have moved meanwhile).
     """
     if unit.replay and committed(spark, table, unit.write_id):
         return False
@@ -156,10 +157,15 @@ def append_once(spark: SparkSession, table: str, unit: WriteUnit, append: Callab
 
     def attempt() -> bool:
         nonlocal first
-        if not first and committed(spark, table, unit.write_id):
+        retry, first = not first, False
+        if retry and committed(spark, table, unit.write_id):
             return False
-        first = False
-        append()
+        commit(retry)
         return True
 
-    return unit.retries.run(f"append to {table}", attempt)
+    return unit.retries.run(what, attempt)
+
+
+def append_once(spark: SparkSession, table: str, unit: WriteUnit, append: Callable[[], object]) -> bool:
+    """Run `append` once per unit (`commit_once`)."""
+    return commit_once(spark, table, unit, lambda _retry: append(), f"append to {table}")

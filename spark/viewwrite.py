@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from catalog.viewstate import ViewState
-from spark.commits import WriteUnit, append_once, committed
+from spark.commits import WriteUnit, append_once, commit_once
 from spark.directwrite import DirectWriter
 from spark.contentdiff import content_diff, feed_rows
 from spark.faults import crash_point
@@ -156,22 +156,15 @@ class ViewWriter:
         crash_point(f"feed:{self.plan.name}", unit.batch_id)
         clock = time.perf_counter()
         upserts = rows.filter(pc.equal(rows.column(OP), "upsert")).select(list(self.plan.columns))
-        first = True
 
-        def attempt() -> None:
-            nonlocal first
-            if not first:  # lost a race: did this unit's commit land, or did the view change hands?
-                if committed(self.spark, self.table, unit.write_id):
-                    return
-                if self._changed_hands(w.state):
-                    raise _Superseded
-            base, replaced = places(not first)  # after a compaction: the rows' new places
-            first = False
+        def attempt(retry: bool) -> None:
+            if retry and self._changed_hands(w.state):  # lost a race, not to this unit's own commit
+                raise _Superseded
+            base, replaced = places(retry)  # after a compaction: the rows' new places
             self.direct.commit(self.table, upserts, replaced, unit.write_id, validate_from=base, exclusive=True)  # type: ignore[union-attr]
 
         try:
-            if not (unit.replay and committed(self.spark, self.table, unit.write_id)):
-                unit.retries.run(f"commit into view {self.plan.name}", attempt)
+            commit_once(self.spark, self.table, unit, attempt, f"commit into view {self.plan.name}")
         except _Superseded:
             return self._superseded(w)
         steps["merge"] = time.perf_counter() - clock
