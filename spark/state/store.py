@@ -230,6 +230,18 @@ class Store:
                 ([file_id, at, *(index_value(v) for v in key)] for at, key in enumerate(keys)),
             )
 
+    def _placed(
+        self, part: str, items: Iterable[Any], locations: Iterable[Location | None] | None
+    ) -> Iterator[tuple[Any, int | None, int | None]]:
+        """Each of `items` with its place as the store keeps it (file id, position): None, None where
+        not known, and for every item when `locations` is None."""
+        if locations is None:
+            for item in items:
+                yield item, None, None
+            return
+        for item, place in zip(items, locations, strict=True):
+            yield (item, None, None) if place is None else (item, self._file_id(part, place[0]), place[1])
+
     def forget_files(self, part: str, paths: Iterable[str]) -> None:
         """Data files of `part`'s table that no snapshot reads any more (a compaction replaced them)."""
         with self.transaction():
@@ -265,15 +277,10 @@ class Store:
         positions = [part.column_names.index(c) for c in part.materialized]
         marks = ", ".join("?" for _ in range(len(positions) + 5))
         sql = f"INSERT OR REPLACE INTO {_q(f'm_{table}')} VALUES ({marks})"
-        places = iter(locations) if locations is not None else None
 
         def params() -> Iterator[list[Any]]:
-            for values, position, deleted in rows:
-                place = next(places) if places is not None else None
-                file_id = None if place is None else self._file_id(f"mirror:{table}", place[0])
-                yield [index_value(values[i]) for i in positions] + [
-                    encode(values), position, int(bool(deleted)), file_id, None if place is None else place[1]
-                ]
+            for (values, position, deleted), file_id, at in self._placed(f"mirror:{table}", rows, locations):
+                yield [index_value(values[i]) for i in positions] + [encode(values), position, int(bool(deleted)), file_id, at]
 
         with self.transaction():
             cursor = self._db.executemany(sql, params())
@@ -355,13 +362,10 @@ class Store:
     ) -> None:
         """Store the digests of `upserts` (with where each row lives when known) and drop `deletes`."""
         table = _q(f"v_{view}")
-        places = iter(locations) if locations is not None else None
 
         def params() -> Iterator[tuple[Any, ...]]:
-            for key, digest in upserts:
-                place = next(places) if places is not None else None
-                file_id = None if place is None else self._file_id(f"view:{view}", place[0])
-                yield key_blob(key), digest, file_id, None if place is None else place[1]
+            for (key, digest), file_id, at in self._placed(f"view:{view}", upserts, locations):
+                yield key_blob(key), digest, file_id, at
 
         with self.transaction():
             self._db.executemany(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)", params())
