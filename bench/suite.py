@@ -487,11 +487,15 @@ class Scale:
         return {"runs": runs, "median_to_first_batch_seconds": statistics.median(r["to_first_batch_seconds"] for r in runs)}
 
     # ---- 6: many views ------------------------------------------------------------------------
+    def _views_processor(self, plans: list, label: str) -> tuple[BatchProcessor, Store | None]:
+        """A batch processor of `plans` with a local state of its own (`state-<label>`)."""
+        store = None if self.args.scan else Store(self.root / f"state-{label}" / "state.sqlite")
+        processor = BatchProcessor(self.spark, self.names, self.sources, plans, store=store, view_workers=self.args.view_workers, direct=self.direct)
+        return processor, store
+
     def many(self, count: int) -> None:
         """From here on, batches maintain `count` views of mixed shapes (bench.profile --views)."""
-        plans = copies(load_views(self.settings.view_dirs), self.sources, count)
-        store = None if self.args.scan else Store(self.root / "state-many" / "state.sqlite")
-        self.processor = BatchProcessor(self.spark, self.names, self.sources, plans, store=store, view_workers=self.args.view_workers, direct=self.direct)
+        self.processor, _ = self._views_processor(copies(load_views(self.settings.view_dirs), self.sources, count), "many")
 
     def many_views(self) -> dict[str, Any]:
         """What one more view costs a batch: the median 1k-change batch with `--views` views of mixed
@@ -499,12 +503,9 @@ class Scale:
         count, changes = self.args.views, self.args.changes
         runs: dict[str, Any] = {}
         for label, plans in (("one", [self.plan]), ("many", copies(load_views(self.settings.view_dirs), self.sources, count))):
-            store = None if self.args.scan else Store(self.root / f"state-{label}" / "state.sqlite")
-
-            def processor(plans: list = plans, store: Store | None = store) -> BatchProcessor:
-                return BatchProcessor(self.spark, self.names, self.sources, plans, store=store, view_workers=self.args.view_workers, direct=self.direct)
-
-            self.processor, build = self.meter.measure(f"{len(plans)} views built", processor)
+            (self.processor, store), build = self.meter.measure(
+                f"{len(plans)} views built", lambda plans=plans, label=label: self._views_processor(plans, label)
+            )
             for number in range(self.args.warmup):
                 self.batch(f"{len(plans)} views: warm-up {number + 1}", self.workload.change_round(changes))
             measured = [self.batch(f"{len(plans)} views: 1k-change batch {n + 1}", self.workload.change_round(changes))
