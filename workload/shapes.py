@@ -36,6 +36,20 @@ SHAPES: dict[str, tuple[str, str]] = {
         "SELECT r.owner, r.name, (SELECT sort_array(collect_list(u.email)) FROM stars s JOIN users u ON u.username = s.username "
         "WHERE s.repo_owner = r.owner AND s.repo_name = r.name) AS fan_emails FROM repos r",
     ),
+    # GROUP BY beyond the key (a column of the anchor row, whose primary key the key holds) and HAVING:
+    # a repository's row goes when its last star does
+    "starred_repos": (
+        "owner, name",
+        "SELECT r.owner, r.name, r.description, count(s.username) AS stars FROM repos r "
+        "LEFT JOIN stars s ON s.repo_owner = r.owner AND s.repo_name = r.name "
+        "GROUP BY r.owner, r.name, r.description HAVING count(s.username) > 0",
+    ),
+    # SELECT DISTINCT, keyed by its one output and by a key plus the columns it determines
+    "stargazer_names": ("username", "SELECT DISTINCT s.username FROM stars s"),
+    "starred_descriptions": (
+        "owner, name",
+        "SELECT DISTINCT r.owner, r.name, r.description FROM repos r JOIN stars s ON s.repo_owner = r.owner AND s.repo_name = r.name",
+    ),
 }
 
 # Shapes whose links compare expressions: the local state has no index for them (maintained by scans).

@@ -44,12 +44,22 @@ class _Keys(_Resolution):
         if select.args.get("group"):
             groups = list(select.args["group"].expressions)
             key_exprs = [outputs[k] for k in self.definition.key]
-            missing = [g for g in groups if not any(g == k for k in key_exprs)]
-            extra = [k for k in key_exprs if not any(g == k for g in groups)]
-            if missing or extra:
+            if any(not any(g == k for g in groups) for k in key_exprs):
                 raise self.fail(
-                    f"with GROUP BY the key ({key_text}) must be exactly the GROUP BY columns", select.args["group"]
+                    f"with GROUP BY the key ({key_text}) must be among the GROUP BY columns", select.args["group"]
                 )
+            for group in groups:
+                if any(group == k for k in key_exprs):
+                    continue
+                reason = self._undetermined(group, root, anchor, keys)
+                if reason:
+                    table = self.occurrences[anchor].table
+                    raise self.fail(
+                        f"GROUP BY {group.sql(dialect='spark')} is not determined by the key ({key_text}): {reason}. "
+                        f"Beyond the key, GROUP BY only columns of {table} when the key holds its primary key, "
+                        "or expressions over the key columns; otherwise aggregate the column (e.g. max(...))",
+                        group,
+                    )
             return
         if _is_aggregated(select):
             raise self.fail("an aggregate over the whole main query has no key; GROUP BY the key columns")
@@ -104,6 +114,26 @@ class _Keys(_Resolution):
                     "subquery",
                     join,
                 )
+
+    def _undetermined(self, group: exp.Expression, root: Scope, anchor: int, keys: tuple[KeyColumn, ...]) -> str | None:
+        """Why a GROUP BY expression beyond the key can take several values for one key (None: it cannot)."""
+        resolved = self._try_resolve(group, root)
+        if isinstance(resolved, str):
+            return resolved
+        occ, expression = resolved
+        anchor_occ = self.occurrences[anchor]
+        if occ != anchor:
+            return f"it comes from {self.occurrences[occ].table} {self.occurrences[occ].alias}, the key from {anchor_occ.table} {anchor_occ.alias}"
+        plain = {k.expr for k in keys}
+        if {c.sql(dialect="spark") for c in expression.find_all(exp.Column)} <= plain:
+            return None  # an expression over the key columns
+        primary = [exp.column(c, table=SELF).sql(dialect="spark") for c in self.sources[anchor_occ.table].primary_key]
+        if all(c in plain for c in primary):
+            return None  # one row of the anchor per key: its columns are the key's
+        return (
+            f"the key does not hold the primary key of {anchor_occ.table} "
+            f"({', '.join(self.sources[anchor_occ.table].primary_key)}), so the rows of one key can differ in it"
+        )
 
     def _spanning_tree(self, anchor: int) -> tuple[Link, ...]:
         neighbours: dict[int, list[int]] = {}

@@ -36,6 +36,7 @@ class _Planner(_Refusals, _Edges, _Keys):
             raise self.fail(f"cannot resolve the SQL against the declared sources: {exc}") from None
         except SqlglotError as exc:
             raise self.fail(f"cannot analyse the SQL: {exc}") from None
+        tree = _distinct_as_group(tree)
         root = build_scope(tree)
         if root is None or not isinstance(root.expression, exp.Select):
             raise self.fail("the view must be a single SELECT (set operations are not supported)")
@@ -66,6 +67,19 @@ class _Planner(_Refusals, _Edges, _Keys):
             columns=columns,
             body=tree.sql(dialect="spark"),
         )
+
+
+def _distinct_as_group(tree: exp.Expression) -> exp.Expression:
+    """`SELECT DISTINCT a, b ... ` as `SELECT a, b ... GROUP BY a, b` (the same rows, NULLs grouped as
+    DISTINCT compares them), so the key proof of a GROUP BY applies: each output beyond the key must
+    be determined by it. A DISTINCT over groups or aggregates is left to the other checks."""
+    distinct = tree.args.get("distinct") if isinstance(tree, exp.Select) else None
+    if distinct is None or distinct.args.get("on") or tree.args.get("group") or any(p.find(exp.AggFunc) for p in tree.selects):
+        return tree
+    tree = tree.copy()
+    tree.set("distinct", None)
+    tree.set("group", exp.Group(expressions=[p.unalias().copy() for p in tree.selects]))
+    return tree
 
 
 def plan_view(definition: ViewDefinition, sources: Mapping[str, SourceTable]) -> ViewPlan:

@@ -76,8 +76,9 @@ class _Refusals(_PlannerState):
                 "correlated subquery instead",
                 limited,
             )
-        if scope is root and select.args.get("distinct"):
-            raise self.fail("SELECT DISTINCT: group by the key columns instead", select.args["distinct"])
+        distinct = select.args.get("distinct")
+        if scope is root and distinct is not None and distinct.args.get("on"):
+            raise self.fail("DISTINCT ON is not Spark SQL: GROUP BY the key columns and aggregate the others", distinct)
 
     def _output_columns(self, root: Scope) -> tuple[str, ...]:
         original = sqlglot.parse_one(self.definition.sql, dialect="spark")

@@ -87,12 +87,21 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor,
             expected = maintainer.recompute()
             actual = lake.spark.table(maintainer.table).select(*expected.columns)
             assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+            assert_df_equality(actual, _verbatim(lake.spark, maintainer), ignore_row_order=True, ignore_nullable=True)
             seen_rows[maintainer.plan.name] = max(seen_rows[maintainer.plan.name], actual.count())
     assert all(seen_rows.values()), seen_rows  # every view had rows at some point: the check is not vacuous
     day = lake.spark.sql(
         f"SELECT day, prs FROM {lake.names.view('daily_prs')} WHERE author = 'ann' ORDER BY day"
     ).collect()
     assert [(r.day.day, r.prs) for r in day] == [(1, 1), (2, 1)]  # ann's PRs of Mar 1 (pond) and Mar 2 (lake #1)
+
+
+def _verbatim(spark, maintainer):
+    """The view's SQL as its author wrote it (not the planner's rewrite) over the live mirror rows."""
+    session = spark.newSession()  # the source names as temp views of its own
+    for table, live in maintainer.live.items():
+        session.createDataFrame(spark.sql(live).toArrow()).createOrReplaceTempView(table)
+    return session.sql(maintainer.plan.definition.sql)
 
 
 def test_a_changed_definition_rebuilds_the_view_and_an_unchanged_one_is_left_alone(lake):

@@ -152,6 +152,28 @@ def test_live_rows_hide_tombstones(sources):
             "LEFT JOIN repos r ON r.owner = p.repo_owner AND r.name = p.repo",
             {"pull_requests p": [], "repos r": ["r.owner = p.repo_owner", "r.name = p.repo"]},
         ),
+        (  # GROUP BY beyond the key: columns of the anchor row, whose primary key the key holds
+            "owner, name",
+            "SELECT r.owner, r.name, r.star_count, count(s.username) AS stars FROM repos r "
+            "LEFT JOIN stars s ON s.repo_owner = r.owner AND s.repo_name = r.name "
+            "GROUP BY r.owner, r.name, r.star_count HAVING count(s.username) > 0",
+            {"repos r": [], "stars s": ["s.repo_owner = r.owner", "s.repo_name = r.name"]},
+        ),
+        (  # ... or expressions over the key columns
+            "author",
+            "SELECT p.author, upper(p.author) AS shout, count(*) AS n FROM pull_requests p GROUP BY p.author, upper(p.author)",
+            {"pull_requests p": []},
+        ),
+        (  # SELECT DISTINCT is a GROUP BY of its outputs
+            "username",
+            "SELECT DISTINCT s.username FROM stars s",
+            {"stars s": []},
+        ),
+        (
+            "owner, name",
+            "SELECT DISTINCT r.owner, r.name, r.description FROM repos r JOIN stars s ON s.repo_owner = r.owner AND s.repo_name = r.name",
+            {"repos r": [], "stars s": ["s.repo_owner = r.owner", "s.repo_name = r.name"]},
+        ),
     ],
 )
 def test_supported_shapes(sources, key, sql, expected):
@@ -209,8 +231,17 @@ def test_supported_shapes(sources, key, sql, expected):
         ("email", "SELECT u.email FROM users u RIGHT JOIN stars s ON s.username = u.username", None, "RIGHT OUTER JOIN"),
         ("email", "SELECT * FROM users", "*", "list the view's columns instead of *"),
         ("email", "SELECT email, upper(username) FROM users", "UPPER(username)", "output column 2 needs a name"),
-        ("author", "SELECT author, status, count(*) AS n FROM pull_requests GROUP BY author, status", None,
-         "with GROUP BY the key (author) must be exactly the GROUP BY columns"),
+        ("author", "SELECT author, status, count(*) AS n FROM pull_requests GROUP BY author, status", "pull_requests.status",
+         "GROUP BY pull_requests.status is not determined by the key (author): the key does not hold the primary key of "
+         "pull_requests (repo, repo_owner, index), so the rows of one key can differ in it"),
+        ("author", "SELECT p.author, count(*) AS n FROM pull_requests p GROUP BY p.status", None,
+         "with GROUP BY the key (author) must be among the GROUP BY columns"),
+        ("owner, name", "SELECT r.owner, r.name, u.email FROM repos r JOIN users u ON u.username = r.owner "
+         "GROUP BY r.owner, r.name, u.email", "u.email",
+         "GROUP BY u.email is not determined by the key (owner, name): it comes from users u, the key from repos r"),
+        ("author", "SELECT DISTINCT p.author, p.status FROM pull_requests p", "p.status",
+         "GROUP BY p.status is not determined by the key (author)"),
+        ("author", "SELECT DISTINCT ON (p.author) p.author FROM pull_requests p", None, "DISTINCT ON"),
         ("email", "SELECT u.email, u.nope FROM users u", None, "Unknown column: nope"),
         ("id", "SELECT u.email FROM users u", None, "key column 'id' is not an output column (outputs: email)"),
     ],
