@@ -70,9 +70,7 @@ class _Keys(_Resolution):
                 "so each of its rows is one view row"
             )
         source = self.sources[anchor_occ.table]
-        own = {k.expr for k in keys}
-        missing_pk = [c for c in source.primary_key if exp.column(c, table=SELF).sql(dialect="spark") not in own]
-        if missing_pk:
+        if not self._holds_primary_key(anchor, keys):
             raise self.fail(
                 f"the key ({key_text}) does not include the primary key of {anchor_occ.table} "
                 f"({', '.join(source.primary_key)}); without GROUP BY each {anchor_occ.table} row is a view "
@@ -115,6 +113,12 @@ class _Keys(_Resolution):
                     join,
                 )
 
+    def _holds_primary_key(self, anchor: int, keys: tuple[KeyColumn, ...]) -> bool:
+        """Whether the key columns include every primary-key column of the anchor's table."""
+        own = {k.expr for k in keys}
+        primary_key = self.sources[self.occurrences[anchor].table].primary_key
+        return all(exp.column(c, table=SELF).sql(dialect="spark") in own for c in primary_key)
+
     def _undetermined(self, group: exp.Expression, root: Scope, anchor: int, keys: tuple[KeyColumn, ...]) -> str | None:
         """Why a GROUP BY expression beyond the key can take several values for one key (None: it cannot)."""
         resolved = self._try_resolve(group, root)
@@ -124,11 +128,9 @@ class _Keys(_Resolution):
         anchor_occ = self.occurrences[anchor]
         if occ != anchor:
             return f"it comes from {self.occurrences[occ].table} {self.occurrences[occ].alias}, the key from {anchor_occ.table} {anchor_occ.alias}"
-        plain = {k.expr for k in keys}
-        if {c.sql(dialect="spark") for c in expression.find_all(exp.Column)} <= plain:
+        if {c.sql(dialect="spark") for c in expression.find_all(exp.Column)} <= {k.expr for k in keys}:
             return None  # an expression over the key columns
-        primary = [exp.column(c, table=SELF).sql(dialect="spark") for c in self.sources[anchor_occ.table].primary_key]
-        if all(c in plain for c in primary):
+        if self._holds_primary_key(anchor, keys):
             return None  # one row of the anchor per key: its columns are the key's
         return (
             f"the key does not hold the primary key of {anchor_occ.table} "

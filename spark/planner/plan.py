@@ -70,13 +70,12 @@ class _Planner(_Refusals, _Edges, _Keys):
 
 
 def _distinct_as_group(tree: exp.Expression) -> exp.Expression:
-    """`SELECT DISTINCT a, b ... ` as `SELECT a, b ... GROUP BY a, b` (the same rows, NULLs grouped as
+    """(In place) `SELECT DISTINCT a, b ... ` as `SELECT a, b ... GROUP BY a, b` (the same rows, NULLs grouped as
     DISTINCT compares them), so the key proof of a GROUP BY applies: each output beyond the key must
     be determined by it. A DISTINCT over groups or aggregates is left to the other checks."""
     distinct = tree.args.get("distinct") if isinstance(tree, exp.Select) else None
     if distinct is None or distinct.args.get("on") or tree.args.get("group") or any(p.find(exp.AggFunc) for p in tree.selects):
         return tree
-    tree = tree.copy()
     tree.set("distinct", None)
     tree.set("group", exp.Group(expressions=[p.unalias().copy() for p in tree.selects]))
     return tree

@@ -78,6 +78,7 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor,
         monkeypatch.setattr(maintain, "FULL_RECOMPUTE_SHARE", 0.0)
         monkeypatch.setattr(maintain, "INDEXED_FULL_RECOMPUTE_SHARE", 0.0)
     seen_rows = {name: 0 for name in SHAPES}
+    verbatim = lake.spark.newSession()  # the source names as temp views of its own
     for number, batch in enumerate(BATCHES):
         result = processor.process_lines(number, [(line, at(table)) for table, line in batch])
         assert result.dead_letters == 0
@@ -87,7 +88,7 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor,
             expected = maintainer.recompute()
             actual = lake.spark.table(maintainer.table).select(*expected.columns)
             assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
-            assert_df_equality(actual, _verbatim(lake.spark, maintainer), ignore_row_order=True, ignore_nullable=True)
+            assert_df_equality(actual, _verbatim(verbatim, lake.spark, maintainer), ignore_row_order=True, ignore_nullable=True)
             seen_rows[maintainer.plan.name] = max(seen_rows[maintainer.plan.name], actual.count())
     assert all(seen_rows.values()), seen_rows  # every view had rows at some point: the check is not vacuous
     day = lake.spark.sql(
@@ -96,9 +97,9 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor,
     assert [(r.day.day, r.prs) for r in day] == [(1, 1), (2, 1)]  # ann's PRs of Mar 1 (pond) and Mar 2 (lake #1)
 
 
-def _verbatim(spark, maintainer):
-    """The view's SQL as its author wrote it (not the planner's rewrite) over the live mirror rows."""
-    session = spark.newSession()  # the source names as temp views of its own
+def _verbatim(session, spark, maintainer):
+    """The view's SQL as its author wrote it (not the planner's rewrite), run in `session` over the live
+    mirror rows read through `spark`."""
     for table, live in maintainer.live.items():
         session.createDataFrame(spark.sql(live).toArrow()).createOrReplaceTempView(table)
     return session.sql(maintainer.plan.definition.sql)
