@@ -4,6 +4,7 @@ A declaration file looks like::
 
     name = "users"
     primary_key = ["email"]
+    unique = [["username"]]                     # optional; column sets the source keeps unique too
     ordering = ["source.lsn", "source.ts_ms"]   # optional; first field present in an envelope wins
     columns = [
       { name = "id", type = "bigint" },
@@ -80,6 +81,9 @@ class SourceTable(BaseModel):
     name: str = Field(pattern=IDENTIFIER)
     columns: tuple[Column, ...] = Field(min_length=1)
     primary_key: tuple[str, ...] = Field(min_length=1)
+    # Column sets the source database keeps unique besides the primary key (SQL UNIQUE: NULLs may
+    # repeat). The planner accepts a join on one as matching at most one row; ingest checks it.
+    unique: tuple[tuple[str, ...], ...] = ()
     ordering: tuple[str, ...] = ("source.lsn", "source.ts_ms")
 
     @model_validator(mode="after")
@@ -91,6 +95,14 @@ class SourceTable(BaseModel):
         missing = [k for k in self.primary_key if k not in names]
         if missing:
             raise ValueError(f"primary key column(s) not declared: {', '.join(missing)}")
+        for columns in self.unique:
+            if not columns:
+                raise ValueError("a unique key needs at least one column")
+            missing = [c for c in columns if c not in names]
+            if missing:
+                raise ValueError(f"unique key column(s) not declared: {', '.join(missing)}")
+            if len(set(columns)) != len(columns):
+                raise ValueError(f"unique key ({', '.join(columns)}) lists a column twice")
         for path in self.ordering:
             if path.split(".")[0] not in ("source", "ts_ms") or not path.replace(".", "").replace("_", "").isalnum():
                 raise ValueError(f"ordering field {path!r} must be 'ts_ms' or a 'source.<field>' path")

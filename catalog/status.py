@@ -1,7 +1,7 @@
 """`lakemv status`: how far each mirror and each view has got, read with DuckDB and pyiceberg (no Spark).
 
-Per source: the last source position applied, live rows, tombstones, dead letters and the source time
-of its newest change. Per view: rows, the last ledger batch that maintained it, when that was, and the
+Per source: the last source position applied, live rows, tombstones, dead letters, the source time
+of its newest change, and the values of its declared unique keys several live rows hold now. Per view: rows, the last ledger batch that maintained it, when that was, and the
 lag, now minus the source time of the newest change applied to a table the view reads (from the
 ledger, `lake.lakemv.batches`), and its maintenance state: `active`, `paused` by a backfill (batches
 skip it until the backfill publishes; one killed mid-way leaves it so until the next `lakemv backfill`
@@ -19,6 +19,7 @@ import duckdb
 import pyarrow as pa
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+from catalog.declarations import SourceTable
 from catalog.duck import connect_duckdb
 from catalog.lake import pyiceberg_catalog
 from catalog.settings import LakeSettings
@@ -45,6 +46,7 @@ class SourceStatus:
     tombstones: int
     dead_letters: int  # dead-letter rows whose landing folder is this table
     newest_source_ts: datetime | None  # source time of the newest change the mirror holds
+    unique_violations: int = 0  # values of a declared unique key that several live rows hold now
 
 
 @dataclass(frozen=True)
@@ -115,16 +117,18 @@ def _table(settings: LakeSettings, namespace: str, name: str) -> _Table:
 
 def lake_status(
     settings: LakeSettings,
-    sources: Iterable[str],
+    sources: Iterable[str] | Mapping[str, SourceTable],
     views: Mapping[str, Sequence[str]],
     now: datetime | None = None,
 ) -> LakeStatus:
-    """Status of the declared `sources` (names; a SourceRegistry works) and `views` (name -> tables read)."""
+    """Status of the declared `sources` and `views` (name -> tables read). With declarations (a
+    SourceRegistry), their unique keys are checked too; names alone skip that."""
     now = _utc(now) or datetime.now(UTC)
+    unique = {name: s.unique for name, s in sources.items()} if isinstance(sources, Mapping) else {}
     sources = list(sources)
     con = connect_duckdb()
     try:
-        return _status(con, settings, sources, views, now)
+        return _status(con, settings, sources, views, now, unique)
     finally:
         con.close()
 
@@ -135,6 +139,7 @@ def _status(
     sources: list[str],
     views: Mapping[str, Sequence[str]],
     now: datetime,
+    unique: Mapping[str, Sequence[Sequence[str]]],
 ) -> LakeStatus:
     letters: dict[str | None, int] = {}
     dead = _table(settings, OPS_NAMESPACE, DEAD_LETTERS)
@@ -144,13 +149,20 @@ def _status(
     source_rows = []
     for name in sources:
         mirror = _table(settings, MIRROR_NAMESPACE, name)
-        position, live, tombstones, newest = None, 0, 0, None
+        position, live, tombstones, newest, violations = None, 0, 0, None, 0
         if mirror.scan:
             position, live, tombstones, newest = con.execute(
                 f'SELECT max("{POSITION}"), count(*) FILTER (WHERE NOT "{DELETED}"), '
                 f'count(*) FILTER (WHERE "{DELETED}"), max("{SOURCE_TS}") FROM {mirror.scan}'
             ).fetchone()
-        source_rows.append(SourceStatus(name, position, live, tombstones, letters.get(name, 0), _utc(newest)))
+            for columns in unique.get(name, ()):
+                listed = ", ".join(f'"{c}"' for c in columns)
+                present = " AND ".join(f'"{c}" IS NOT NULL' for c in columns)  # NULLs may repeat
+                violations += con.execute(
+                    f'SELECT count(*) FROM (SELECT {listed} FROM {mirror.scan} WHERE NOT "{DELETED}" AND {present} '
+                    f"GROUP BY {listed} HAVING count(*) > 1)"
+                ).fetchone()[0]
+        source_rows.append(SourceStatus(name, position, live, tombstones, letters.get(name, 0), _utc(newest), violations))
 
     refreshed: dict[str, tuple[int, datetime]] = {}  # view -> (batch_id, finished_at) of its latest ledger row
     newest_change: dict[str, datetime] = {}  # table -> newest max_source_ts in the ledger
@@ -198,6 +210,7 @@ SOURCE_SCHEMA = pa.schema(
         ("tombstones", pa.int64()),
         ("dead_letters", pa.int64()),
         ("newest_source_ts", _TS),
+        ("unique_violations", pa.int64()),
     ]
 )
 VIEW_SCHEMA = pa.schema(

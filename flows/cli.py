@@ -298,6 +298,12 @@ def status(
             + (f" ({unattributed} from folders that are not a declared source)" if unattributed else "")
             + "; lag = now - source time of the newest change applied"
         )
+        for source in tables["source"].to_pylist():
+            if source["unique_violations"]:
+                console.print(
+                    f"[red]{source['table']}: {source['unique_violations']} values of a declared unique key are held by several "
+                    "live rows: view keys that join through them keep their previous rows (the dead letters name the rows)[/]"
+                )
         for view in tables["view"].to_pylist():
             if view["maintenance"] == "paused":
                 console.print(

@@ -46,6 +46,7 @@ from spark.mirror import (
     ensure_namespaces,
     ensure_view_namespace,
     evolved_source,
+    live_rows_sql,
     merge_changes,
     stored_rows,
 )
@@ -54,6 +55,7 @@ from spark.planner import ViewPlan
 from spark.state.codec import rows_of, to_arrow
 from spark.state.store import Store
 from spark.state.sync import StoreSync, SyncReport
+from spark.unique import Violation, unique_violations, violation_letters
 
 # Views the store serves are maintained side by side, this many at once by default (LAKEMV_VIEW_WORKERS).
 VIEW_WORKERS = 4
@@ -159,6 +161,10 @@ class BatchProcessor(StoreSteps):
                 self.journal.save(ref, plans)
                 clock.lap("journal")
         crash_point("journaled", ref.batch)
+        violations = self._unique_check(plans)
+        if violations:
+            changeset.dead_letters.extend(l for t in sorted(violations) for l in violation_letters(self.sources[t], violations[t]))
+            clock.lap("unique check")
         with tagged(self.spark, ref.write_id):
             views = self._apply(changeset, plans, unit, started_at, clock)
             result = BatchResult(
@@ -167,6 +173,7 @@ class BatchProcessor(StoreSteps):
                 events=changeset.events,
                 merged={t: p.rows.num_rows for t, p in plans.items()},
                 dead_letters=len(changeset.dead_letters),
+                unique_violations=sum(len(v) for v in violations.values()),
                 skipped=sum(changeset.skipped.values()),
                 skip_reasons=dict(changeset.skipped),
                 views=views,
@@ -195,6 +202,37 @@ class BatchProcessor(StoreSteps):
             append_once(self.spark, table, unit, lambda: self.direct.commit(table, rows, (), unit.write_id))
         else:
             append_once(self.spark, table, unit, lambda: self.spark.createDataFrame(rows).writeTo(table).append())
+
+    # ---- declared unique keys ----------------------------------------------------------------------
+    def _unique_check(self, plans: Mapping[str, TablePlan]) -> dict[str, list[Violation]]:
+        """Per table with declared unique keys, the values several live rows hold once the batch is
+        applied (spark.unique). A replay finds the same: the batch's rows replace their stored ones."""
+        found = {}
+        for table, plan in sorted(plans.items()):
+            source = self.sources[table]
+            if source.unique and plan.rows.num_rows:
+                violations = unique_violations(source, plan.rows.to_pylist(), lambda c, v, s=source: self._holders(s, c, v))
+                if violations:
+                    found[table] = violations
+        return found
+
+    def _holders(self, source: SourceTable, columns: Sequence[str], values: list[tuple]) -> list[dict]:
+        """The live rows of `source` whose `columns` hold one of `values`: from the local state when
+        it keeps the table (indexed on each unique key), else from the mirror."""
+        if self.store is not None and source.name in self.store.mirrors:
+            names = self.store.mirrors[source.name].column_names
+            rows = self.store.lookup(source.name, columns, values, (False,) * len(columns))
+            return [dict(zip(names, row, strict=True)) for row in rows]
+        relation = f"_lmv_unique_{source.name}"
+        schema = pa.schema([mirror_arrow_schema(source).field(c) for c in columns])
+        wanted = pa.Table.from_pylist([dict(zip(columns, v, strict=True)) for v in values], schema=schema)
+        self.spark.createDataFrame(wanted).createOrReplaceTempView(relation)
+        try:
+            on = " AND ".join(f"m.`{c}` = v.`{c}`" for c in columns)
+            sql = f"SELECT m.* FROM ({live_rows_sql(self.names, source)}) AS m LEFT SEMI JOIN {relation} AS v ON {on}"
+            return self.spark.sql(sql).toArrow().to_pylist()
+        finally:
+            self.spark.catalog.dropTempView(relation)
 
     # ---- schema drift ------------------------------------------------------------------------------
     def _evolve(self, new_fields: Mapping[str, Mapping[str, object]], notes: list[str]) -> bool:

@@ -17,6 +17,7 @@ class BatchResult:
     events: int
     merged: Mapping[str, int] = field(default_factory=dict)
     dead_letters: int = 0
+    unique_violations: int = 0  # values of declared unique keys several live rows hold (their changes are dead letters too)
     skipped: int = 0
     skip_reasons: Mapping[str, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -44,7 +45,8 @@ class BatchResult:
         )
         reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.skip_reasons.items()))
         skipped = f"{self.skipped} skipped" + (f" ({reasons})" if reasons else "")
+        unique = f" ({self.unique_violations} unique violations)" if self.unique_violations else ""
         return (
             f"{name}{extra}: {self.lines} lines, {self.events} events -> {tables}; "
-            f"{self.dead_letters} dead letters, {skipped}{views}, {self.seconds:.2f}s"
+            f"{self.dead_letters} dead letters{unique}, {skipped}{views}, {self.seconds:.2f}s"
         )

@@ -6,7 +6,9 @@ the view MERGE.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,18 +16,29 @@ import pyarrow.compute as pc
 from spark.viewsql import OP
 
 
-def content_diff(new: pa.Table, old: pa.Table, key_names: Sequence[str], schema: pa.Schema) -> pa.Table:
+def duplicated_keys(new: pa.Table, key_names: Sequence[str]) -> set[tuple[Any, ...]]:
+    """Keys that several rows of a recompute share. The planner proves a key unique given the sources'
+    declared keys, so this happens only when a declared unique key is violated (spark.unique): such a
+    key is *held* - its view row stays as it was, neither replaced by one of the rows nor deleted."""
+    counts = Counter(zip(*(new.column(k).to_pylist() for k in key_names), strict=True))
+    return {key for key, n in counts.items() if n > 1}
+
+
+def content_diff(
+    new: pa.Table, old: pa.Table, key_names: Sequence[str], schema: pa.Schema, held: Collection[tuple[Any, ...]] = ()
+) -> pa.Table:
     """Rows of `new` whose content differs from `old`'s row of the same key ('upsert'), then the keys
-    of `old` that `new` no longer has ('delete', other columns NULL), with the OP column added.
+    of `old` that `new` no longer has ('delete', other columns NULL), with the OP column added. Keys
+    in `held` (`duplicated_keys`) are left alone.
 
     Values compare as Python values (arrays, structs and maps included); NaN never equals itself
     here, which at worst rewrites an unchanged row."""
     stored = {tuple(r[k] for k in key_names): r for r in old.to_pylist()}
-    upserts, present = [], set()
+    upserts, present = [], set(held)
     for row in new.to_pylist():
         key = tuple(row[k] for k in key_names)
         present.add(key)
-        if stored.get(key) != row:
+        if key not in held and stored.get(key) != row:
             upserts.append({**row, OP: "upsert"})
     deletes = [{**{k: row[k] for k in key_names}, OP: "delete"} for key, row in stored.items() if key not in present]
     fields = [f.with_nullable(True) for f in schema] + [pa.field(OP, pa.string())]  # a delete's values are NULL

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -89,11 +90,13 @@ class IndexedView:
         new = self._recompute(rows, ordered)
         steps["recompute"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        diff, held, upserts, deletes = self._diff(new, ordered)
+        # several rows for one key (a declared unique key violated, spark.unique): left alone
+        duplicated = {k for k, n in Counter(rows_of(new, self.plan.key_names)).items() if n > 1}
+        diff, held, upserts, deletes = self._diff(new, ordered, duplicated)
         steps["diff"] = time.perf_counter() - clock
         if diff.num_rows == 0:
-            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps))
-        writing = Writing(len(keys), position, unit, started, steps, state)
+            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps), held=len(duplicated))
+        writing = Writing(len(keys), position, unit, started, steps, state, held=len(duplicated))
         result = self.maintainer.write_diff(diff, writing, lambda refresh: self._places(held, unit, refresh))
         if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
             return result
@@ -162,15 +165,19 @@ class IndexedView:
             for relation in relations:
                 self.spark.catalog.dropTempView(relation)
 
-    def _diff(self, new: pa.Table, keys: list[Values]) -> tuple[pa.Table, list[Values], list[tuple[Values, str]], list[Values]]:
+    def _diff(
+        self, new: pa.Table, keys: list[Values], duplicated: set[Values]
+    ) -> tuple[pa.Table, list[Values], list[tuple[Values, str]], list[Values]]:
         """(diff rows for the feed and the view, the keys among them the view holds a row for, digests to
         store, keys to drop) against the stored digests. A direct commit deletes exactly the held keys'
-        rows, by position."""
+        rows, by position. `duplicated` keys (several new rows: a unique violation) are left alone."""
         stored = self.store.digests(self.plan.name, keys)
         new_keys = rows_of(new, self.plan.key_names)
         digests = new.column(DIGEST).to_pylist()
-        changed = [i for i, (k, d) in enumerate(zip(new_keys, digests, strict=True)) if stored.get(k) != d]
-        present = set(new_keys)
+        changed = [
+            i for i, (k, d) in enumerate(zip(new_keys, digests, strict=True)) if k not in duplicated and stored.get(k) != d
+        ]
+        present = set(new_keys)  # a duplicated key is present: its stored row stays
         gone = [k for k in keys if k not in present and k in stored]
         schema = self._view_schema()
         fields = [f.with_nullable(True) for f in schema] + [pa.field(OP, pa.string())]

@@ -20,6 +20,7 @@ from spark.planner import OCCURRENCE, ViewPlan, over
 OP = "_lmv_op"
 NEW_MARK = "_lmv_n"
 OLD_MARK = "_lmv_o"
+ROWS_MARK = "_lmv_rows"  # how many recomputed rows share the key (more than one: held)
 
 
 
@@ -108,16 +109,20 @@ def affected_keys_sql(plan: ViewPlan, live: Mapping[str, str], deltas: Mapping[s
 def diff_sql(plan: ViewPlan, live: Mapping[str, str], view_table: str, keys: str | None) -> str:
     """Rows to upsert (content differs or new) and keys to delete, for `keys` (all when None)."""
     ctes = filtered_ctes(plan, live, keys)
-    ctes.append((q("_lmv_new"), f"SELECT *, TRUE AS {NEW_MARK} FROM ({plan.body}) AS _lmv_body"))
+    partition = ", ".join(q(k) for k in plan.key_names)
+    ctes.append(
+        (q("_lmv_new"), f"SELECT *, TRUE AS {NEW_MARK}, count(*) OVER (PARTITION BY {partition}) AS {ROWS_MARK} FROM ({plan.body}) AS _lmv_body")
+    )
     old = f"SELECT v.* FROM {view_table} AS v" if keys is None else old_rows_sql(plan, view_table, keys)
     ctes.append((q("_lmv_old"), f"SELECT o.*, TRUE AS {OLD_MARK} FROM ({old}) AS o"))
     key_names = plan.key_names
     values = [c for c in plan.columns if c not in key_names]
     select = [f"coalesce(n.{q(k)}, o.{q(k)}) AS {q(k)}" for k in key_names]
     select += [f"n.{q(c)} AS {q(c)}" for c in values]
-    select.append(f"CASE WHEN n.{NEW_MARK} IS NULL THEN 'delete' ELSE 'upsert' END AS {OP}")
+    # a key with several new rows (a declared unique key violated: spark.unique) is 'held': left alone
+    select.append(f"CASE WHEN n.{NEW_MARK} IS NULL THEN 'delete' WHEN n.{ROWS_MARK} > 1 THEN 'held' ELSE 'upsert' END AS {OP}")
     join = " AND ".join(f"n.{q(k)} = o.{q(k)}" for k in key_names)
-    changed = [f"n.{NEW_MARK} IS NULL", f"o.{OLD_MARK} IS NULL"]
+    changed = [f"n.{NEW_MARK} IS NULL", f"o.{OLD_MARK} IS NULL", f"n.{ROWS_MARK} > 1"]
     if values:
         changed.append("NOT (" + " AND ".join(f"n.{q(c)} <=> o.{q(c)}" for c in values) + ")")
     return (

@@ -18,7 +18,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from catalog.viewstate import ViewState
 from spark.commits import WriteUnit, append_once, commit_once
 from spark.directwrite import DirectWriter
-from spark.contentdiff import content_diff, feed_rows
+from spark.contentdiff import content_diff, duplicated_keys, feed_rows
 from spark.faults import crash_point
 from spark.planner import OCCURRENCE, ViewPlan
 from spark.literals import key_columns, key_filter
@@ -40,13 +40,20 @@ class ViewResult:
     steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step: keys, diff, feed, merge
     paused: bool = False  # a backfill holds the view: this batch left it alone
     note: str | None = None  # paused by whom, caught up after a backfill, superseded by a backfill
+    held: int = 0  # keys whose recompute gave several rows (a unique violation): their rows were kept
 
     def describe(self) -> str:
         if self.paused:
             return f"{self.view}: {self.note or 'paused'}"
         scope = "all keys" if self.keys is None else f"{self.keys} keys"
         note = f"; {self.note}" if self.note else ""
+        if self.held:
+            note += f"; {HELD.format(self.held)}"
         return f"{self.view}: {scope} -> {self.upserts} upserted, {self.deletes} deleted{note} ({self.seconds:.2f}s)"
+
+
+# How a batch line reports keys left alone because their recompute gave several rows (spark.unique).
+HELD = "{} keys held: several rows for one key (a declared unique key is violated), the previous row kept"
 
 
 @dataclass
@@ -59,6 +66,7 @@ class Writing:
     started: float = field(default_factory=time.perf_counter)
     steps: dict[str, float] = field(default_factory=dict)
     state: ViewState | None = None
+    held: int = 0  # keys left alone: their recompute gave several rows
 
 
 # Where the view rows a diff replaces live: (the view snapshot that was read at, their places); the
@@ -85,12 +93,15 @@ class ViewWriter:
     def write(self, keys: str | None, w: Writing) -> ViewResult:
         """Recompute the keys in relation `keys` (every key when None) and write what differs."""
         if keys is not None:
-            return self.write_diff(self._diff_of_keys(keys, w.steps), w)
+            return self.write_diff(self._diff_of_keys(keys, w), w)
         # Materialised once, because the MERGE below changes the view table the diff is computed against:
         # in executor memory for a backfill of every key (a batch's few keys are diffed in the driver).
         clock = time.perf_counter()
         diff = self.spark.sql(diff_sql(self.plan, self.live, self.table, None)).localCheckpoint(eager=True)
         counts = {row[OP]: row["n"] for row in diff.groupBy(OP).count().withColumnRenamed("count", "n").collect()}
+        if counts.pop("held", 0):  # keys with several recomputed rows: left as they are
+            w.held = diff.filter(f"{OP} = 'held'").select(*self.plan.key_names).distinct().count()
+            diff = diff.filter(f"{OP} <> 'held'")
         w.steps["diff"] = time.perf_counter() - clock
         return self._write_frame(diff, counts, None, w)
 
@@ -138,6 +149,7 @@ class ViewWriter:
             deletes=counts.get("delete", 0),
             seconds=time.perf_counter() - w.started,
             steps={k: round(v, 3) for k, v in w.steps.items()},
+            held=w.held,
         )
 
     def _superseded(self, w: Writing) -> ViewResult:
@@ -171,10 +183,11 @@ class ViewWriter:
         crash_point(f"view:{self.plan.name}", unit.batch_id)
         return self._result(counts, w)
 
-    def _diff_of_keys(self, keys: str, steps: dict[str, float]) -> pa.Table:
+    def _diff_of_keys(self, keys: str, w: Writing) -> pa.Table:
         """The diff for a batch's keys, in the driver: the view's new rows (its body over the rows the
         keys read) and its stored rows for them, side by side; upserts where they differ, deletes
         where no new row is left."""
+        steps = w.steps
         clock = time.perf_counter()
         prefiltered = self._prefilter(keys)
         steps["rows"] = time.perf_counter() - clock
@@ -189,7 +202,9 @@ class ViewWriter:
                 self.spark.catalog.dropTempView(relation)
         steps["recompute"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        rows = content_diff(new, old, self.plan.key_names, schema)
+        held = duplicated_keys(new, self.plan.key_names)
+        w.held = len(held)
+        rows = content_diff(new, old, self.plan.key_names, schema, held)
         steps["diff"] = time.perf_counter() - clock
         return rows
 

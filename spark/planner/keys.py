@@ -80,38 +80,80 @@ class _Keys(_Resolution):
         for join in select.args.get("joins") or []:
             if (join.args.get("kind") or "").upper() == "SEMI":
                 continue  # a semi join filters; it never adds rows
-            alias = join.this.alias_or_name
-            _node, joined = root.selected_sources[alias]
-            conjuncts = list(_conjuncts(join.args.get("on"))) + where_conjuncts
-            equated = set()
-            for conjunct in conjuncts:
-                if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
-                    continue
-                for mine, other in ((conjunct.left, conjunct.right), (conjunct.right, conjunct.left)):
-                    if (
-                        isinstance(mine, exp.Column)
-                        and mine.table == alias
-                        and not any(c.table == alias for c in other.find_all(exp.Column))
-                    ):
-                        equated.add(mine.name)
-            if isinstance(joined, exp.Table):
-                unique = set(self.sources[joined.name].primary_key)
-                what = f"the primary key of {joined.name} ({', '.join(sorted(unique))})"
-            elif isinstance(joined.expression, exp.Select) and joined.expression.args.get("group"):
-                groups = joined.expression.args["group"].expressions
-                names = {p.alias_or_name for p in joined.expression.selects if any(p.unalias() == g for g in groups)}
-                unique = names if len(names) >= len(groups) else {"<a GROUP BY column not in the output>"}
-                what = f"its GROUP BY columns ({', '.join(sorted(unique))})"
-            else:
-                unique = {"<none>"}
-                what = "a GROUP BY on the join columns"
-            if not unique <= equated:
-                raise self.fail(
-                    f"this join can match several rows per key ({key_text}): it must equate {what}. "
-                    "Aggregate the joined table in a CTE grouped by the join columns, or use a correlated "
-                    "subquery",
-                    join,
+            self._check_join_unique(join, root, list(_conjuncts(join.args.get("on"))) + where_conjuncts, key_text)
+
+    def _check_join_unique(self, join: exp.Join, root: Scope, conjuncts: list[exp.Expression], key_text: str) -> None:
+        """A main-query join must match at most one row: it equates the joined table's primary key or a
+        declared unique key (with `=`: SQL UNIQUE lets NULLs repeat), or a derived table's GROUP BY."""
+        alias = join.this.alias_or_name
+        _node, joined = root.selected_sources[alias]
+        equated: dict[str, bool] = {}  # column -> equated with `=` (not only `<=>`)
+        for conjunct in conjuncts:
+            if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
+                continue
+            for mine, other in ((conjunct.left, conjunct.right), (conjunct.right, conjunct.left)):
+                if (
+                    isinstance(mine, exp.Column)
+                    and mine.table == alias
+                    and not any(c.table == alias for c in other.find_all(exp.Column))
+                ):
+                    equated[mine.name] = equated.get(mine.name, False) or isinstance(conjunct, exp.EQ)
+        if any(
+            columns <= set(equated) and (null_safe or all(equated[c] for c in columns))
+            for columns, null_safe in self._unique_keys(joined)
+        ):
+            return
+        hint = ""
+        if isinstance(joined, exp.Table):
+            source = self.sources[joined.name]
+            keys = [f"the primary key of {joined.name} ({', '.join(source.primary_key)})"]
+            keys += [f"its unique key ({', '.join(u)}) with =" for u in source.unique]
+            what = " or ".join(keys)
+            if equated and not source.unique:
+                columns = ", ".join(f'"{c}"' for c in sorted(equated))
+                hint = (
+                    f". If the source keeps ({', '.join(sorted(equated))}) unique, declare it in the source file "
+                    f"of {joined.name}: unique = [[{columns}]]"
                 )
+        else:
+            found = [", ".join(sorted(c)) for c, _ in self._unique_keys(joined)]
+            grouped = isinstance(joined.expression, exp.Select) and joined.expression.args.get("group")
+            kind = "GROUP BY" if grouped else "unique"
+            what = f"its {kind} columns ({'; '.join(found)})" if found else "a GROUP BY on the join columns"
+        raise self.fail(
+            f"this join can match several rows per key ({key_text}): it must equate {what}. "
+            "Aggregate the joined table in a CTE grouped by the join columns, or use a correlated subquery" + hint,
+            join,
+        )
+
+    def _unique_keys(self, source: exp.Table | Scope) -> list[tuple[frozenset[str], bool]]:
+        """Column sets no two rows of `source` share: (columns, whether `<=>` may equate them too). A
+        table's primary key (never NULL) and declared unique keys (`=` only); a derived table's GROUP BY
+        outputs; and the unique keys of the one relation a derived table without joins selects from,
+        through the columns it passes on unchanged."""
+        if isinstance(source, exp.Table):
+            declared = self.sources[source.name]
+            return [(frozenset(declared.primary_key), True)] + [(frozenset(u), False) for u in declared.unique]
+        select = source.expression
+        if not isinstance(select, exp.Select):
+            return []
+        if select.args.get("group"):
+            groups = select.args["group"].expressions
+            names = frozenset(p.alias_or_name for p in select.selects if any(p.unalias() == g for g in groups))
+            return [(names, True)] if len(names) >= len(groups) else []
+        if select.args.get("joins") or len(source.selected_sources) != 1 or _is_aggregated(select):
+            return []
+        inner_alias, (_node, inner) = next(iter(source.selected_sources.items()))
+        passed = {
+            p.unalias().name: p.alias_or_name
+            for p in select.selects
+            if isinstance(p.unalias(), exp.Column) and p.unalias().table == inner_alias
+        }
+        return [
+            (frozenset(passed[c] for c in columns), null_safe)
+            for columns, null_safe in self._unique_keys(inner)
+            if columns <= set(passed)
+        ]
 
     def _holds_primary_key(self, anchor: int, keys: tuple[KeyColumn, ...]) -> bool:
         """Whether the key columns include every primary-key column of the anchor's table."""

@@ -182,7 +182,8 @@ def _lookups(r: Route) -> Iterable[Lookup]:
 
 def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route], located: bool = False) -> dict[str, MirrorPart]:
     """One part per source table (the store judges every batch's rows against the stored ones, so
-    each mirror can be written without a MERGE), with an index per distinct lookup column set;
+    each mirror can be written without a MERGE), with an index per distinct lookup column set and
+    per declared unique key;
     `located` parts also keep each row's place in the table's files."""
     indexes: dict[str, set[tuple[str, ...]]] = {table: set() for table in sources}
     for r in routes:
@@ -190,6 +191,8 @@ def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route], lo
             continue
         for lookup in _lookups(r):
             indexes.setdefault(lookup.table, set()).add(tuple(sorted(lookup.columns)))
+    for table, source in sources.items():  # ingest checks declared unique keys against the live rows (spark.unique)
+        indexes[table] |= {tuple(sorted(u)) for u in source.unique}
     parts = {}
     for table, sets in sorted(indexes.items()):
         source = sources[table]

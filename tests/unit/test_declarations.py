@@ -25,6 +25,7 @@ def test_the_five_seed_tables_are_declared(sources):
         assert sources[name].primary_key == key
         assert sources[name].ordering == ("source.lsn", "source.ts_ms")
     assert sources["users"].column("registered_at").spark_type == "TIMESTAMP"
+    assert sources["users"].unique == (("username",),)  # GitHub keeps usernames unique
 
 
 def test_onboarding_a_source_is_a_file(tmp_path: Path):
@@ -45,6 +46,9 @@ def test_onboarding_a_source_is_a_file(tmp_path: Path):
         ('name = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "bigint", encoding = "millis" }]', "does not apply"),
         ('name = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "bigint" }, { name = "id", type = "string" }]', "duplicate columns: id"),
         ('name = "t"\nprimary_key = ["id"]\nordering = ["after.id"]\ncolumns = [{ name = "id", type = "bigint" }]', "ordering field"),
+        ('name = "t"\nprimary_key = ["id"]\nunique = [["nick"]]\ncolumns = [{ name = "id", type = "bigint" }]', "unique key column(s) not declared: nick"),
+        ('name = "t"\nprimary_key = ["id"]\nunique = [[]]\ncolumns = [{ name = "id", type = "bigint" }]', "a unique key needs at least one column"),
+        ('name = "t"\nprimary_key = ["id"]\nunique = [["id", "id"]]\ncolumns = [{ name = "id", type = "bigint" }]', "lists a column twice"),
         ('name = "t"\nprimary_key = [\n', "invalid TOML"),
     ],
 )

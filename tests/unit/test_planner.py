@@ -174,6 +174,19 @@ def test_live_rows_hide_tombstones(sources):
             "SELECT DISTINCT r.owner, r.name, r.description FROM repos r JOIN stars s ON s.repo_owner = r.owner AND s.repo_name = r.name",
             {"repos r": [], "stars s": ["s.repo_owner = r.owner", "s.repo_name = r.name"]},
         ),
+        (  # a join on a declared unique key (users.username) matches one row; a missing middle row
+            # of the LEFT JOIN chain leaves the last one unmatched
+            "username, repo_owner, repo_name",
+            "SELECT s.username, s.repo_owner, s.repo_name, r.description, u.email FROM stars s "
+            "LEFT JOIN repos r ON r.owner = s.repo_owner AND r.name = s.repo_name LEFT JOIN users u ON u.username = r.owner",
+            {"stars s": [], "repos r": ["r.owner = s.repo_owner", "r.name = s.repo_name"], "users u": ["u.username = r.owner", "r.owner = s.repo_owner", "r.name = s.repo_name"]},
+        ),
+        (  # nested CTEs: a derived table passing on the GROUP BY columns of the one it selects from
+            "email",
+            "WITH a AS (WITH b AS (SELECT username, count(*) AS n FROM stars GROUP BY username) SELECT username, n FROM b) "
+            "SELECT u.email, coalesce(a.n, 0) AS n FROM users u LEFT JOIN a ON a.username = u.username",
+            {"users u": [], "stars stars": ["stars.username = u.username"]},
+        ),
     ],
 )
 def test_supported_shapes(sources, key, sql, expected):
@@ -222,6 +235,19 @@ def test_supported_shapes(sources, key, sql, expected):
             "SELECT u.email, c.n FROM users u LEFT JOIN c ON c.n = u.id",
             "LEFT JOIN c ON c.n = u.id",
             "this join can match several rows per key (email): it must equate its GROUP BY columns (author)",
+        ),
+        (
+            "username, repo_owner, repo_name",
+            "SELECT s.username, s.repo_owner, s.repo_name, u.email FROM stars s JOIN users u ON u.username <=> s.username",
+            None,
+            "it must equate the primary key of users (email) or its unique key (username) with =",  # NULLs may repeat
+        ),
+        (
+            "owner, name",
+            "SELECT r.owner, r.name, p.title FROM repos r JOIN pull_requests p ON p.repo_owner = r.owner AND p.repo = r.name",
+            None,
+            'If the source keeps (repo, repo_owner) unique, declare it in the source file of pull_requests: '
+            'unique = [["repo", "repo_owner"]]',
         ),
         ("email", "SELECT u.email FROM users u LIMIT 10", "LIMIT 10", "LIMIT/OFFSET over a whole relation"),
         ("email", "SELECT email FROM users UNION SELECT username AS email FROM users", None, "set operations"),
