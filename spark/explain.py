@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from spark.planner import ViewPlan, over
+import sqlglot
+from sqlglot import exp
+
+from spark.planner import OCCURRENCE, ViewPlan, over
 from spark.state.layout import Lookup, route
 from spark.viewsql import recompute_sql
 
@@ -55,6 +58,10 @@ def explain(plan: ViewPlan, live: Mapping[str, str] | None = None) -> str:
             on = " AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs)
             rule = f"semi-join {_occurrence(plan, link.parent)} ON {on}"
         lines.append(f"  {_occurrence(plan, occ_id):<{width}}  {rule}")
+    windows = _windows(plan)
+    if windows:
+        lines += ["", "windows - each partition is whole in a key's rows, so a change recomputes its partition with its key:"]
+        lines += [f"  {w}" for w in windows]
     lines += ["", *_state_lines(plan, order, width)]
     lines += [
         "",
@@ -65,6 +72,18 @@ def explain(plan: ViewPlan, live: Mapping[str, str] | None = None) -> str:
     if live is not None:
         lines += ["", "recompute SQL (keys in relation `_lmv_keys`):", recompute_sql(plan, live, "_lmv_keys")]
     return "\n".join(lines)
+
+
+def _windows(plan: ViewPlan) -> list[str]:
+    """The view's window functions, as written (placeholders named back after their tables)."""
+    aliases = {OCCURRENCE.format(o.id): o.table for o in plan.occurrences}
+    shown = []
+    for window in sqlglot.parse_one(plan.body, read="spark").find_all(exp.Window):
+        text = " ".join(window.sql(dialect="spark").split())
+        for placeholder, table in aliases.items():
+            text = text.replace(placeholder, table)
+        shown.append(text)
+    return shown
 
 
 def _lookup_text(hop: Lookup) -> str:

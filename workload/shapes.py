@@ -50,6 +50,76 @@ SHAPES: dict[str, tuple[str, str]] = {
         "owner, name",
         "SELECT DISTINCT r.owner, r.name, r.description FROM repos r JOIN stars s ON s.repo_owner = r.owner AND s.repo_name = r.name",
     ),
+    # a join on a declared unique key (users.username): one user per star
+    "star_emails": (
+        "username, repo_owner, repo_name",
+        "SELECT s.username, s.repo_owner, s.repo_name, u.email FROM stars s LEFT JOIN users u ON u.username = s.username",
+    ),
+    # a LEFT JOIN chain: a star's repository, then its owner; a missing repository leaves both NULL
+    "starred_owners": (
+        "username, repo_owner, repo_name",
+        "SELECT s.username, s.repo_owner, s.repo_name, r.description, o.email AS owner_email FROM stars s "
+        "LEFT JOIN repos r ON r.owner = s.repo_owner AND r.name = s.repo_name LEFT JOIN users o ON o.username = r.owner",
+    ),
+    # NOT EXISTS: users who starred nothing
+    "starless_users": (
+        "email",
+        "SELECT u.email, u.username FROM users u WHERE NOT EXISTS (SELECT 1 FROM stars s WHERE s.username = u.username)",
+    ),
+    # a scalar subquery inside a scalar subquery inside an IN: three levels of one equality chain
+    "stars_of_busy_repos": (
+        "email",
+        "SELECT u.email, (SELECT count(*) FROM stars s WHERE s.username = u.username AND s.repo_name IN "
+        "(SELECT r.name FROM repos r WHERE r.owner = s.repo_owner AND r.name = s.repo_name AND "
+        "(SELECT count(*) FROM pull_requests p WHERE p.repo_owner = r.owner AND p.repo = r.name) > 0)) AS busy_stars FROM users u",
+    ),
+    # nested CTEs: the inner one grouped, the outer one passing its GROUP BY column on
+    "star_counts_nested": (
+        "email",
+        "WITH outer_counts AS (WITH inner_counts AS (SELECT username, count(*) AS n FROM stars GROUP BY username) "
+        "SELECT username, n FROM inner_counts) "
+        "SELECT u.email, coalesce(c.n, 0) AS stars FROM users u LEFT JOIN outer_counts c ON c.username = u.username",
+    ),
+    # deterministic functions of every kind over one row
+    "user_handles": (
+        "email",
+        "SELECT u.email, concat_ws('/', upper(u.username), cast(u.id AS STRING)) AS handle, "
+        "date_format(u.registered_at, 'yyyy-MM') AS month, sha2(u.email, 256) AS digest, "
+        "regexp_extract(u.email, '@(.*)$', 1) AS domain, coalesce(length(u.username), 0) AS name_length FROM users u",
+    ),
+    # higher-order array functions over aggregated lists
+    "star_name_stats": (
+        "username",
+        "SELECT s.username, size(filter(collect_list(s.repo_name), x -> x LIKE 'l%')) AS l_repos, "
+        "transform(sort_array(collect_list(s.repo_name)), x -> upper(x)) AS upper_names, "
+        "aggregate(collect_list(length(s.repo_name)), 0, (acc, x) -> acc + x) AS name_chars, "
+        "exists(collect_list(s.repo_owner), x -> x = 'ann') AS stars_ann FROM stars s GROUP BY s.username",
+    ),
+    # GROUP BY two columns, keyed by both
+    "prs_by_status": (
+        "author, status",
+        "SELECT p.author, p.status, count(*) AS prs, sort_array(collect_list(p.repo)) AS repos FROM pull_requests p "
+        "GROUP BY p.author, p.status",
+    ),
+    # a nested document: a struct holding a correlated subquery's list
+    "user_documents": (
+        "email",
+        "SELECT u.email, named_struct('name', u.username, 'starred', (SELECT sort_array(collect_list(s.repo_name)) "
+        "FROM stars s WHERE s.username = u.username)) AS document FROM users u",
+    ),
+    # a window partitioned by the key, in a CTE: each author's two latest pull requests
+    "latest_prs": (
+        "author",
+        "WITH ranked AS (SELECT p.author, p.title, row_number() OVER (PARTITION BY p.author "
+        "ORDER BY p.created_at DESC, p.repo_owner, p.repo, p.`index`) AS rn FROM pull_requests p) "
+        "SELECT author, sort_array(collect_list(title)) AS latest FROM ranked WHERE rn <= 2 GROUP BY author",
+    ),
+    # ... and in a correlated subquery, partitioned by the column it is correlated on
+    "last_pr_titles": (
+        "email",
+        "SELECT u.email, (SELECT max(t.title) FROM (SELECT p.title, p.author, rank() OVER (PARTITION BY p.author "
+        "ORDER BY p.created_at DESC) AS r FROM pull_requests p) t WHERE t.author = u.username AND t.r = 1) AS last_title FROM users u",
+    ),
 }
 
 # Shapes whose links compare expressions: the local state has no index for them (maintained by scans).

@@ -11,10 +11,12 @@ from its key through equality predicates. The planner checks that, table occurre
   its link columns through the live tables on the path; downwards, the rows a key needs are the
   anchor's rows for the key, then each child table semi-joined with its parent's filtered rows;
 * the key must be unique by construction: the anchor's primary key (and every join in the main query
-  matches at most one row), or exactly the GROUP BY columns of the main query.
+  matches at most one row: a primary key, a declared unique key, a derived table's GROUP BY), or among
+  the GROUP BY columns of the main query, with the other GROUP BY columns determined by it;
+* a window function's partitions must be whole in the rows one key reads (`windows`).
 
-Anything else - non-equality joins, uncorrelated reads, window functions, LIMIT, set operations,
-non-deterministic functions - is refused with a ViewDefinitionError naming the fragment.
+Anything else - non-equality joins, uncorrelated reads, windows over more than a key's rows, LIMIT,
+set operations, non-deterministic functions - is refused with a ViewDefinitionError naming the fragment.
 The plan is pure data; `spark.viewsql` turns it into SQL.
 
 * `model`: the plan - occurrences, links, key columns - as frozen data, and `over` to render it;
@@ -24,6 +26,7 @@ The plan is pure data; `spark.viewsql` turns it into SQL.
 * `resolve`: which occurrence's row a column or expression comes from;
 * `edges`: the equalities that tie occurrences together;
 * `keys`: the anchor, the proof that the key is unique, and the tree of links;
+* `windows`: window functions, checked against the tree of links and the key;
 * `state` and `sql`: the planner's working state and the small sqlglot helpers the stages share.
 """
 

@@ -16,10 +16,11 @@ from spark.planner.edges import _Edges
 from spark.planner.keys import _Keys
 from spark.planner.model import OCCURRENCE, ViewPlan
 from spark.planner.refusals import _Refusals
+from spark.planner.windows import _Windows
 from spark.views import ViewDefinition
 
 
-class _Planner(_Refusals, _Edges, _Keys):
+class _Planner(_Refusals, _Edges, _Keys, _Windows):
     """One planning of one view: the stages in order over its parsed SQL."""
 
     def plan(self) -> ViewPlan:
@@ -51,6 +52,7 @@ class _Planner(_Refusals, _Edges, _Keys):
         anchor, keys = self._anchor(root)
         self._check_unique(root, anchor, keys)
         links = self._spanning_tree(anchor)
+        self._check_windows(scopes, anchor, keys, links)
         columns = self._output_columns(root)
         for table in tree.find_all(exp.Table):
             occ = self.occ_of.get(id(table))

@@ -66,7 +66,7 @@ class _Resolution(_PlannerState):
         return self._resolve_expression(inner, scope)
 
     def _resolve_expression(self, expression: exp.Expression, scope: Scope) -> tuple[int, exp.Expression]:
-        if expression.find(exp.Subquery, exp.Select, exp.AggFunc):
+        if expression.find(exp.Subquery, exp.Select, exp.AggFunc, exp.Window):
             raise _NotLocal(f"`{_short(expression, 60)}` is not a plain expression over one row")
         columns = list(expression.find_all(exp.Column))
         if not columns:

@@ -39,5 +39,7 @@ def _is_aggregated(select: exp.Select) -> bool:
     if select.args.get("group"):
         return True
     return any(
-        agg.find_ancestor(exp.Select) is select for projection in select.selects for agg in projection.find_all(exp.AggFunc)
+        agg.find_ancestor(exp.Select, exp.Window) is select  # `sum(x) OVER (...)` does not aggregate the SELECT
+        for projection in select.selects
+        for agg in projection.find_all(exp.AggFunc)
     )

@@ -181,6 +181,18 @@ def test_live_rows_hide_tombstones(sources):
             "LEFT JOIN repos r ON r.owner = s.repo_owner AND r.name = s.repo_name LEFT JOIN users u ON u.username = r.owner",
             {"stars s": [], "repos r": ["r.owner = s.repo_owner", "r.name = s.repo_name"], "users u": ["u.username = r.owner", "r.owner = s.repo_owner", "r.name = s.repo_name"]},
         ),
+        (  # a window partitioned by the key, in a CTE: the latest two pull requests per author
+            "author",
+            "WITH ranked AS (SELECT p.author, p.title, row_number() OVER (PARTITION BY p.author ORDER BY p.created_at DESC) AS rn "
+            "FROM pull_requests p) SELECT author, collect_list(title) AS latest FROM ranked WHERE rn <= 2 GROUP BY author",
+            {"pull_requests p": []},
+        ),
+        (  # ... and in a correlated subquery, partitioned by the column it is correlated on
+            "email",
+            "SELECT u.email, (SELECT max(t.title) FROM (SELECT p.title, p.author, rank() OVER (PARTITION BY p.author "
+            "ORDER BY p.created_at DESC) AS r FROM pull_requests p) t WHERE t.author = u.username AND t.r = 1) AS last FROM users u",
+            {"users u": [], "pull_requests p": ["p.author = u.username"]},
+        ),
         (  # nested CTEs: a derived table passing on the GROUP BY columns of the one it selects from
             "email",
             "WITH a AS (WITH b AS (SELECT username, count(*) AS n FROM stars GROUP BY username) SELECT username, n FROM b) "
@@ -214,7 +226,29 @@ def test_supported_shapes(sources, key, sql, expected):
             "email",
             "SELECT u.email, rank() OVER (ORDER BY u.registered_at) AS r FROM users u",
             "RANK() OVER (ORDER BY u.registered_at)",
-            "window functions compare a row with other rows",
+            "a window without PARTITION BY makes every row depend on the whole table; partition the window by the view key's columns",
+        ),
+        (  # one change renumbers the author's other pull requests, which are other keys
+            "repo_owner, repo, index",
+            "SELECT p.repo_owner, p.repo, p.`index`, row_number() OVER (PARTITION BY p.author ORDER BY p.created_at) AS n "
+            "FROM pull_requests p",
+            "ROW_NUMBER() OVER (PARTITION BY p.author ORDER BY p.created_at)",
+            "PARTITION BY must include the columns of the view key (repo_owner, repo, index), missing repo_owner, repo, index",
+        ),
+        (
+            "email",
+            "SELECT u.email, (SELECT max(t.n) FROM (SELECT s.username, row_number() OVER (PARTITION BY s.repo_name ORDER BY s.created_at) AS n "
+            "FROM stars s) t WHERE t.username = u.username) AS n FROM users u",
+            None,
+            "PARTITION BY must include the columns of its link to the key (t.username = u.username), missing username",
+        ),
+        (
+            "author",
+            "WITH w AS (SELECT p.author, r.description, row_number() OVER (PARTITION BY p.author ORDER BY r.description) AS n "
+            "FROM pull_requests p JOIN repos r ON r.owner = p.repo_owner AND r.name = p.repo) "
+            "SELECT author, max(description) AS d FROM w WHERE n = 1 GROUP BY author",
+            None,
+            "a window is supported over one table's rows, not a join",
         ),
         (
             "email",
@@ -299,3 +333,16 @@ def test_explain_prints_every_chain_and_the_recompute_plan(plans):
     assert any("payment_info p" in line and "semi-join users u ON p.user_id = u.id" in line for line in lines), text
     assert "recompute SQL (keys in relation `_lmv_keys`):" in lines
     assert "LEFT SEMI JOIN _lmv_keys AS k" in text
+
+
+def test_explain_names_the_windows_a_key_recomputes_whole(sources):
+    plan = plan_of(
+        sources,
+        "author",
+        "WITH ranked AS (SELECT p.author, p.title, row_number() OVER (PARTITION BY p.author ORDER BY p.created_at DESC) AS rn "
+        "FROM pull_requests p) SELECT author, collect_list(title) AS latest FROM ranked WHERE rn <= 2 GROUP BY author",
+    )
+    lines = explain(plan).splitlines()
+    at = lines.index("windows - each partition is whole in a key's rows, so a change recomputes its partition with its key:")
+    assert lines[at + 1] == "  ROW_NUMBER() OVER (PARTITION BY p.author ORDER BY p.created_at DESC)"
+    assert not any(line.startswith("windows") for line in explain(plan_of(sources, "email", "SELECT u.email FROM users u")).splitlines())
