@@ -267,6 +267,18 @@ def _handle(number: int, frame) -> None:  # noqa: ANN001, ARG001 - signal handle
     raise Interrupted(name)
 
 
+def _unraisable(unraisable) -> None:  # noqa: ANN001 - sys.UnraisableHookArgs
+    """The stop's KeyboardInterrupt, raised where Python cannot propagate it (inside a C callback such
+    as pydantic building a validator, or a finalizer), is reported as "Exception ignored in ..." with
+    a traceback: after a stop signal that is the stop working, not an error to show the user."""
+    if STOP.is_set() and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    _default_unraisable(unraisable)
+
+
+_default_unraisable = sys.unraisablehook
+
+
 def install(grace: float = 8.0, subreaper: bool = False) -> bool:
     """Handle SIGINT and SIGTERM as described above (main thread only; idempotent, re-asserts after
     a library replaced the handlers, e.g. PySpark's SIGINT handler when a SparkContext starts).
@@ -282,6 +294,7 @@ def install(grace: float = 8.0, subreaper: bool = False) -> bool:
         _subreaper = True
     for number in SIGNALS:
         signal.signal(number, _handle)
+    sys.unraisablehook = _unraisable
     if not _installed:
         atexit.register(_at_exit)  # registered first, so it runs last: after libraries' own exit work
         _installed = True

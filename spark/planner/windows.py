@@ -40,13 +40,13 @@ class _Windows(_Resolution):
         select = scope.expression
         partition = window.args.get("partition_by") or []
         if not partition:
-            raise self.fail(f"a window without PARTITION BY makes every row depend on the whole table; {REWRITE}", window)
+            raise self.fail(f"a window function without PARTITION BY makes every row depend on the whole table; {REWRITE}", window)
         tables = [s for s in scope.selected_sources.values() if isinstance(s[1], exp.Table)]
         if select.args.get("joins") or len(scope.selected_sources) != 1 or len(tables) != 1:
-            raise self.fail(f"a window is supported over one table's rows, not a join or a subquery; {REWRITE}", window)
+            raise self.fail(f"a window function is supported over one table's rows, not a join or a subquery; {REWRITE}", window)
         if _is_aggregated(select):
             raise self.fail(
-                "a window over grouped rows is not supported; compute the window in a CTE over the table, then aggregate",
+                "a window function over grouped rows is not supported; compute the window in a CTE over the table, then aggregate",
                 window,
             )
         occ = self.occ_of[id(tables[0][1])]
@@ -55,7 +55,7 @@ class _Windows(_Resolution):
             try:
                 found, resolved = self._resolve_expression(expression, scope)
             except _NotLocal as exc:
-                raise self.fail(f"a window must be partitioned by columns of its table: {exc}", window) from None
+                raise self.fail(f"a window function must be partitioned by columns of its table: {exc}", window) from None
             if found == occ:
                 covered.add(resolved.sql(dialect="spark"))
         if occ == anchor:
@@ -68,7 +68,7 @@ class _Windows(_Resolution):
         missing = [n for n in needed if n not in covered]
         if missing:
             raise self.fail(
-                f"this window's partitions are not whole in the rows one key reads: PARTITION BY must include the "
+                f"this window function's partitions are not whole in the rows one key reads: PARTITION BY must include the "
                 f"columns of {whose}, missing {', '.join(m.split('.', 1)[-1] for m in missing)}; {REWRITE}",
                 window,
             )

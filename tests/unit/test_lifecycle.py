@@ -132,3 +132,22 @@ def test_py4j_network_errors_are_not_logged_once_lakemv_quiets_them(caplog):
         root.removeFilter(_not_py4j)
         if quieted:
             root.addFilter(_not_py4j)
+
+
+def test_after_a_stop_signal_an_ignored_keyboard_interrupt_prints_no_traceback(monkeypatch):
+    """The stop's KeyboardInterrupt can land inside a C callback (pydantic building a validator), where
+    Python prints "Exception ignored in ..." and a traceback: once stopping, that is swallowed."""
+    from types import SimpleNamespace
+
+    from spark import lifecycle
+
+    shown = []
+    monkeypatch.setattr(lifecycle, "_default_unraisable", shown.append)
+    interrupt = SimpleNamespace(exc_value=lifecycle.Interrupted("SIGINT"))
+    other = SimpleNamespace(exc_value=ValueError("a real error"))
+    lifecycle._unraisable(interrupt)
+    assert shown == [interrupt]  # not stopping: shown as Python would
+    monkeypatch.setattr(lifecycle, "STOP", SimpleNamespace(is_set=lambda: True))
+    lifecycle._unraisable(interrupt)
+    lifecycle._unraisable(other)
+    assert shown == [interrupt, other]

@@ -226,7 +226,7 @@ def test_supported_shapes(sources, key, sql, expected):
             "email",
             "SELECT u.email, rank() OVER (ORDER BY u.registered_at) AS r FROM users u",
             "RANK() OVER (ORDER BY u.registered_at)",
-            "a window without PARTITION BY makes every row depend on the whole table; partition the window by the view key's columns",
+            "a window function without PARTITION BY makes every row depend on the whole table; partition the window by the view key's columns",
         ),
         (  # one change renumbers the author's other pull requests, which are other keys
             "repo_owner, repo, index",
@@ -248,7 +248,7 @@ def test_supported_shapes(sources, key, sql, expected):
             "FROM pull_requests p JOIN repos r ON r.owner = p.repo_owner AND r.name = p.repo) "
             "SELECT author, max(description) AS d FROM w WHERE n = 1 GROUP BY author",
             None,
-            "a window is supported over one table's rows, not a join",
+            "a window function is supported over one table's rows, not a join",
         ),
         (
             "email",
