@@ -46,7 +46,7 @@ from spark.mirror import (
     ensure_namespaces,
     ensure_view_namespace,
     evolved_source,
-    live_rows_sql,
+    matching_rows,
     merge_changes,
     stored_rows,
 )
@@ -223,16 +223,9 @@ class BatchProcessor(StoreSteps):
             names = self.store.mirrors[source.name].column_names
             rows = self.store.lookup(source.name, columns, values, (False,) * len(columns))
             return [dict(zip(names, row, strict=True)) for row in rows]
-        relation = f"_lmv_unique_{source.name}"
         schema = pa.schema([mirror_arrow_schema(source).field(c) for c in columns])
         wanted = pa.Table.from_pylist([dict(zip(columns, v, strict=True)) for v in values], schema=schema)
-        self.spark.createDataFrame(wanted).createOrReplaceTempView(relation)
-        try:
-            on = " AND ".join(f"m.`{c}` = v.`{c}`" for c in columns)
-            sql = f"SELECT m.* FROM ({live_rows_sql(self.names, source)}) AS m LEFT SEMI JOIN {relation} AS v ON {on}"
-            return self.spark.sql(sql).toArrow().to_pylist()
-        finally:
-            self.spark.catalog.dropTempView(relation)
+        return matching_rows(self.spark, self.names, source, wanted, live=True).to_pylist()
 
     # ---- schema drift ------------------------------------------------------------------------------
     def _evolve(self, new_fields: Mapping[str, Mapping[str, object]], notes: list[str]) -> bool:

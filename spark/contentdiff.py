@@ -7,21 +7,27 @@ the view MERGE.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Collection, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark.viewsql import OP
 
+Key = TypeVar("Key", bound=Hashable)
 
-def duplicated_keys(new: pa.Table, key_names: Sequence[str]) -> set[tuple[Any, ...]]:
+
+def repeated(keys: Iterable[Key]) -> set[Key]:
     """Keys that several rows of a recompute share. The planner proves a key unique given the sources'
     declared keys, so this happens only when a declared unique key is violated (spark.unique): such a
     key is *held* - its view row stays as it was, neither replaced by one of the rows nor deleted."""
-    counts = Counter(zip(*(new.column(k).to_pylist() for k in key_names), strict=True))
-    return {key for key, n in counts.items() if n > 1}
+    return {key for key, n in Counter(keys).items() if n > 1}
+
+
+def duplicated_keys(new: pa.Table, key_names: Sequence[str]) -> set[tuple[Any, ...]]:
+    """`repeated` over the key columns of a recompute."""
+    return repeated(zip(*(new.column(k).to_pylist() for k in key_names), strict=True))
 
 
 def content_diff(

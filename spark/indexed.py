@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -21,6 +20,7 @@ from pyspark.sql import SparkSession
 from catalog.tables import ARROW_TYPES
 from catalog.viewstate import ViewState
 from spark.commits import WriteUnit
+from spark.contentdiff import repeated
 from spark.faults import crash_point
 from spark.literals import q
 from spark import maintain
@@ -90,9 +90,7 @@ class IndexedView:
         new = self._recompute(rows, ordered)
         steps["recompute"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        # several rows for one key (a declared unique key violated, spark.unique): left alone
-        duplicated = {k for k, n in Counter(rows_of(new, self.plan.key_names)).items() if n > 1}
-        diff, held, upserts, deletes = self._diff(new, ordered, duplicated)
+        diff, held, upserts, deletes, duplicated = self._diff(new, ordered)
         steps["diff"] = time.perf_counter() - clock
         if diff.num_rows == 0:
             return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps), held=len(duplicated))
@@ -166,13 +164,15 @@ class IndexedView:
                 self.spark.catalog.dropTempView(relation)
 
     def _diff(
-        self, new: pa.Table, keys: list[Values], duplicated: set[Values]
-    ) -> tuple[pa.Table, list[Values], list[tuple[Values, str]], list[Values]]:
+        self, new: pa.Table, keys: list[Values]
+    ) -> tuple[pa.Table, list[Values], list[tuple[Values, str]], list[Values], set[Values]]:
         """(diff rows for the feed and the view, the keys among them the view holds a row for, digests to
-        store, keys to drop) against the stored digests. A direct commit deletes exactly the held keys'
-        rows, by position. `duplicated` keys (several new rows: a unique violation) are left alone."""
+        store, keys to drop, keys left alone) against the stored digests. A direct commit deletes
+        exactly the held keys' rows, by position. A key with several new rows (a unique violation,
+        spark.contentdiff.repeated) is left alone."""
         stored = self.store.digests(self.plan.name, keys)
         new_keys = rows_of(new, self.plan.key_names)
+        duplicated = repeated(new_keys)
         digests = new.column(DIGEST).to_pylist()
         changed = [
             i for i, (k, d) in enumerate(zip(new_keys, digests, strict=True)) if k not in duplicated and stored.get(k) != d
@@ -192,7 +192,7 @@ class IndexedView:
                 removed = removed.append_column(field, pa.array([value] * len(gone), type=field.type))
         diff = pa.concat_tables([upserted, removed.select([f.name for f in fields]).cast(pa.schema(fields))])
         held = [new_keys[i] for i in changed if new_keys[i] in stored] + gone
-        return diff, held, [(new_keys[i], digests[i]) for i in changed], gone
+        return diff, held, [(new_keys[i], digests[i]) for i in changed], gone, duplicated
 
 
 def _rounded(steps: Mapping[str, float]) -> dict[str, float]:

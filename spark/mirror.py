@@ -95,14 +95,21 @@ def live_rows_sql(
 
 def stored_rows(spark: SparkSession, names: TableNames, source: SourceTable, rows: pa.Table) -> pa.Table:
     """The mirror's current rows (tombstones included) for the primary keys in `rows`."""
-    view = f"_lmv_keys_{source.name}"
-    spark.createDataFrame(rows.select(list(source.primary_key))).createOrReplaceTempView(view)
-    on = " AND ".join(f"m.`{k}` = k.`{k}`" for k in source.primary_key)
-    prefilter = key_filter("m", key_columns(rows, source.primary_key))
-    where = f" WHERE {prefilter}" if prefilter else ""
+    return matching_rows(spark, names, source, rows.select(list(source.primary_key)))
+
+
+def matching_rows(spark: SparkSession, names: TableNames, source: SourceTable, match: pa.Table, live: bool = False) -> pa.Table:
+    """The mirror's rows (only the live ones with `live`, else tombstones included) whose columns named
+    like `match`'s equal one of its rows: a semi join with `match`, the values also given as literals
+    so the Iceberg scan skips the files that cannot hold them (spark.literals)."""
+    view = f"_lmv_match_{source.name}"
+    spark.createDataFrame(match).createOrReplaceTempView(view)
+    on = " AND ".join(f"m.`{k}` = k.`{k}`" for k in match.column_names)
+    conditions = [key_filter("m", key_columns(match, match.column_names))] + ([f"NOT m.`{DELETED}`"] if live else [])
+    where = " AND ".join(c for c in conditions if c)
     try:
         columns = ", ".join(f"m.`{f.name}`" for f in mirror_arrow_schema(source))
-        sql = f"SELECT {columns} FROM {names.mirror(source.name)} m LEFT SEMI JOIN {view} k ON {on}{where}"
+        sql = f"SELECT {columns} FROM {names.mirror(source.name)} m LEFT SEMI JOIN {view} k ON {on}" + (f" WHERE {where}" if where else "")
         stored = spark.sql(sql).toArrow()
     finally:
         spark.catalog.dropTempView(view)
