@@ -6,7 +6,7 @@ extension, no Spark), and compared row by row with the view table: matching, mis
 columns differ), missing from the table, extra in the table, duplicate keys.
 
 Where Spark and DuckDB order differently, the transpiled SQL says Spark's order explicitly:
-`array_sort(collect_list(struct(...)))` sorts structs field by field with NULL fields first in Spark
+`array_sort` / `sort_array(collect_list(struct(...)))` sort structs field by field with NULL fields first in Spark
 and last in DuckDB, so it becomes `array_agg(struct ORDER BY field NULLS FIRST, ...)`.
 """
 
@@ -20,7 +20,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 from pyiceberg.exceptions import NoSuchTableError
-from sqlglot.errors import SqlglotError
+from sqlglot.errors import ErrorLevel, SqlglotError
 
 from catalog.declarations import SourceTable
 from catalog.duck import lake_connection, metadata_location
@@ -40,13 +40,14 @@ class ViewMismatch(LakemvError):
 
 
 def _spark_array_sort(node: exp.Expression) -> exp.Expression:
-    """array_sort(collect_list(struct(f1, f2, ...))) with Spark's order: fields ascending, NULL fields first."""
+    """array_sort / sort_array(collect_list(struct(f1, f2, ...))) with Spark's order: fields ascending,
+    NULL fields first (the elements, structs, are never NULL)."""
     if not (isinstance(node, exp.ArraySort) and isinstance(node.this, exp.ArrayAgg)):
         return node
     struct = node.this.this
-    nulls_first = node.args.get("nulls_first")
-    if not isinstance(struct, exp.Struct) or (nulls_first is not None and nulls_first.this is True):
-        return node
+    descending = isinstance(node.args.get("asc"), exp.Boolean) and node.args["asc"].this is False
+    if not isinstance(struct, exp.Struct) or descending or node.args.get("expression") is not None:
+        return node  # a descending sort_array, or array_sort with a comparator: left to sqlglot
     fields = [e.expression if isinstance(e, (exp.PropertyEQ, exp.Alias)) else e for e in struct.expressions]
     if not fields:
         return node
@@ -57,11 +58,46 @@ def _spark_array_sort(node: exp.Expression) -> exp.Expression:
     return exp.Filter(this=exp.ArrayAgg(this=order), expression=not_null)
 
 
+def _spark_empty_lists(node: exp.Expression) -> exp.Expression:
+    """collect_list / collect_set of no values is `[]` in Spark, NULL in DuckDB: coalesce to `[]`.
+
+    Applied to the outermost aggregate node (a FILTER made by `_spark_array_sort` included)."""
+    if isinstance(node, (exp.ArrayAgg, exp.ArrayUniqueAgg)) and not isinstance(node.parent, exp.Filter):
+        return exp.Coalesce(this=node, expressions=[exp.Array(expressions=[])])
+    if isinstance(node, exp.Filter) and isinstance(node.this, (exp.ArrayAgg, exp.ArrayUniqueAgg)):
+        return exp.Coalesce(this=node, expressions=[exp.Array(expressions=[])])
+    return node
+
+
+def _spark_array_exists(node: exp.Expression) -> exp.Expression:
+    """Spark's `exists(array, x -> p)`: TRUE if some element satisfies p, else NULL if p is NULL for
+    some element (three-valued, Spark's default), else FALSE; NULL for a NULL array. sqlglot would
+    render it as SQL's EXISTS (subquery) and drop the lambda."""
+    if not (isinstance(node, exp.Exists) and isinstance(node.expression, exp.Lambda)):
+        return node
+    array, predicate = node.this, node.expression
+
+    def count(where: exp.Lambda) -> exp.Expression:
+        return exp.GT(this=exp.ArraySize(this=exp.ArrayFilter(this=array.copy(), expression=where)), expression=exp.Literal.number(0))
+
+    is_null = exp.Lambda(this=exp.Is(this=exp.Paren(this=predicate.this.copy()), expression=exp.Null()), expressions=[e.copy() for e in predicate.expressions])
+    return exp.Case(
+        ifs=[
+            exp.If(this=exp.Is(this=array.copy(), expression=exp.Null()), true=exp.Null()),
+            exp.If(this=count(predicate.copy()), true=exp.true()),
+            exp.If(this=count(is_null), true=exp.Null()),
+        ],
+        default=exp.false(),
+    )
+
+
 def duckdb_sql(spark_sql: str) -> str:
-    """The view's Spark SQL as DuckDB SQL (sqlglot), with Spark's ordering made explicit."""
+    """The view's Spark SQL as DuckDB SQL (sqlglot), with Spark's ordering, empty lists and
+    three-valued `exists` made explicit."""
     try:
         tree = sqlglot.parse_one(spark_sql, read="spark")
-        return tree.transform(_spark_array_sort).sql(dialect="duckdb")
+        tree = tree.transform(_spark_array_exists).transform(_spark_array_sort).transform(_spark_empty_lists)
+        return tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as exc:
         raise QueryError(f"cannot translate the view's SQL to DuckDB: {str(exc).splitlines()[0]}") from None
 
@@ -205,7 +241,14 @@ def verify_view(
     try:
         scan = f"iceberg_scan('{location}'" + (f", snapshot_from_id => {int(table_snapshot)})" if table_snapshot else ")")
         con.execute(f"CREATE TEMP TABLE actual AS SELECT * FROM {scan}")
-        con.execute(f"CREATE TEMP TABLE expected AS {duckdb_sql(spark_sql)}")
+        translated = duckdb_sql(spark_sql)
+        try:
+            con.execute(f"CREATE TEMP TABLE expected AS {translated}")
+        except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as exc:
+            raise QueryError(
+                f"cannot verify {view} with DuckDB: sqlglot's translation of its SQL does not run there "
+                f"({str(exc).strip().splitlines()[0]}); a construct of it has no DuckDB equivalent yet"
+            ) from None
         columns = [r[0] for r in con.execute("DESCRIBE expected").fetchall()]
         present = {r[0] for r in con.execute("DESCRIBE actual").fetchall()}
         missing_columns = [c for c in columns if c not in present]

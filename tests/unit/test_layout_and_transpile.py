@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from catalog.duck import connect_duckdb
+from catalog.errors import QueryError
 from catalog.settings import LakeSettings
 from catalog.verify import duckdb_sql
 from spark.layout import SortOrder, lookups, sort_orders, view_sort_orders
@@ -44,12 +45,14 @@ def test_array_sort_of_structs_keeps_sparks_order_in_duckdb():
     """Spark sorts a struct with a NULL field before one with a value; DuckDB's list_sort after."""
     sql = duckdb_sql(
         "WITH t AS (SELECT 1 AS k, 1 AS a, CAST(NULL AS STRING) AS b UNION ALL SELECT 1, 1, 'x' UNION ALL SELECT 1, 0, 'z') "
-        "SELECT k, array_sort(collect_list(struct(a, b))) AS l, array_sort(collect_set(b)) AS s FROM t GROUP BY k"
+        "SELECT k, array_sort(collect_list(struct(a, b))) AS l, array_sort(collect_set(b)) AS s, "
+        "sort_array(collect_list(struct(a, b))) AS l2 FROM t GROUP BY k"
     )
     con = connect_duckdb()
     row = con.execute(sql).fetchone()
     # What Spark returns for the same SQL (measured): [{0,'z'}, {1,NULL}, {1,'x'}] and ['x', 'z'].
-    assert row == (1, [{"a": 0, "b": "z"}, {"a": 1, "b": None}, {"a": 1, "b": "x"}], ["x", "z"]), row
+    ordered = [{"a": 0, "b": "z"}, {"a": 1, "b": None}, {"a": 1, "b": "x"}]
+    assert row == (1, ordered, ["x", "z"], ordered), row
 
 
 def test_the_maintenance_state_round_trips_and_notices_a_change_of_hands():
@@ -59,3 +62,27 @@ def test_the_maintenance_state_round_trips_and_notices_a_change_of_hands():
     assert (again.state, dict(again.since), again.by, again.branch, again.raw) == ("paused", {"users": 12, "stars": None}, "backfill 1", "lakemv_backfill_1", text)
     assert ViewState.parse(None).state == "active" and ViewState.parse(None).raw is None
     assert ViewState.parse(ViewState("resume", {"users": 13}, by="backfill 1").to_json()).raw != text
+
+
+def test_spark_list_and_exists_semantics_carry_over_to_duckdb():
+    """collect_list of no values is [] in Spark (NULL in DuckDB); `exists(array, x -> p)` is three-valued."""
+    sql = duckdb_sql(
+        "WITH t AS (SELECT 1 AS k, CAST(NULL AS STRING) AS v UNION ALL SELECT 2, 'ann' UNION ALL SELECT 2, 'bo' "
+        "UNION ALL SELECT 3, 'bo' UNION ALL SELECT 3, NULL) "
+        "SELECT k, sort_array(collect_list(v)) AS l, exists(collect_list(v), x -> x = 'ann') AS has_ann, "
+        "exists(array(v), x -> x = 'ann') AS row_has_ann FROM t GROUP BY k, v ORDER BY k, v NULLS FIRST"
+    )
+    rows = connect_duckdb().execute(sql).fetchall()
+    # Spark: k=1 -> [], False, NULL (array(NULL): p is NULL); k=2 'ann' -> True; k=3 NULL -> [], False, NULL.
+    assert rows == [
+        (1, [], False, None),
+        (2, ["ann"], True, True),
+        (2, ["bo"], False, False),
+        (3, [], False, None),
+        (3, ["bo"], False, False),
+    ], rows
+
+
+def test_a_construct_duckdb_lacks_is_named():
+    with pytest.raises(QueryError, match="cannot translate the view's SQL to DuckDB: SOUNDEX is not supported in DuckDB"):
+        duckdb_sql("SELECT u.email, soundex(u.username) AS sound FROM users u")
