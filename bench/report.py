@@ -240,6 +240,13 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
                 lines.append(f"| {label} | {r['views']} | {r['build']['seconds']:.1f} | {m['seconds']:.2f} | {m['cpu_seconds']:.2f} | "
                              f"{m['spark_jobs']} | {m['iceberg_commits']} |")  # fmt: skip
             lines += ["", f"One more view adds {v['per_view_seconds'] * 1000:,.0f} ms ({v['per_view_cpu_seconds'] * 1000:,.0f} CPU ms) to a 1k-change batch."]
+        cost = scale.get("cost")
+        if cost:
+            lines += ["", "| cost per key | explain: rows per average key | per key a batch reaches | measured | explain: keys per batch | measured | ms per key |",
+                      "|---|---|---|---|---|---|---|"]
+            for view, c in cost.items():
+                lines.append(f"| {view} | {_fmt(c['average_key_rows'])} | {_fmt(c['predicted_rows_per_key'])} | {_fmt(c['measured_rows_per_key'])} | "
+                             f"{_fmt(c['predicted_keys_per_batch'])} | {_fmt(c['measured_keys_per_batch'])} | {_fmt(c['seconds_per_key_ms'])} |")  # fmt: skip
     lines += ["", "## Plots", ""]
     for name, caption in plots:
         lines += [f"![{caption}]({name})", "", f"*{caption}*", ""]

@@ -18,7 +18,9 @@ measures, on that one lake and in this order:
 6. start-up: `lakemv ingest --once` (the real command) on this lake with its state in place, given one
    new file: seconds until its first batch starts;
 7. many views: 1k-change batches maintaining `--views` views of mixed shapes (the shipped views, the
-   test shapes the store indexes, numbered copies) against batches of user_profile alone.
+   test shapes the store indexes, numbered copies) against batches of user_profile alone;
+8. cost: `lakemv explain`'s predicted rows per key and keys per batch for user_profile and
+   COST_SHAPES, against 1k-change batches maintaining them (keys reached, rows the state read).
 
 Setting up each scale also measures the local state: its load from the tables, its size on disk and
 the driver memory it takes.
@@ -59,6 +61,8 @@ from catalog.tables import TableNames
 from catalog.verify import duckdb_sql
 from spark.batch import VIEW_WORKERS, BatchProcessor, BatchResult
 from spark.bulk import lines_frame
+from spark.cost import predict
+from spark.cost import statistics as mirror_statistics
 from spark.directwrite import DirectWriter
 from spark.ingest import checkpoint_dir, planned_files, run_ingest
 from spark.maintain import ViewMaintainer
@@ -68,11 +72,13 @@ from spark.session import get_spark
 from spark.views import load_views
 from workload.debezium import connect_schema, write_landing_files
 from workload.github import GitHubWorkload, WorkloadConfig
-from workload.shapes import copies
+from workload.shapes import copies, shape_view
 
 RESULTS = Path(__file__).with_name("results")
 LAKEMV = PROJECT_ROOT / ".venv" / "bin" / "lakemv"
-MEASURES = ("batches", "full", "freshness", "catch-up", "startup", "views")
+MEASURES = ("batches", "full", "freshness", "catch-up", "startup", "views", "cost")
+# Views whose cost per key `lakemv explain` predicts, set against measured batches (the cost measure).
+COST_SHAPES = ("repo_fans", "latest_prs")
 VIEW = "user_profile"
 TARGETS = {  # issue 13's, on 2 cores
     "freshness_p50_seconds": 3.0,
@@ -167,8 +173,8 @@ def batch_figures(result: BatchResult, figures: dict[str, Any]) -> dict[str, Any
         "steps": dict(result.steps),
         "views": len(result.views),
         "views_seconds": round(sum(v.seconds for v in result.views.values()), 3),
-        "per_view": {name: {"keys": v.keys, "seconds": round(v.seconds, 3), "steps": dict(v.steps), "note": v.note}
-                     for name, v in result.views.items()},  # fmt: skip
+        "per_view": {name: {"keys": v.keys, "seconds": round(v.seconds, 3), "steps": dict(v.steps), "note": v.note,
+                            "rows_read": v.rows_read} for name, v in result.views.items()},  # fmt: skip
     }
 
 
@@ -521,6 +527,58 @@ class Scale:
         return {**runs, "per_view_seconds": round(per_view, 3),
                 "per_view_cpu_seconds": round((many["cpu_seconds"] - one["cpu_seconds"]) / (count - 1), 3)}  # fmt: skip
 
+    def costs(self) -> dict[str, Any]:
+        """`lakemv explain`'s cost per key (from DuckDB's counts over the mirrors now) against what
+        1k-change batches measure: keys reached, rows the local state read for them, seconds per key."""
+        plans = [self.plan, *(plan_view(shape_view(name), self.sources) for name in COST_SHAPES)]
+        con = lake_connection(self.settings, self.sources)
+        try:
+            stats = {p.name: mirror_statistics(con, p, self.sources) for p in plans}
+        finally:
+            con.close()
+        self.processor, store = self._views_processor(plans, "cost")
+        for number in range(self.args.warmup):
+            self.batch(f"cost: warm-up {number + 1}", self.workload.change_round(self.args.changes))
+        batches = [self.batch(f"cost: 1k-change batch {n + 1}", self.workload.change_round(self.args.changes))
+                   for n in range(self.args.repeat)]  # fmt: skip
+        if store is not None:
+            store.close()
+        out: dict[str, Any] = {}
+        for plan in plans:
+            cost = predict(plan, stats[plan.name])
+            runs = [b["per_view"][plan.name] for b in batches]
+            keys = sum(r["keys"] or 0 for r in runs)
+            read = [r["rows_read"] for r in runs if r["rows_read"] is not None]
+            # keys the batch's merged rows should reach (each table's rows x its occurrences' keys per
+            # change), and the rows those keys read (size-biased through the occurrence that reached them)
+            reached, rows = [], []
+            for b in batches:
+                keys_by = [(b["merged"].get(plan.occurrence(o.occurrence).table, 0) * o.keys_per_change, o) for o in cost.occurrences]
+                reached.append(sum(k for k, _ in keys_by))
+                rows.append(sum(k * o.rows_per_reached_key for k, o in keys_by))
+            predicted_keys = reached
+            out[plan.name] = {
+                "predicted_rows_per_key": round(sum(rows) / sum(reached), 2) if sum(reached) else None,
+                "average_key_rows": round(cost.rows_per_key, 2),
+                "measured_rows_per_key": round(sum(read) / keys, 2) if read and keys else None,
+                "predicted_keys_per_batch": round(sum(predicted_keys) / len(batches), 1),
+                "measured_keys_per_batch": round(keys / len(batches), 1),
+                "seconds_per_key_ms": round(1000 * sum(r["seconds"] for r in runs) / keys, 3) if keys else None,
+                "view_seconds": [r["seconds"] for r in runs],
+                "anchor_rows_per_key": round(cost.anchor_rows_per_key, 2),
+                "per_occurrence": [
+                    {"table": plan.occurrence(o.occurrence).table, "alias": plan.occurrence(o.occurrence).alias,
+                     "rows_per_key": round(o.rows_per_key, 3), "keys_per_change": round(o.keys_per_change, 3),
+                     "rows_per_reached_key": round(o.rows_per_reached_key, 3)}
+                    for o in cost.occurrences
+                ],  # fmt: skip
+            }
+            figures = out[plan.name]
+            self.say(f"cost of {plan.name}: explain predicts {figures['predicted_rows_per_key']} rows per key and "
+                     f"{figures['predicted_keys_per_batch']} keys per batch; measured {figures['measured_rows_per_key']} "
+                     f"and {figures['measured_keys_per_batch']} ({figures['seconds_per_key_ms']} ms per key)")  # fmt: skip
+        return out
+
     def run(self) -> dict[str, Any]:
         out: dict[str, Any] = {"users": self.users, "setup": self.load()}
         measures = self.args.measures
@@ -531,6 +589,7 @@ class Scale:
         out["catch_up"] = self.catch_up() if "catch-up" in measures else None
         out["startup"] = self.startup() if "startup" in measures else None
         out["many_views"] = self.many_views() if "views" in measures else None
+        out["cost"] = self.costs() if "cost" in measures else None
         return out
 
 

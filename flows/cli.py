@@ -175,7 +175,28 @@ def explain(
     if sql:
         names = TableNames(ctx.obj.settings.catalog_name)
         live = {t: live_rows_sql(names, ctx.obj.sources[t]) for t in plan.tables}
-    print(explain_plan(plan, live))
+    print(explain_plan(plan, live, _statistics(ctx.obj, plan)))
+
+
+def _statistics(lake: Lake, plan):
+    """The mirrors' counts for the cost section of explain (DuckDB, no Spark), or why there are none."""
+    import duckdb
+    from sqlglot.errors import SqlglotError
+
+    from catalog.duck import lake_connection, metadata_location
+    from catalog.tables import MIRROR_NAMESPACE
+    from spark.cost import statistics
+
+    empty = [t for t in plan.tables if metadata_location(lake.settings, MIRROR_NAMESPACE, t) is None]
+    if empty:
+        return f"no rows ingested yet for {', '.join(empty)}: run lakemv ingest first"
+    con = lake_connection(lake.settings, lake.sources)
+    try:
+        return statistics(con, plan, lake.sources)
+    except (duckdb.Error, SqlglotError) as exc:
+        return f"DuckDB could not count the mirrors ({str(exc).strip().splitlines()[0]})"
+    finally:
+        con.close()
 
 
 @app.command()

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import sqlglot
 from sqlglot import exp
 
+from spark.cost import Statistics, cost_lines, predict
 from spark.planner import OCCURRENCE, ViewPlan, over
 from spark.state.layout import Lookup, route
 from spark.viewsql import recompute_sql
@@ -29,8 +30,9 @@ def _chain_text(plan: ViewPlan, occ_id: int) -> str:
     return ARROW.join([*steps, f"key ({keys})"])
 
 
-def explain(plan: ViewPlan, live: Mapping[str, str] | None = None) -> str:
-    """Human-readable plan; with `live` (table -> live-rows SQL) the recompute SQL is appended."""
+def explain(plan: ViewPlan, live: Mapping[str, str] | None = None, stats: Statistics | str | None = None) -> str:
+    """Human-readable plan; with `live` (table -> live-rows SQL) the recompute SQL is appended; with
+    `stats` (the mirrors' counts, or why there are none) the predicted cost per key."""
     definition = plan.definition
     anchor = plan.occurrence(plan.anchor)
     lines = [f"view {plan.name}" + (f"  ({definition.location})" if definition.location else "")]
@@ -63,6 +65,10 @@ def explain(plan: ViewPlan, live: Mapping[str, str] | None = None) -> str:
         lines += ["", "windows - each partition is whole in a key's rows, so a change recomputes its partition with its key:"]
         lines += [f"  {w}" for w in windows]
     lines += ["", *_state_lines(plan, order, width)]
+    if isinstance(stats, Statistics):
+        lines += ["", *cost_lines(plan, predict(plan, stats), stats, width)]
+    elif stats is not None:
+        lines += ["", f"cost per key: not estimated: {stats}"]
     lines += [
         "",
         "then: diff against the view's rows (the store's digests, or the view table when scanning), MERGE",

@@ -85,6 +85,7 @@ class IndexedView:
         clock = time.perf_counter()
         ordered = sorted(keys, key=repr)
         rows = gather(self.plan, self.route, parts, self.store, ordered)
+        rows_read = sum(len(found) for found in rows.values())
         steps["rows"] = time.perf_counter() - clock
         clock = time.perf_counter()
         new = self._recompute(rows, ordered)
@@ -93,7 +94,8 @@ class IndexedView:
         diff, held, upserts, deletes, duplicated = self._diff(new, ordered)
         steps["diff"] = time.perf_counter() - clock
         if diff.num_rows == 0:
-            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps), held=len(duplicated))
+            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps),
+                              held=len(duplicated), rows_read=rows_read)  # fmt: skip
         writing = Writing(len(keys), position, unit, started, steps, state, held=len(duplicated))
         result = self.maintainer.write_diff(diff, writing, lambda refresh: self._places(held, unit, refresh))
         if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
@@ -101,7 +103,7 @@ class IndexedView:
         clock = time.perf_counter()
         self._record(upserts, deletes, unit)
         crash_point(f"state:{self.plan.name}", unit.batch_id)
-        return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)})
+        return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)}, rows_read=rows_read)
 
     def _places(self, held: list[Values], unit: WriteUnit, refresh: bool) -> tuple[int | None, list[Location]]:
         """Where the view rows of `held` live, and the view snapshot the store reflects (what the

@@ -41,6 +41,7 @@ class ViewResult:
     paused: bool = False  # a backfill holds the view: this batch left it alone
     note: str | None = None  # paused by whom, caught up after a backfill, superseded by a backfill
     held: int = 0  # keys whose recompute gave several rows (a unique violation): their rows were kept
+    rows_read: int | None = None  # mirror rows the recompute read for the keys (the local state counts them)
 
     def describe(self) -> str:
         if self.paused:

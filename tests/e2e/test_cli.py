@@ -25,6 +25,12 @@ def test_generate_ingest_in_rounds_query_equals_truth_in_any_time_zone(tmp_path,
     for name, source in truth.sources.items():
         assert queried_rows(warehouse, source, env=env) == model_rows(truth.live_rows(name), source), name
 
+    # explain's cost section counts the live rows (DuckDB over the mirrors)
+    out = lakemv("--warehouse", str(warehouse), "explain", "user_profile", env=env).stdout
+    counts = ", ".join(f"{t} {len(list(truth.live_rows(t))):,}" for t in ("stars", "repos", "pull_requests", "payment_info", "users"))
+    assert f"cost per key - averages over the live rows now ({counts} rows;" in out, out
+    assert "  a key reads ~" in out, out
+
 
 @pytest.mark.slow(60)
 def test_demo_runs_end_to_end_and_prints_rows(tmp_path):

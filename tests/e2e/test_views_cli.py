@@ -131,6 +131,7 @@ def test_explain_names_every_table_read_and_an_unknown_view_is_one_error_line(tm
     assert set(reads[0].removeprefix("reads:").replace(",", " ").split()) == set(SOURCE_TABLES), reads[0]
     for table in SOURCE_TABLES:
         assert table in out
+    assert "cost per key: not estimated: no rows ingested yet for stars, repos, pull_requests, payment_info, users" in out
 
     done = lakemv("--warehouse", str(tmp_path / "wh"), "explain", "nope", check=False)
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)

@@ -1,0 +1,63 @@
+"""The cost per key `lakemv explain` predicts, from counts DuckDB takes over (here: in-memory) tables."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from spark.cost import predict, statistics
+from spark.explain import explain
+from spark.planner import plan_view
+from workload.shapes import shape_view
+
+
+@pytest.fixture
+def con(sources):
+    """The five source tables as DuckDB tables: 2 repos, 4 stars (3 of ann/lake), 3 users."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE repos (owner VARCHAR, name VARCHAR, description VARCHAR)")
+    con.execute("INSERT INTO repos VALUES ('ann', 'lake', 'a'), ('bob', 'pond', 'b')")
+    con.execute("CREATE TABLE stars (username VARCHAR, repo_owner VARCHAR, repo_name VARCHAR)")
+    con.execute("INSERT INTO stars VALUES ('ann', 'ann', 'lake'), ('bob', 'ann', 'lake'), ('zed', 'ann', 'lake'), ('ann', 'bob', 'pond')")
+    con.execute("CREATE TABLE users (email VARCHAR, username VARCHAR)")
+    con.execute("INSERT INTO users VALUES ('a@x', 'ann'), ('b@x', 'bob'), ('c@x', 'cy')")
+    con.execute("CREATE TABLE pull_requests (repo_owner VARCHAR, repo VARCHAR, \"index\" INT, author VARCHAR)")
+    con.execute("INSERT INTO pull_requests VALUES ('ann', 'lake', 1, 'bob'), ('ann', 'lake', 2, 'bob'), ('bob', 'pond', 1, 'ann')")
+    return con
+
+
+def test_rows_per_key_follow_the_link_tree_down_and_keys_per_change_up(con, sources):
+    plan = plan_view(shape_view("repo_fans"), sources)  # repos r <- stars s (repo) <- users u (username)
+    stats = statistics(con, plan, sources)
+    assert stats.rows == {"repos": 2, "stars": 4, "users": 3} and stats.keys == 2
+    cost = predict(plan, stats)
+    by_table = {plan.occurrence(o.occurrence).table: o for o in cost.occurrences}
+    # A repository reads itself, its 4/2 = 2 stars on average, and each star's user: 3 stars of 4 have one.
+    assert by_table["repos"].rows_per_key == 1.0
+    assert by_table["stars"].rows_per_key == 2.0
+    assert by_table["users"].rows_per_key == pytest.approx(2 * 3 / 4)
+    assert cost.rows_per_key == pytest.approx(1 + 2 + 1.5)
+    # A changed star reaches its one repository; a changed user its stars' repositories (3 stars / 3 users).
+    assert (by_table["repos"].keys_per_change, by_table["stars"].keys_per_change) == (1.0, 1.0)
+    assert by_table["users"].keys_per_change == pytest.approx(1.0)
+    # A key a changed star reaches is a repository picked by its stars: (3*3 + 1*1) / 4 = 2.5 stars, whose
+    # users count with their plain mean (3/4 per star); through a changed user both links are size-biased.
+    assert by_table["repos"].rows_per_reached_key == pytest.approx(4.5)
+    assert by_table["stars"].rows_per_reached_key == pytest.approx(1 + 2.5 + 2.5 * 3 / 4)
+    assert by_table["users"].rows_per_reached_key == pytest.approx(1 + 2.5 + 2.5)
+
+
+def test_a_grouped_key_reads_its_whole_group_and_explain_says_so(con, sources):
+    plan = plan_view(shape_view("latest_prs"), sources)  # keyed by author, a window per author in a CTE
+    stats = statistics(con, plan, sources)
+    cost = predict(plan, stats)
+    assert (stats.keys, cost.anchor_rows_per_key, cost.rows_per_key) == (2, 1.5, 1.5)
+    assert cost.occurrences[0].rows_per_reached_key == pytest.approx((2 * 2 + 1 * 1) / 3)  # bob's 2 or ann's 1
+    lines = explain(plan, stats=stats).splitlines()
+    at = lines.index("cost per key - averages over the live rows now (pull_requests 3 rows; 2 keys):")
+    assert lines[at + 1].split() == ["pull_requests", "p", "reads", "1.5", "rows", "per", "key;", "a", "changed", "row",
+                                     "reaches", "1.0", "keys", "of", "~1.7", "rows"]  # fmt: skip
+    assert "recomputed whole when any of them changes: the cost is bounded by the group" in lines[at + 3]
+    assert "cost per key: not estimated: no rows ingested yet for pull_requests: run lakemv ingest first" in explain(
+        plan, stats="no rows ingested yet for pull_requests: run lakemv ingest first"
+    ).splitlines()
