@@ -24,6 +24,7 @@ class ViewDefinitionError(LakemvError):
     def __init__(self, view: str, message: str, fragment: str | None = None):
         self.view = view
         self.fragment = fragment
+        self.reason = message
         where = f" in `{fragment}`" if fragment else ""
         super().__init__(f"view {view}{where}: {message}")
 

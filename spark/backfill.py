@@ -146,11 +146,13 @@ class Backfill:
             t: (snapshots[t], self.spark.sql(f"SELECT count(*) FROM ({live_rows_sql(self.names, self.sources[t])})").first()[0])
             for t in self.plan.tables
         }
-        anchor = self.plan.occurrence(self.plan.anchor)
-        keys = ", ".join(over(k.expr, "a") for k in self.plan.keys)
-        estimate = self.spark.sql(
-            f"SELECT count(*) FROM (SELECT DISTINCT {keys} FROM ({live_rows_sql(self.names, self.sources[anchor.table])}) AS a)"
-        ).first()[0]
+        estimate = 0
+        for branch in self.plan.anchors:  # a UNION ALL's branches have keys of their own
+            anchor = self.plan.occurrence(branch.anchor)
+            keys = ", ".join(over(k.expr, "a") for k in branch.keys)
+            estimate += self.spark.sql(
+                f"SELECT count(*) FROM (SELECT DISTINCT {keys} FROM ({live_rows_sql(self.names, self.sources[anchor.table])}) AS a)"
+            ).first()[0]
         rows = self.spark.sql(f"SELECT count(*) FROM {self.table}").first()[0]
         return BackfillPlan(self.plan.name, self.branch, rows, estimate, mirrors, read_state(self.spark, self.table))
 

@@ -25,8 +25,9 @@ def _chain_text(plan: ViewPlan, occ_id: int) -> str:
     for link in plan.chain(occ_id):
         child, parent = plan.occurrence(link.child).alias, plan.occurrence(link.parent).alias
         steps.append(" AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs))
-    anchor_alias = plan.occurrence(plan.anchor).alias
-    keys = ", ".join(f"{over(k.expr, anchor_alias)} AS {k.name}" for k in plan.keys)
+    anchor = plan.anchor_of(occ_id)
+    anchor_alias = plan.occurrence(anchor).alias
+    keys = ", ".join(f"{over(k.expr, anchor_alias)} AS {k.name}" for k in plan.keys_at(anchor))
     return ARROW.join([*steps, f"key ({keys})"])
 
 
@@ -34,18 +35,18 @@ def explain(plan: ViewPlan, live: Mapping[str, str] | None = None, stats: Statis
     """Human-readable plan; with `live` (table -> live-rows SQL) the recompute SQL is appended; with
     `stats` (the mirrors' counts, or why there are none) the predicted cost per key."""
     definition = plan.definition
-    anchor = plan.occurrence(plan.anchor)
     lines = [f"view {plan.name}" + (f"  ({definition.location})" if definition.location else "")]
     if definition.description:
         lines.append(f"  {definition.description}")
+    sources = "; ".join(f"{plan.occurrence(b.anchor).table} {plan.occurrence(b.anchor).alias}, {plan.occurrence(b.anchor).context}" for b in plan.anchors)
     lines += [
-        f"key: {', '.join(plan.key_names)}  (from {anchor.table} {anchor.alias}, {anchor.context})",
+        f"key: {', '.join(plan.key_names)}  (from {sources})",
         f"columns: {', '.join(plan.columns)}",
         f"reads: {', '.join(plan.tables)}",
         "",
         "affected keys - how a changed row (old and new image) reaches the view key:",
     ]
-    order = [plan.anchor, *(link.child for link in plan.links)]
+    order = [*(b.anchor for b in plan.anchors), *(link.child for link in plan.links)]
     width = max(len(_occurrence(plan, o)) for o in order)
     for occ_id in order:
         occ = plan.occurrence(occ_id)
@@ -54,7 +55,8 @@ def explain(plan: ViewPlan, live: Mapping[str, str] | None = None, stats: Statis
     for occ_id in order:
         link = plan.link_of(occ_id)
         if link is None:
-            rule = f"rows whose key is affected: ({', '.join(over(k.expr, anchor.alias) for k in plan.keys)}) IN keys"
+            alias = plan.occurrence(occ_id).alias
+            rule = f"rows whose key is affected: ({', '.join(over(k.expr, alias) for k in plan.keys_at(occ_id))}) IN keys"
         else:
             child, parent = plan.occurrence(link.child).alias, plan.occurrence(link.parent).alias
             on = " AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs)

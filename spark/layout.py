@@ -40,7 +40,8 @@ def lookups(plans: Iterable[ViewPlan]) -> dict[str, Counter[tuple[str, ...]]]:
             found.setdefault(table, Counter())[columns] += 1
 
     for plan in plans:
-        add(plan.occurrence(plan.anchor).table, _lookup(k.expr for k in plan.keys))
+        for branch in plan.anchors:
+            add(plan.occurrence(branch.anchor).table, _lookup(k.expr for k in branch.keys))
         for link in plan.links:
             add(plan.occurrence(link.child).table, _lookup(c for c, _, _ in link.pairs))
             add(plan.occurrence(link.parent).table, _lookup(p for _, p, _ in link.pairs))

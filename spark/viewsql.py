@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from spark.literals import q
-from spark.planner import OCCURRENCE, ViewPlan, over
+from spark.planner import OCCURRENCE, KeyColumn, ViewPlan, over
 
 OP = "_lmv_op"
 NEW_MARK = "_lmv_n"
@@ -29,22 +29,20 @@ def _on(pairs: Sequence[tuple[str, str, str]], child: str, parent: str) -> str:
     return " AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in pairs)
 
 
-def _key_match(plan: ViewPlan, keys: str, alias: str) -> str:
-    return " AND ".join(f"{keys}.{q(k.name)} = {over(k.expr, alias)}" for k in plan.keys)
+def _key_match(key_columns: Sequence[KeyColumn], keys: str, alias: str) -> str:
+    return " AND ".join(f"{keys}.{q(k.name)} <=> {over(k.expr, alias)}" for k in key_columns)  # a NULL group is a key
 
 
 def filtered_ctes(plan: ViewPlan, live: Mapping[str, str], keys: str | None) -> list[tuple[str, str]]:
     """(name, SQL) of the relation that stands for each occurrence, parents before children."""
-    anchor = plan.occurrence(plan.anchor)
     if keys is None:
-        order = [plan.anchor, *(link.child for link in plan.links)]
+        order = [*(b.anchor for b in plan.anchors), *(link.child for link in plan.links)]
         return [(OCCURRENCE.format(o), live[plan.occurrence(o).table]) for o in order]
-    ctes = [
-        (
-            OCCURRENCE.format(anchor.id),
-            f"SELECT a.* FROM ({live[anchor.table]}) AS a LEFT SEMI JOIN {keys} AS k ON {_key_match(plan, 'k', 'a')}",
-        )
-    ]
+    ctes = []
+    for branch in plan.anchors:  # a UNION ALL branch reads nothing for another branch's keys
+        anchor = plan.occurrence(branch.anchor)
+        match = _key_match(branch.keys, "k", "a")
+        ctes.append((OCCURRENCE.format(anchor.id), f"SELECT a.* FROM ({live[anchor.table]}) AS a LEFT SEMI JOIN {keys} AS k ON {match}"))
     for link in plan.links:
         table = plan.occurrence(link.child).table
         ctes.append(
@@ -69,21 +67,24 @@ def recompute_sql(plan: ViewPlan, live: Mapping[str, str], keys: str | None = No
 def chain_sql(plan: ViewPlan, occ_id: int, delta: str, live: Mapping[str, str]) -> str:
     """Keys reached from the rows of `delta` read as occurrence `occ_id`."""
     chain = list(plan.chain(occ_id))
-    key_exprs = [k.expr for k in plan.keys]
-    # The last hop into the anchor can be skipped when the link already carries the key columns.
+    key_exprs = [k.expr for k in plan.keys_at(plan.anchor_of(occ_id))]
+    # The last hop into the anchor can be skipped when the link already carries the key columns; its
+    # `=` would not have matched a NULL, so neither does the skipped hop. Otherwise a NULL key is a key
+    # (a GROUP BY's NULL group is a row of the view).
+    where = ""
     if chain:
         carried = {parent: child for child, parent, op in chain[-1].pairs if op == "="}
         if all(e in carried for e in key_exprs):
             key_exprs = [carried[e] for e in key_exprs]
             chain = chain[:-1]
+            where = "WHERE " + " AND ".join(f"{over(e, f'x{len(chain)}')} IS NOT NULL" for e in key_exprs)
     joins = []
     for index, link in enumerate(chain):
         parent_table = plan.occurrence(link.parent).table
         joins.append(f"JOIN ({live[parent_table]}) AS x{index + 1} ON {_on(link.pairs, f'x{index}', f'x{index + 1}')}")
     alias = f"x{len(chain)}"
     select = ", ".join(f"{over(e, alias)} AS {q(k.name)}" for e, k in zip(key_exprs, plan.keys, strict=True))
-    not_null = " AND ".join(f"{over(e, alias)} IS NOT NULL" for e in key_exprs)
-    return " ".join([f"SELECT {select} FROM {delta} AS x0", *joins, f"WHERE {not_null}"])
+    return " ".join([f"SELECT {select} FROM {delta} AS x0", *joins, *([where] if where else [])])
 
 
 def affected_key_queries(plan: ViewPlan, live: Mapping[str, str], deltas: Mapping[str, str]) -> list[str]:
@@ -93,7 +94,7 @@ def affected_key_queries(plan: ViewPlan, live: Mapping[str, str], deltas: Mappin
 
 def old_rows_sql(plan: ViewPlan, view_table: str, keys: str) -> str:
     """The view table's rows for the keys in relation `keys`."""
-    match = " AND ".join(f"k.{q(k)} = v.{q(k)}" for k in plan.key_names)
+    match = " AND ".join(f"k.{q(k)} <=> v.{q(k)}" for k in plan.key_names)
     return f"SELECT v.* FROM {view_table} AS v LEFT SEMI JOIN {keys} AS k ON {match}"
 
 
@@ -121,7 +122,7 @@ def diff_sql(plan: ViewPlan, live: Mapping[str, str], view_table: str, keys: str
     select += [f"n.{q(c)} AS {q(c)}" for c in values]
     # a key with several new rows (a declared unique key violated: spark.unique) is 'held': left alone
     select.append(f"CASE WHEN n.{NEW_MARK} IS NULL THEN 'delete' WHEN n.{ROWS_MARK} > 1 THEN 'held' ELSE 'upsert' END AS {OP}")
-    join = " AND ".join(f"n.{q(k)} = o.{q(k)}" for k in key_names)
+    join = " AND ".join(f"n.{q(k)} <=> o.{q(k)}" for k in key_names)
     changed = [f"n.{NEW_MARK} IS NULL", f"o.{OLD_MARK} IS NULL", f"n.{ROWS_MARK} > 1"]
     if values:
         changed.append("NOT (" + " AND ".join(f"n.{q(c)} <=> o.{q(c)}" for c in values) + ")")
@@ -136,7 +137,7 @@ def merge_sql(plan: ViewPlan, view_table: str, diff: str, prefilter: str | None 
 
     `prefilter`: a predicate on the view's key columns true for every key of the diff (spark.literals).
     """
-    on = " AND ".join([f"t.{q(k)} = s.{q(k)}" for k in plan.key_names] + ([prefilter] if prefilter else []))
+    on = " AND ".join([f"t.{q(k)} <=> s.{q(k)}" for k in plan.key_names] + ([prefilter] if prefilter else []))
     values = [c for c in plan.columns if c not in plan.key_names]
     clauses = [f"WHEN MATCHED AND s.{OP} = 'delete' THEN DELETE"]
     if values:

@@ -225,9 +225,8 @@ class ViewWriter:
             done.append(name)
 
         try:
-            anchor = OCCURRENCE.format(self.plan.anchor)
-            materialize(anchor)
-            level = [anchor]
+            level = [OCCURRENCE.format(b.anchor) for b in self.plan.anchors]  # a UNION ALL: each branch's
+            concurrently(self.spark, materialize, level)
             while level:
                 level = [OCCURRENCE.format(l.child) for l in self.plan.links if OCCURRENCE.format(l.parent) in level]
                 concurrently(self.spark, materialize, level)

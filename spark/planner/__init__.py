@@ -32,12 +32,13 @@ The plan is pure data; `spark.viewsql` turns it into SQL.
 
 from __future__ import annotations
 
-from spark.planner.model import OCCURRENCE, SELF, KeyColumn, Link, Occurrence, ViewPlan, over
+from spark.planner.model import OCCURRENCE, SELF, Branch, KeyColumn, Link, Occurrence, ViewPlan, over
 from spark.planner.plan import plan_view
 from spark.planner.refusals import NONDETERMINISTIC
 
 __all__ = [
     "NONDETERMINISTIC",
+    "Branch",
     "OCCURRENCE",
     "SELF",
     "KeyColumn",

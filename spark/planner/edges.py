@@ -56,6 +56,19 @@ class _Edges(_Resolution):
                 if isinstance(left, tuple) and isinstance(right, tuple) and left[0] != right[0]:
                     self._add_edge(left, right, "=", fragment)
                     return
+        negated = conjunct.this.unnest() if isinstance(conjunct, exp.Not) else None
+        if isinstance(negated, exp.In) and negated.args.get("query") is not None:
+            subquery = negated.args["query"]
+            inner_select = subquery.this if isinstance(subquery, exp.Subquery) else subquery
+            inner_scope = self.scope_of_select.get(id(inner_select))
+            if inner_scope is not None:
+                column = _short(inner_select.selects[0].unalias()) if isinstance(inner_select, exp.Select) else "c"
+                for occ in self._occurrences_in(inner_select, inner_scope):
+                    self.problems.setdefault(occ, []).append(
+                        f"`{fragment}` depends on every row of the subquery (one NULL {column} makes it NULL for "
+                        f"every key); write `NOT EXISTS (SELECT 1 FROM ... WHERE {column} = {_short(negated.this)})`"
+                    )
+            return
         involved = self._occurrences_in(conjunct, scope)
         if len(involved) > 1:
             for occ in involved:

@@ -12,20 +12,29 @@ from spark.planner.resolve import _Resolution
 from spark.planner.sql import _conjuncts, _is_aggregated, _NotLocal
 
 
+def select_from(select: exp.Select) -> exp.Expression | None:
+    """The relation of a SELECT's FROM clause (not its joins)."""
+    from_ = select.args.get("from") or select.args.get("from_")
+    return from_.this if from_ is not None else None
+
+
 class _Keys(_Resolution):
     """Finds the anchor, proves the key unique, and links every occurrence to the anchor."""
 
     def _anchor(self, root: Scope) -> tuple[int, tuple[KeyColumn, ...]]:
         select = root.expression
         outputs = {p.alias_or_name: p for p in select.selects}
-        keys = []
-        anchors = set()
         for name in self.definition.key:
-            projection = outputs.get(name)
-            if projection is None:
+            if name not in outputs:
                 raise self.fail(
                     f"key column {name!r} is not an output column (outputs: {', '.join(outputs)})"
                 )
+        if _is_aggregated(select) and not select.args.get("group"):
+            return self._one_row_anchor(root, [outputs[name] for name in self.definition.key])
+        keys = []
+        anchors = set()
+        for name in self.definition.key:
+            projection = outputs[name]
             try:
                 occ, expression = self._resolve_expression(projection.unalias(), root)
             except _NotLocal as exc:
@@ -36,6 +45,29 @@ class _Keys(_Resolution):
             tables = ", ".join(self.occurrences[o].alias for o in sorted(anchors))
             raise self.fail(f"the key columns come from several tables ({tables}); they must come from one")
         return anchors.pop(), tuple(keys)
+
+    def _one_row_anchor(self, root: Scope, projections: list[exp.Expression]) -> tuple[int, tuple[KeyColumn, ...]]:
+        """An aggregate with no GROUP BY is one row (global totals): keyed by constants, anchored at the
+        main query's FROM table. Every change to what it reads reaches its one key, which is recomputed
+        over the whole table (explain shows the group's size)."""
+        text = ", ".join(self.definition.key)
+        for projection in projections:
+            inner = projection.unalias()
+            if inner.find(exp.Column, exp.Subquery, exp.Select, exp.AggFunc, exp.Window):
+                raise self.fail(
+                    f"an aggregate with no GROUP BY is one row, keyed by a constant: add e.g. `'all' AS scope` to "
+                    f"its SELECT and declare `-- @key: scope` (key column {projection.alias_or_name!r} is "
+                    f"`{inner.sql(dialect='spark')}`)",
+                    projection,
+                )
+        from_ = select_from(root.expression)
+        occ = self.occ_of.get(id(from_)) if isinstance(from_, exp.Table) else None
+        if occ is None:
+            raise self.fail(
+                f"a view of one row ({text}) reads FROM a source table directly (its changes reach the one key); "
+                "a CTE or subquery in FROM is not supported there"
+            )
+        return occ, tuple(KeyColumn(name=p.alias_or_name, expr=p.unalias().sql(dialect="spark")) for p in projections)
 
     def _check_unique(self, root: Scope, anchor: int, keys: tuple[KeyColumn, ...]) -> None:
         select = root.expression
@@ -62,7 +94,7 @@ class _Keys(_Resolution):
                     )
             return
         if _is_aggregated(select):
-            raise self.fail("an aggregate over the whole main query has no key; GROUP BY the key columns")
+            return  # one row, keyed by constants (_one_row_anchor)
         anchor_occ = self.occurrences[anchor]
         if self.occ_scope[anchor] is not root:
             raise self.fail(

@@ -46,8 +46,22 @@ class KeyColumn(BaseModel):
     expr: str
 
 
+class Branch(BaseModel):
+    """One branch of a UNION ALL view: its anchor and the expressions of the key columns over it (a
+    constant for the column that tells the branches apart)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    anchor: int
+    keys: tuple[KeyColumn, ...]
+
+
 class ViewPlan(BaseModel):
-    """How a view is maintained: its anchor, the link tree over every occurrence, and its SQL body."""
+    """How a view is maintained: its anchor, the link tree over every occurrence, and its SQL body.
+
+    A UNION ALL view has one anchor and link tree per branch (`branches`; `anchor` and `keys` are the
+    first branch's): a changed row reaches the keys of its own branch, and a key is recomputed by every
+    branch, of which only its own can produce rows (the branches' keys differ in a constant)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -55,9 +69,24 @@ class ViewPlan(BaseModel):
     anchor: int
     keys: tuple[KeyColumn, ...]
     occurrences: tuple[Occurrence, ...]
-    links: tuple[Link, ...]  # one per occurrence except the anchor, parents before children
+    links: tuple[Link, ...]  # one per occurrence except the anchors, parents before children
     columns: tuple[str, ...]  # output columns, in order
     body: str  # qualified Spark SQL, CTEs inlined, each source read as OCCURRENCE.format(id)
+    branches: tuple[Branch, ...] = ()  # a UNION ALL's branches (empty: one SELECT)
+
+    @property
+    def anchors(self) -> tuple[Branch, ...]:
+        """Every anchor with its key expressions: the branches, or the one anchor."""
+        return self.branches or (Branch(anchor=self.anchor, keys=self.keys),)
+
+    def keys_at(self, anchor: int) -> tuple[KeyColumn, ...]:
+        """The key expressions over `anchor` (one of `anchors`)."""
+        return next(b.keys for b in self.anchors if b.anchor == anchor)
+
+    def anchor_of(self, occ_id: int) -> int:
+        """The anchor whose link tree `occ_id` belongs to."""
+        chain = self.chain(occ_id)
+        return chain[-1].parent if chain else occ_id
 
     @property
     def name(self) -> str:

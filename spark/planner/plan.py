@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import sqlglot
@@ -14,7 +15,8 @@ from catalog.declarations import SourceTable
 from spark.planner.ctes import inline_ctes
 from spark.planner.edges import _Edges
 from spark.planner.keys import _Keys
-from spark.planner.model import OCCURRENCE, ViewPlan
+from catalog.errors import ViewDefinitionError
+from spark.planner.model import OCCURRENCE, Branch, KeyColumn, ViewPlan
 from spark.planner.refusals import _Refusals
 from spark.planner.windows import _Windows
 from spark.views import ViewDefinition
@@ -27,6 +29,8 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
         if self.definition.name in self.sources:
             raise self.fail("a view cannot have the name of a source table (both are queried by plain name)")
         tree = sqlglot.parse_one(self.definition.sql, dialect="spark")
+        if isinstance(tree, exp.Union) and not tree.args.get("distinct"):
+            return _plan_union(self, tree)
         self._refuse_constructs(tree)
         tree = inline_ctes(tree)
         self._check_tables(tree)
@@ -86,3 +90,81 @@ def _distinct_as_group(tree: exp.Expression) -> exp.Expression:
 def plan_view(definition: ViewDefinition, sources: Mapping[str, SourceTable]) -> ViewPlan:
     """Plan a view; raises ViewDefinitionError when it is outside the incrementally maintainable class."""
     return _Planner(definition, sources).plan()
+
+
+def _branches(union: exp.Expression) -> list[exp.Expression]:
+    """The SELECTs of a chain of UNION ALLs, in order."""
+    if isinstance(union, exp.Union) and not union.args.get("distinct"):
+        return [*_branches(union.this), *_branches(union.expression)]
+    return [union]
+
+
+def _is_constant(node: exp.Expression) -> bool:
+    return not node.find(exp.Column, exp.Subquery, exp.Select, exp.AggFunc, exp.Window)
+
+
+def _plan_union(planner: _Planner, union: exp.Union) -> ViewPlan:
+    """A UNION ALL of key-local branches: each branch planned as a view of its own, keyed by the key
+    columns that are not constant in it; a key column that is a different constant in every branch
+    keeps the branches' keys apart, so each key is one branch's row."""
+    definition = planner.definition
+    for clause in ("order", "limit", "offset"):
+        if union.args.get(clause):
+            raise planner.fail(f"{clause.upper()} over a whole UNION ALL view is not supported: order or limit when you read it", union.args[clause])
+    branches = _branches(union)
+    for branch in branches:
+        if not isinstance(branch, exp.Select):
+            raise planner.fail("set operations other than UNION ALL (UNION, INTERSECT, EXCEPT) are not supported in views", branch)
+    names = [p.alias_or_name for p in branches[0].selects]
+    for number, branch in enumerate(branches[1:], start=2):
+        if len(branch.selects) != len(names):
+            raise planner.fail(f"UNION ALL branch {number} has {len(branch.selects)} columns, branch 1 has {len(names)}", branch)
+    missing = [k for k in definition.key if k not in names]
+    if missing:
+        raise planner.fail(f"key column {missing[0]!r} is not an output column (outputs: {', '.join(names)})")
+    positions = [names.index(k) for k in definition.key]
+    constants = [
+        i for i in positions
+        if all(_is_constant(b.selects[i].unalias()) for b in branches)
+        and len({b.selects[i].unalias().sql(dialect="spark") for b in branches}) == len(branches)
+    ]  # fmt: skip
+    if not constants:
+        raise planner.fail(
+            "the branches of a UNION ALL could produce the same key: give every branch a constant of its own in a key "
+            f"column, e.g. `'pr' AS kind` in one and `'star' AS kind` in the other, with `-- @key: kind, {', '.join(definition.key)}`",
+            union,
+        )
+    with_ = union.args.get("with_") or union.args.get("with")
+    occurrences, links, bodies, planned = [], [], [], []
+    for number, branch in enumerate(branches, start=1):
+        select = branch.copy()
+        for projection, name in zip(select.selects, names, strict=True):  # the first branch names the columns
+            if projection.alias_or_name != name:
+                projection.replace(exp.alias_(projection.unalias().copy(), name))
+        if with_ is not None:
+            select.set("with_" if "with_" in union.args else "with", with_.copy())
+        variable = tuple(k for k, i in zip(definition.key, positions, strict=True) if not _is_constant(select.selects[i].unalias()))
+        if not variable:
+            raise planner.fail(f"UNION ALL branch {number} has only constants in its key: key it by a column of its rows too", branch)
+        sub = ViewDefinition(name=definition.name, key=variable, sql=select.sql(dialect="spark"), location=definition.location)
+        try:
+            plan = _Planner(sub, planner.sources).plan()
+        except ViewDefinitionError as exc:
+            raise ViewDefinitionError(definition.name, f"UNION ALL branch {number}: {exc.reason}", exc.fragment) from None
+        offset = len(occurrences)
+        occurrences += [o.model_copy(update={"id": o.id + offset, "context": f"branch {number}, {o.context}"}) for o in plan.occurrences]
+        links += [l.model_copy(update={"child": l.child + offset, "parent": l.parent + offset}) for l in plan.links]
+        bodies.append(re.sub(r"_lmv_occ_(\d+)", lambda m: OCCURRENCE.format(int(m.group(1)) + offset), plan.body))
+        keys = {k.name: k for k in plan.keys}
+        constant = {k: select.selects[i].unalias().sql(dialect="spark") for k, i in zip(definition.key, positions, strict=True)}
+        planned.append(Branch(anchor=plan.anchor + offset, keys=tuple(keys.get(k) or KeyColumn(name=k, expr=constant[k]) for k in definition.key)))
+    return ViewPlan(
+        definition=definition,
+        anchor=planned[0].anchor,
+        keys=planned[0].keys,
+        occurrences=tuple(occurrences),
+        links=tuple(links),
+        columns=tuple(names),
+        body=" UNION ALL ".join(f"({b})" if " UNION ALL " in b else b for b in bodies),
+        branches=tuple(planned),
+    )

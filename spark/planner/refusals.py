@@ -28,8 +28,24 @@ class _Refusals(_PlannerState):
                     raise self.fail(
                         f"{name}() is not deterministic: recomputing a key would not reproduce its row", node
                     )
-            if isinstance(node, (exp.Union, exp.Intersect, exp.Except)):
-                raise self.fail("set operations (UNION / INTERSECT / EXCEPT) are not supported in views", node)
+            if isinstance(node, exp.Union) and not node.args.get("distinct"):
+                raise self.fail(
+                    "UNION ALL is supported as the whole view (each branch key-local, a constant per branch in the key), "
+                    "not inside a CTE or subquery: make it the view's main query, or two views",
+                    node,
+                )
+            if isinstance(node, exp.Union):
+                raise self.fail(
+                    "UNION (without ALL) removes rows repeated across branches, which no key tells apart: write UNION ALL "
+                    "with a constant per branch in the key (`'a' AS kind` ... UNION ALL `'b' AS kind` ..., `-- @key: kind, ...`)",
+                    node,
+                )
+            if isinstance(node, (exp.Intersect, exp.Except)):
+                raise self.fail(
+                    "INTERSECT / EXCEPT compare whole rows across tables: over one key, write the condition as "
+                    "EXISTS / NOT EXISTS (SELECT 1 FROM ... WHERE ... = ...)",
+                    node,
+                )
             if isinstance(node, exp.With) and node.args.get("recursive"):
                 raise self.fail("recursive CTEs are not supported", node)
 

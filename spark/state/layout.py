@@ -131,6 +131,8 @@ def _refused(plan: ViewPlan, link: Link, what: str) -> Route:
 
 def route(plan: ViewPlan) -> Route:
     """The lookups that maintain `plan` from the store, or a Route saying why it cannot."""
+    if plan.branches:
+        return Route(view=plan.name, indexed=False, reason="a UNION ALL view is maintained by scans (one link tree per branch)")
     up: dict[int, tuple[Lookup, ...]] = {}
     key_columns: dict[int, tuple[str | None, ...]] = {}
     anchor_keys = tuple(plain_column(k.expr) for k in plan.keys)

@@ -9,11 +9,11 @@ import pytest
 from catalog.errors import ViewDefinitionError
 from catalog.settings import LakeSettings
 from spark.explain import explain
-from spark.planner import ViewPlan, over, plan_view
+from spark.planner import SELF, ViewPlan, over, plan_view
 from spark.views import load_views, parse_view
 from catalog.tables import TableNames
 from spark.mirror import live_rows_sql
-from spark.viewsql import affected_keys_sql, chain_sql, diff_sql, recompute_sql
+from spark.viewsql import affected_key_queries, affected_keys_sql, chain_sql, diff_sql, recompute_sql
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +73,11 @@ def test_affected_keys_sql_joins_changed_rows_up_through_live_tables(plans):
     assert sql == (
         "SELECT x2.email AS `email` FROM DELTA_repos AS x0 "
         "JOIN (LIVE_stars) AS x1 ON x0.owner = x1.repo_owner AND x0.name = x1.repo_name "
-        "JOIN (LIVE_users) AS x2 ON x1.username = x2.username WHERE x2.email IS NOT NULL"
+        "JOIN (LIVE_users) AS x2 ON x1.username = x2.username"
     )
     users = plan.occurrence(plan.anchor)
     assert chain_sql(plan, users.id, "DELTA_users", live(plan)) == (
-        "SELECT x0.email AS `email` FROM DELTA_users AS x0 WHERE x0.email IS NOT NULL"
+        "SELECT x0.email AS `email` FROM DELTA_users AS x0"
     )
     both = affected_keys_sql(plan, live(plan), {"repos": "DELTA_repos", "users": "DELTA_users"})
     assert both.count("\nUNION\n") == 1  # UNION: distinct keys
@@ -98,7 +98,7 @@ def test_a_link_that_carries_the_key_skips_the_lookup_of_the_anchor(plans):
 def test_recompute_prefilters_every_table_by_its_parent_and_backfill_reads_everything(plans):
     plan = plans["user_profile"]
     restricted = recompute_sql(plan, live(plan), "KEYS")
-    assert "FROM (LIVE_users) AS a LEFT SEMI JOIN KEYS AS k ON k.`email` = a.email" in restricted
+    assert "FROM (LIVE_users) AS a LEFT SEMI JOIN KEYS AS k ON k.`email` <=> a.email" in restricted
     assert re.search(r"FROM \(LIVE_repos\) AS c LEFT SEMI JOIN _lmv_occ_\d+ AS p ON c.owner = p.repo_owner", restricted)
     full = recompute_sql(plan, live(plan))
     assert "SEMI JOIN" not in full and "KEYS" not in full
@@ -199,6 +199,19 @@ def test_live_rows_hide_tombstones(sources):
             "SELECT u.email, coalesce(a.n, 0) AS n FROM users u LEFT JOIN a ON a.username = u.username",
             {"users u": [], "stars stars": ["stars.username = u.username"]},
         ),
+        (  # global totals: one row keyed by a constant, anchored at the FROM table, joins linked to it
+            "scope",
+            "SELECT 'stars' AS scope, count(*) AS stars, count(r.name) AS known FROM stars s "
+            "LEFT JOIN repos r ON r.owner = s.repo_owner AND r.name = s.repo_name",
+            {"stars s": [], "repos r": ["r.owner = s.repo_owner", "r.name = s.repo_name"]},
+        ),
+        (  # UNION ALL: a link tree per branch, the branches told apart by a constant in the key
+            "kind, who",
+            "SELECT 'stars' AS kind, s.username AS who, count(*) AS n FROM stars s GROUP BY s.username UNION ALL "
+            "SELECT 'prs', p.author, count(*) FROM pull_requests p JOIN repos r ON r.owner = p.repo_owner AND r.name = p.repo "
+            "GROUP BY p.author",
+            {"stars s": [], "pull_requests p": [], "repos r": ["r.owner = p.repo_owner", "r.name = p.repo"]},
+        ),
     ],
 )
 def test_supported_shapes(sources, key, sql, expected):
@@ -284,7 +297,18 @@ def test_supported_shapes(sources, key, sql, expected):
             'unique = [["repo", "repo_owner"]]',
         ),
         ("email", "SELECT u.email FROM users u LIMIT 10", "LIMIT 10", "LIMIT/OFFSET over a whole relation"),
-        ("email", "SELECT email FROM users UNION SELECT username AS email FROM users", None, "set operations"),
+        ("email", "SELECT email FROM users UNION SELECT username AS email FROM users", None,
+         "UNION (without ALL) removes rows repeated across branches"),
+        ("email", "SELECT email FROM users UNION ALL SELECT username AS email FROM users", None,
+         "the branches of a UNION ALL could produce the same key: give every branch a constant of its own in a key column"),
+        ("email", "SELECT u.email FROM users u WHERE u.email IN (SELECT email FROM users UNION ALL SELECT username FROM users)",
+         None, "UNION ALL is supported as the whole view"),
+        ("kind, email", "SELECT 'a' AS kind, u.email FROM users u UNION ALL SELECT 'b', p.author FROM pull_requests p", None,
+         "UNION ALL branch 2: the key (email) does not include the primary key of pull_requests"),
+        ("kind, email", "SELECT 'a' AS kind, u.email FROM users u UNION ALL SELECT 'b', u.email FROM users u ORDER BY email",
+         None, "ORDER over a whole UNION ALL view is not supported"),
+        ("email", "SELECT u.email FROM users u INTERSECT SELECT s.username FROM stars s", None,
+         "INTERSECT / EXCEPT compare whole rows across tables"),
         ("email", "SELECT u.email, rand() AS r FROM users u", "RAND()", "rand() is not deterministic"),
         ("username", "SELECT u.username, u.email FROM users u", None, "does not include the primary key of users (email)"),
         ("email", "SELECT u.email FROM customers u", "customers AS u", "reads 'customers', which is not a declared source"),
@@ -302,6 +326,14 @@ def test_supported_shapes(sources, key, sql, expected):
         ("author", "SELECT DISTINCT p.author, p.status FROM pull_requests p", "p.status",
          "GROUP BY p.status is not determined by the key (author)"),
         ("author", "SELECT DISTINCT ON (p.author) p.author FROM pull_requests p", None, "DISTINCT ON"),
+        ("users", "SELECT count(*) AS users FROM users u", "COUNT(*) AS users",
+         "an aggregate with no GROUP BY is one row, keyed by a constant: add e.g. `'all' AS scope` to its SELECT "
+         "and declare `-- @key: scope` (key column 'users' is `COUNT(*)`)"),
+        ("scope", "WITH c AS (SELECT u.email FROM users u) SELECT 'all' AS scope, count(*) AS n FROM c", None,
+         "a view of one row (scope) reads FROM a source table directly"),
+        ("email", "SELECT u.email FROM users u WHERE u.id NOT IN (SELECT p.user_id FROM payment_info p)", None,
+         "depends on every row of the subquery (one NULL p.user_id makes it NULL for every key); "
+         "write `NOT EXISTS (SELECT 1 FROM ... WHERE p.user_id = u.id)`"),
         ("email", "SELECT u.email, u.nope FROM users u", None, "Unknown column: nope"),
         ("id", "SELECT u.email FROM users u", None, "key column 'id' is not an output column (outputs: email)"),
     ],
@@ -346,3 +378,26 @@ def test_explain_names_the_windows_a_key_recomputes_whole(sources):
     at = lines.index("windows - each partition is whole in a key's rows, so a change recomputes its partition with its key:")
     assert lines[at + 1] == "  ROW_NUMBER() OVER (PARTITION BY p.author ORDER BY p.created_at DESC)"
     assert not any(line.startswith("windows") for line in explain(plan_of(sources, "email", "SELECT u.email FROM users u")).splitlines())
+
+
+def test_a_union_all_recomputes_each_key_in_its_own_branch(sources):
+    plan = plan_of(
+        sources, "kind, who",
+        "SELECT 'stars' AS kind, s.username AS who, count(*) AS n FROM stars s GROUP BY s.username UNION ALL "
+        "SELECT 'prs' AS kind, p.author AS who, count(*) AS n FROM pull_requests p GROUP BY p.author",
+    )  # fmt: skip
+    assert [(plan.occurrence(b.anchor).table, [k.expr for k in b.keys]) for b in plan.branches] == [
+        ("stars", ["'stars'", f"{SELF}.username"]),
+        ("pull_requests", ["'prs'", f"{SELF}.author"]),
+    ]
+    live = {t: f"LIVE_{t}" for t in plan.tables}
+    sql = recompute_sql(plan, live, "_keys")
+    assert "LEFT SEMI JOIN _keys AS k ON k.`kind` <=> 'stars' AND k.`who` <=> a.username" in sql
+    assert "LEFT SEMI JOIN _keys AS k ON k.`kind` <=> 'prs' AND k.`who` <=> a.author" in sql
+    assert " UNION ALL " in sql
+    assert [q.split(" FROM ")[0] for q in affected_key_queries(plan, live, {"pull_requests": "D"})] == [
+        "SELECT 'prs' AS `kind`, x0.author AS `who`"
+    ]
+    text = explain(plan)
+    assert "key: kind, who  (from stars s, branch 1, main query; pull_requests p, branch 2, main query)" in text
+    assert "a UNION ALL view is maintained by scans" in text
