@@ -242,7 +242,7 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
             lines += ["", f"One more view adds {v['per_view_seconds'] * 1000:,.0f} ms ({v['per_view_cpu_seconds'] * 1000:,.0f} CPU ms) to a 1k-change batch."]
         cost = scale.get("cost")
         if cost:
-            lines += ["", "| cost per key | explain: rows per average key | per key a batch reaches | measured | explain: keys per batch | measured | ms per key |",
+            lines += ["", "| cost per key | explain: rows per average key | explain: rows per key a batch reaches | measured | explain: keys per batch | measured | ms per key |",
                       "|---|---|---|---|---|---|---|"]
             for view, c in cost.items():
                 lines.append(f"| {view} | {_fmt(c['average_key_rows'])} | {_fmt(c['predicted_rows_per_key'])} | {_fmt(c['measured_rows_per_key'])} | "

@@ -61,7 +61,7 @@ from catalog.tables import TableNames
 from catalog.verify import duckdb_sql
 from spark.batch import VIEW_WORKERS, BatchProcessor, BatchResult
 from spark.bulk import lines_frame
-from spark.cost import predict
+from spark.cost import batch_estimate, key_profile, predict
 from spark.cost import statistics as mirror_statistics
 from spark.directwrite import DirectWriter
 from spark.ingest import checkpoint_dir, planned_files, run_ingest
@@ -528,56 +528,54 @@ class Scale:
                 "per_view_cpu_seconds": round((many["cpu_seconds"] - one["cpu_seconds"]) / (count - 1), 3)}  # fmt: skip
 
     def costs(self) -> dict[str, Any]:
-        """`lakemv explain`'s cost per key (from DuckDB's counts over the mirrors now) against what
-        1k-change batches measure: keys reached, rows the local state read for them, seconds per key."""
+        """`lakemv explain`'s cost per key (from DuckDB's counts over the mirrors before the batches)
+        against what 1k-change batches measure: keys reached, rows the local state read for them,
+        seconds per key. The prediction for each batch takes its changed rows per table."""
         plans = [self.plan, *(plan_view(shape_view(name), self.sources) for name in COST_SHAPES)]
-        con = lake_connection(self.settings, self.sources)
+        con = lake_connection(self.settings, self.sources)  # pinned to the mirrors as they are now
         try:
             stats = {p.name: mirror_statistics(con, p, self.sources) for p in plans}
+            self.processor, store = self._views_processor(plans, "cost")
+            for number in range(self.args.warmup):
+                self.batch(f"cost: warm-up {number + 1}", self.workload.change_round(self.args.changes))
+            batches = [self.batch(f"cost: 1k-change batch {n + 1}", self.workload.change_round(self.args.changes))
+                       for n in range(self.args.repeat)]  # fmt: skip
+            if store is not None:
+                store.close()
+            out: dict[str, Any] = {}
+            for plan in plans:
+                key_profile(con, plan)
+                estimates = [batch_estimate(con, plan, stats[plan.name].rows, b["merged"]) for b in batches]
+                out[plan.name] = self._cost_figures(plan, stats[plan.name], estimates, [b["per_view"][plan.name] for b in batches])
         finally:
             con.close()
-        self.processor, store = self._views_processor(plans, "cost")
-        for number in range(self.args.warmup):
-            self.batch(f"cost: warm-up {number + 1}", self.workload.change_round(self.args.changes))
-        batches = [self.batch(f"cost: 1k-change batch {n + 1}", self.workload.change_round(self.args.changes))
-                   for n in range(self.args.repeat)]  # fmt: skip
-        if store is not None:
-            store.close()
-        out: dict[str, Any] = {}
-        for plan in plans:
-            cost = predict(plan, stats[plan.name])
-            runs = [b["per_view"][plan.name] for b in batches]
-            keys = sum(r["keys"] or 0 for r in runs)
-            read = [r["rows_read"] for r in runs if r["rows_read"] is not None]
-            # keys the batch's merged rows should reach (each table's rows x its occurrences' keys per
-            # change), and the rows those keys read (size-biased through the occurrence that reached them)
-            reached, rows = [], []
-            for b in batches:
-                keys_by = [(b["merged"].get(plan.occurrence(o.occurrence).table, 0) * o.keys_per_change, o) for o in cost.occurrences]
-                reached.append(sum(k for k, _ in keys_by))
-                rows.append(sum(k * o.rows_per_reached_key for k, o in keys_by))
-            predicted_keys = reached
-            out[plan.name] = {
-                "predicted_rows_per_key": round(sum(rows) / sum(reached), 2) if sum(reached) else None,
-                "average_key_rows": round(cost.rows_per_key, 2),
-                "measured_rows_per_key": round(sum(read) / keys, 2) if read and keys else None,
-                "predicted_keys_per_batch": round(sum(predicted_keys) / len(batches), 1),
-                "measured_keys_per_batch": round(keys / len(batches), 1),
-                "seconds_per_key_ms": round(1000 * sum(r["seconds"] for r in runs) / keys, 3) if keys else None,
-                "view_seconds": [r["seconds"] for r in runs],
-                "anchor_rows_per_key": round(cost.anchor_rows_per_key, 2),
-                "per_occurrence": [
-                    {"table": plan.occurrence(o.occurrence).table, "alias": plan.occurrence(o.occurrence).alias,
-                     "rows_per_key": round(o.rows_per_key, 3), "keys_per_change": round(o.keys_per_change, 3),
-                     "rows_per_reached_key": round(o.rows_per_reached_key, 3)}
-                    for o in cost.occurrences
-                ],  # fmt: skip
-            }
-            figures = out[plan.name]
-            self.say(f"cost of {plan.name}: explain predicts {figures['predicted_rows_per_key']} rows per key and "
-                     f"{figures['predicted_keys_per_batch']} keys per batch; measured {figures['measured_rows_per_key']} "
-                     f"and {figures['measured_keys_per_batch']} ({figures['seconds_per_key_ms']} ms per key)")  # fmt: skip
         return out
+
+    def _cost_figures(self, plan: Any, stats: Any, estimates: list[tuple[float, float]], runs: list[dict[str, Any]]) -> dict[str, Any]:
+        cost = predict(plan, stats)
+        keys = sum(r["keys"] or 0 for r in runs)
+        read = [r["rows_read"] for r in runs if r["rows_read"] is not None]
+        predicted_keys = sum(k for k, _ in estimates)
+        figures = {
+            "predicted_rows_per_key": round(sum(k * r for k, r in estimates) / predicted_keys, 2) if predicted_keys else None,
+            "measured_rows_per_key": round(sum(read) / keys, 2) if read and keys else None,
+            "predicted_keys_per_batch": round(predicted_keys / len(runs), 1),
+            "measured_keys_per_batch": round(keys / len(runs), 1),
+            "average_key_rows": round(cost.rows_per_key, 2),
+            "seconds_per_key_ms": round(1000 * sum(r["seconds"] for r in runs) / keys, 3) if keys else None,
+            "view_seconds": [r["seconds"] for r in runs],
+            "anchor_rows_per_key": round(cost.anchor_rows_per_key, 2),
+            "per_occurrence": [
+                {"table": plan.occurrence(o.occurrence).table, "alias": plan.occurrence(o.occurrence).alias,
+                 "rows_per_key": round(o.rows_per_key, 3), "keys_per_change": round(o.keys_per_change, 3),
+                 "rows_per_reached_key": round(o.rows_per_reached_key, 3)}
+                for o in cost.occurrences
+            ],  # fmt: skip
+        }
+        self.say(f"cost of {plan.name}: explain predicts {figures['predicted_keys_per_batch']} keys per batch of "
+                 f"{figures['predicted_rows_per_key']} rows each; measured {figures['measured_keys_per_batch']} keys of "
+                 f"{figures['measured_rows_per_key']} rows ({figures['seconds_per_key_ms']} ms per key)")  # fmt: skip
+        return figures
 
     def run(self) -> dict[str, Any]:
         out: dict[str, Any] = {"users": self.users, "setup": self.load()}

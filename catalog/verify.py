@@ -153,29 +153,30 @@ def _differences(
 ) -> tuple[dict[str, int], list[Difference]]:
     """Counts per kind and up to `sample` differences of each kind, between `expected` and `actual`."""
     on = " AND ".join(f"e.{_q(k)} IS NOT DISTINCT FROM a.{_q(k)}" for k in keys)
-    flags = [f"e.{_q(c)} IS DISTINCT FROM a.{_q(c)} AS {_q('d_' + c)}" for c in values]
+    # bookkeeping columns carry the _lmv_ prefix: a view may well have columns named kind or verdict
+    flags = [f"e.{_q(c)} IS DISTINCT FROM a.{_q(c)} AS {_q('_lmv_d_' + c)}" for c in values]
     select = ", ".join(
         [f"coalesce(e.{_q(k)}, a.{_q(k)}) AS {_q(k)}" for k in keys]
-        + ["CASE WHEN a._lmv_a IS NULL THEN 'missing' WHEN e._lmv_e IS NULL THEN 'extra' ELSE 'compare' END AS kind"]
+        + ["CASE WHEN a._lmv_a IS NULL THEN 'missing' WHEN e._lmv_e IS NULL THEN 'extra' ELSE 'compare' END AS _lmv_kind"]
         + flags
     )
     con.execute(
         f"CREATE TEMP TABLE compared AS SELECT {select} FROM (SELECT *, TRUE AS _lmv_e FROM expected) e "
         f"FULL OUTER JOIN (SELECT *, TRUE AS _lmv_a FROM actual) a ON {on}"
     )
-    differs = " OR ".join(_q("d_" + c) for c in values) or "FALSE"
-    kind = f"CASE WHEN kind = 'compare' THEN (CASE WHEN {differs} THEN 'mismatch' ELSE 'match' END) ELSE kind END"
-    con.execute(f"CREATE TEMP VIEW classified AS SELECT *, {kind} AS verdict FROM compared")
-    counts = dict(con.execute("SELECT verdict, count(*) FROM classified GROUP BY verdict").fetchall())
+    differs = " OR ".join(_q("_lmv_d_" + c) for c in values) or "FALSE"
+    kind = f"CASE WHEN _lmv_kind = 'compare' THEN (CASE WHEN {differs} THEN 'mismatch' ELSE 'match' END) ELSE _lmv_kind END"
+    con.execute(f"CREATE TEMP VIEW classified AS SELECT *, {kind} AS _lmv_verdict FROM compared")
+    counts = dict(con.execute("SELECT _lmv_verdict, count(*) FROM classified GROUP BY _lmv_verdict").fetchall())
     samples = []
     for verdict in ("mismatch", "missing", "extra"):
         rows = con.execute(
-            f"SELECT * FROM classified WHERE verdict = '{verdict}' ORDER BY {', '.join(_q(k) for k in keys)} LIMIT {sample}"
+            f"SELECT * FROM classified WHERE _lmv_verdict = '{verdict}' ORDER BY {', '.join(_q(k) for k in keys)} LIMIT {sample}"
         ).fetchall()
         names = [d[0] for d in con.description]
         for row in rows:
             record = dict(zip(names, row, strict=True))
-            columns = tuple(c for c in values if record.get("d_" + c)) if verdict == "mismatch" else ()
+            columns = tuple(c for c in values if record.get("_lmv_d_" + c)) if verdict == "mismatch" else ()
             samples.append(Difference(verdict, {k: record[k] for k in keys}, columns))
     return counts, samples
 
@@ -256,7 +257,8 @@ def verify_view(
             raise QueryError(f"view table {view} lacks column(s) {', '.join(missing_columns)}: run lakemv backfill {view}")
         values = [c for c in columns if c not in key]
         keys = ", ".join(_q(k) for k in key)
-        duplicates = con.execute(f"SELECT count(*) - count(DISTINCT ({keys})) FROM actual").fetchone()[0]
+        # DISTINCT over the rows (not count(DISTINCT ...), which skips NULLs): a NULL group is one key
+        duplicates = con.execute(f"SELECT (SELECT count(*) FROM actual) - (SELECT count(*) FROM (SELECT DISTINCT {keys} FROM actual))").fetchone()[0]
         expected_rows = con.execute("SELECT count(*) FROM expected").fetchone()[0]
         table_rows = con.execute("SELECT count(*) FROM actual").fetchone()[0]
         counts, samples = _differences(con, key, values, sample)

@@ -187,6 +187,8 @@ def _statistics(lake: Lake, plan):
     from catalog.tables import MIRROR_NAMESPACE
     from spark.cost import statistics
 
+    if plan.branches:
+        return "a UNION ALL view's cost is not estimated yet (each branch has a link tree of its own)"
     empty = [t for t in plan.tables if metadata_location(lake.settings, MIRROR_NAMESPACE, t) is None]
     if empty:
         return f"no rows ingested yet for {', '.join(empty)}: run lakemv ingest first"

@@ -25,6 +25,10 @@ count with their size-biased means, sum(n^2) / sum(n) over the groups (a reposit
 author's pull requests), and the other links with their plain means. `bench.suite --measures cost`
 sets both against measured batches.
 
+A batch of N changes hits a heavy key several times but recomputes it once: `batch_estimate` takes
+each key's row counts (`key_profile`) and the batch's changes per table, and sums the chance each key
+is reached (Poisson) and the rows it then reads.
+
 `statistics` counts in DuckDB over the mirrors (no Spark); `predict` is pure.
 """
 
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 import sqlglot
@@ -50,6 +54,7 @@ class Statistics:
     keys: int  # distinct values of the view key over the anchor's rows
     joined_squares: Mapping[int, int]  # per child occurrence: sum over parent rows of (its child rows)^2
     key_squares: int  # sum over keys of (the key's anchor rows)^2
+    thousand: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # per table: batch_estimate of 1,000 changes
 
 
 @dataclass(frozen=True)
@@ -114,9 +119,7 @@ def statistics(con: duckdb.DuckDBPyConnection, plan: ViewPlan, sources: Mapping[
     joined, squares = {}, {}
     for link in plan.links:
         child, parent = plan.occurrence(link.child).table, plan.occurrence(link.parent).table
-        on = " AND ".join(
-            f"{_duck(c, 'c')} {'=' if op == '=' else 'IS NOT DISTINCT FROM'} {_duck(p, 'p')}" for c, p, op in link.pairs
-        )
+        on = _on(link.pairs, "c", "p")
         parent_row = ", ".join(f'p."{c}"' for c in sources[parent].primary_key)
         found = con.execute(
             f'SELECT coalesce(sum(m), 0), coalesce(sum(m * m), 0) FROM (SELECT count(*) AS m FROM "{child}" c '
@@ -124,11 +127,66 @@ def statistics(con: duckdb.DuckDBPyConnection, plan: ViewPlan, sources: Mapping[
         ).fetchone()
         joined[link.child], squares[link.child] = int(found[0]), int(found[1])
     anchor = plan.occurrence(plan.anchor).table
-    keys = ", ".join(_duck(k.expr, "a") for k in plan.keys)
+    keys = ", ".join(f"{_duck(k.expr, 'a')} AS _k{i}" for i, k in enumerate(plan.keys))
+    groups = ", ".join(f"_k{i}" for i in range(len(plan.keys)))  # by name: a constant key is no position
     distinct, key_squares = con.execute(
-        f'SELECT count(*), coalesce(sum(n * n), 0) FROM (SELECT count(*) AS n FROM "{anchor}" a GROUP BY {keys})'
+        f'SELECT count(*), coalesce(sum(n * n), 0) FROM (SELECT count(*) AS n FROM (SELECT {keys} FROM "{anchor}" a) GROUP BY {groups})'
     ).fetchone()
-    return Statistics(rows, joined, int(distinct), squares, int(key_squares))
+    key_profile(con, plan)
+    thousand = {t: batch_estimate(con, plan, rows, {t: 1000}) for t in plan.tables}
+    return Statistics(rows, joined, int(distinct), squares, int(key_squares), thousand)
+
+
+def _on(link_pairs: tuple[tuple[str, str, str], ...], child: str, parent: str) -> str:
+    return " AND ".join(
+        f"{_duck(c, child)} {'=' if op == '=' else 'IS NOT DISTINCT FROM'} {_duck(p, parent)}" for c, p, op in link_pairs
+    )
+
+
+PROFILE = "_lmv_key_profile"
+
+
+def key_profile(con: duckdb.DuckDBPyConnection, plan: ViewPlan) -> None:
+    """(Re)creates temp table PROFILE: per view key, the rows of each occurrence it reads (`n<occ>`).
+
+    Each occurrence is counted along its path from the anchor (the joins the recompute makes), so a
+    key's counts are what recomputing it reads, skew and all."""
+    keys = ", ".join(f"{_duck(k.expr, 'o' + str(plan.anchor))} AS _k{i}" for i, k in enumerate(plan.keys))
+    groups = ", ".join(f"_k{i}" for i in range(len(plan.keys)))
+    parts = []
+    for occ in plan.occurrences:
+        path = list(reversed(plan.chain(occ.id)))  # anchor's child first
+        joins = "".join(
+            f' JOIN "{plan.occurrence(link.child).table}" o{link.child} ON {_on(link.pairs, f"o{link.child}", f"o{link.parent}")}'
+            for link in path
+        )
+        anchor = plan.occurrence(plan.anchor).table
+        parts.append(f'SELECT {keys}, {occ.id} AS occ, count(*) AS n FROM "{anchor}" o{plan.anchor}{joins} GROUP BY {groups}')
+    columns = ", ".join(f"coalesce(sum(n) FILTER (WHERE occ = {o.id}), 0) AS n{o.id}" for o in plan.occurrences)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {PROFILE} AS SELECT {groups}, {columns} FROM ({' UNION ALL '.join(parts)}) GROUP BY {groups}")
+
+
+def batch_estimate(
+    con: duckdb.DuckDBPyConnection, plan: ViewPlan, rows: Mapping[str, int], changes: Mapping[str, int]
+) -> tuple[float, float]:
+    """(keys, rows per key) a batch changing `changes[table]` rows of each table reaches and reads,
+    over PROFILE (`key_profile`) and the tables' live `rows`.
+
+    A changed row is a random row of its table: key k is hit by a Poisson number of them with mean
+    lambda_k = sum over occurrences of changes(table) * n_occ(k) / rows(table), so it is reached with
+    probability 1 - exp(-lambda_k); a heavy key is reached often but recomputed once per batch."""
+    terms = [
+        f"{changes[o.table]} * n{o.id} / {rows[o.table]}"
+        for o in plan.occurrences
+        if changes.get(o.table) and rows.get(o.table)
+    ]
+    if not terms:
+        return 0.0, 0.0
+    read = " + ".join(f"n{o.id}" for o in plan.occurrences)
+    keys, total = con.execute(
+        f"SELECT sum(1 - exp(-({' + '.join(terms)}))), sum((1 - exp(-({' + '.join(terms)}))) * ({read})) FROM {PROFILE}"
+    ).fetchone()
+    return float(keys or 0.0), float(total or 0.0) / float(keys) if keys else 0.0
 
 
 def _number(value: float) -> str:
@@ -150,6 +208,11 @@ def cost_lines(plan: ViewPlan, cost: Cost, stats: Statistics, width: int) -> lis
         f"  a key reads ~{_number(cost.rows_per_key)} rows in all (an average key; keys a change reaches"
         " are bigger on average, as above: a key with more rows has more rows to change)"
     )
+    for table, (keys, rows) in stats.thousand.items():
+        lines.append(
+            f"  a batch of 1,000 changed {table} rows reaches ~{_number(keys)} keys of ~{_number(rows)} rows"
+            " (each key once, however many of its rows change)"
+        )
     if cost.anchor_rows_per_key > 1.01:
         lines.append(
             f"  each key is a group of ~{_number(cost.anchor_rows_per_key)} {plan.occurrence(plan.anchor).table} rows,"

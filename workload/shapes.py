@@ -120,10 +120,91 @@ SHAPES: dict[str, tuple[str, str]] = {
         "SELECT u.email, (SELECT max(t.title) FROM (SELECT p.title, p.author, rank() OVER (PARTITION BY p.author "
         "ORDER BY p.created_at DESC) AS r FROM pull_requests p) t WHERE t.author = u.username AND t.r = 1) AS last_title FROM users u",
     ),
+    # HAVING over a two-column GROUP BY: a repository's row exists while it has two pull requests
+    "busy_repos": (
+        "repo_owner, repo",
+        "SELECT p.repo_owner, p.repo, count(*) AS prs, count_if(p.status = 'merged') AS merged FROM pull_requests p "
+        "GROUP BY p.repo_owner, p.repo HAVING count(*) >= 2",
+    ),
+    # a scalar subquery through a non-unique column (payment_info.user_id), its NULL made a value
+    "verified_users": (
+        "email",
+        "SELECT u.email, coalesce((SELECT max(CAST(p.verified AS INT)) FROM payment_info p WHERE p.user_id = u.id), 0) = 1 "
+        "AS verified FROM users u",
+    ),
+    # a fact row with two lookups: its author by a unique key, its repository by the primary key
+    "pr_details": (
+        "repo_owner, repo, index",
+        "SELECT p.repo_owner, p.repo, p.`index`, p.title, u.email AS author_email, r.description FROM pull_requests p "
+        "LEFT JOIN users u ON u.username = p.author LEFT JOIN repos r ON r.owner = p.repo_owner AND r.name = p.repo",
+    ),
+    # EXISTS inside CASE: a classification from two other tables
+    "user_kinds": (
+        "email",
+        "SELECT u.email, CASE WHEN EXISTS (SELECT 1 FROM pull_requests p WHERE p.author = u.username AND p.status = 'merged') "
+        "THEN 'contributor' WHEN EXISTS (SELECT 1 FROM stars s WHERE s.username = u.username) THEN 'fan' ELSE 'visitor' END "
+        "AS kind FROM users u",
+    ),
+    # a correlation with a non-equality beside the equality: stars of one's repositories by others
+    "own_repo_fans": (
+        "email",
+        "SELECT u.email, (SELECT count(*) FROM stars s WHERE s.repo_owner = u.username AND s.username <> u.username) AS fans "
+        "FROM users u",
+    ),
+    # a list of structs from a LEFT JOIN inside a correlated subquery: a repository's pull requests with
+    # their authors' emails (a scalar subquery inside collect_list is what Spark 4.1 cannot run)
+    "repo_pr_documents": (
+        "owner, name",
+        "SELECT r.owner, r.name, (SELECT sort_array(collect_list(named_struct('index', p.`index`, 'author', p.author, "
+        "'email', u.email))) FROM pull_requests p LEFT JOIN users u ON u.username = p.author "
+        "WHERE p.repo_owner = r.owner AND p.repo = r.name) AS prs FROM repos r",
+    ),
+    # keyed by an expression only: each month's sign-ups, a group recomputed whole
+    "monthly_signups": (
+        "month",
+        "SELECT date_trunc('MONTH', u.registered_at) AS month, count(*) AS users, sort_array(collect_list(u.username)) AS names "
+        "FROM users u GROUP BY date_trunc('MONTH', u.registered_at)",
+    ),
+    # a window partitioned by the GROUP BY key: each repository's first stargazer
+    "first_fans": (
+        "repo_owner, repo_name",
+        "WITH ordered AS (SELECT s.repo_owner, s.repo_name, s.username, row_number() OVER (PARTITION BY s.repo_owner, "
+        "s.repo_name ORDER BY s.created_at, s.username) AS nth FROM stars s) "
+        "SELECT repo_owner, repo_name, max(CASE WHEN nth = 1 THEN username END) AS first_fan, count(*) AS fans FROM ordered "
+        "GROUP BY repo_owner, repo_name",
+    ),
+    # global totals: one row, keyed by a constant; any change to users reaches it, recomputed over the table
+    "user_totals": (
+        "scope",
+        "SELECT 'all' AS scope, count(*) AS users, count(DISTINCT u.username) AS names, max(u.registered_at) AS latest, "
+        "count_if(u.id > 1) AS later_ids FROM users u",
+    ),
+    # ... and over a join: stars, and how many of them point at a repository that exists
+    "star_totals": (
+        "scope",
+        "SELECT 'stars' AS scope, count(*) AS stars, count(r.name) AS of_known_repos FROM stars s "
+        "LEFT JOIN repos r ON r.owner = s.repo_owner AND r.name = s.repo_name",
+    ),
+    # UNION ALL of two grouped branches, told apart by a constant in the key: stars and pull requests per person
+    "people_counts": (
+        "kind, who",
+        "SELECT 'stars' AS kind, s.username AS who, count(*) AS n FROM stars s GROUP BY s.username UNION ALL "
+        "SELECT 'prs', p.author, count(*) FROM pull_requests p JOIN repos r ON r.owner = p.repo_owner AND r.name = p.repo "
+        "GROUP BY p.author",
+    ),
+    # UNION ALL of row-per-row branches, one with a subquery: a search directory of users and repositories
+    "directory": (
+        "kind, a, b",
+        "SELECT 'user' AS kind, u.email AS a, '' AS b, u.username AS label, (SELECT count(*) FROM stars s "
+        "WHERE s.username = u.username) AS weight FROM users u UNION ALL "
+        "SELECT 'repo', r.owner, r.name, coalesce(r.description, r.name), (SELECT count(*) FROM stars s "
+        "WHERE s.repo_owner = r.owner AND s.repo_name = r.name) FROM repos r",
+    ),
 }
 
-# Shapes whose links compare expressions: the local state has no index for them (maintained by scans).
-SCANNED = frozenset({"case_blind_stars"})
+# Shapes the local state has no index for (maintained by scans): links that compare expressions, keys
+# with no plain column of their table (an expression, a constant), and UNION ALLs.
+SCANNED = frozenset({"case_blind_stars", "monthly_signups", "user_totals", "star_totals", "people_counts", "directory"})
 
 
 def shape_view(name: str, copy_of: str | None = None) -> ViewDefinition:

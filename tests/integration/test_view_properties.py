@@ -238,14 +238,15 @@ SNAPSHOT_SIZES = {"users": (1, 3), "repos": (1, 4), "pull_requests": (0, 4), "st
 
 
 @st.composite
-def histories(draw: st.DrawFn) -> History:
+def histories(draw: st.DrawFn, unique_usernames: bool = False) -> History:
     """A random, internally consistent CDC history in 1-4 batches.
 
     Batch 0 is a snapshot of a small random database (users, repos, then pull requests, stars and
     payments pointing at them, so joins hit) plus a few changes. Later batches hold 1-5 changes each:
     mostly updates of the columns views read, deletes, (re-)creates and verbatim replays; a later batch
     is sometimes made of replays only (every change stale). Small batches matter: a view key lakemv
-    fails to recompute is not masked by another change touching the same key.
+    fails to recompute is not masked by another change touching the same key. With
+    `unique_usernames`, no two live users share a username (as `users` declares it unique).
     """
     db: Database = {t: {} for t in TABLES}
     events: list[Event] = []
@@ -257,8 +258,14 @@ def histories(draw: st.DrawFn) -> History:
         line = dbz(op, lsn, after=after, before=before, wrapped=draw(st.booleans()))
         events.append(Event(table, op, lsn, key, after, line))
 
+    def unique(table: str, key: tuple[Any, ...], after: Image) -> Image:
+        taken = {u["username"] for k, u in db["users"].items() if k != key}
+        if unique_usernames and table == "users" and after["username"] in taken:
+            return {**after, "username": draw(st.sampled_from([n for n in USERNAMES if n not in taken]))}
+        return after
+
     def create(table: str, key: tuple[Any, ...], op: str) -> None:
-        after = _row(table, key, {c: _draw_value(draw, table, c, db) for c in VALUES[table]})
+        after = unique(table, key, _row(table, key, {c: _draw_value(draw, table, c, db) for c in VALUES[table]}))
         db[table][key] = after
         emit(table, op, key, after, None)
 
@@ -295,7 +302,7 @@ def histories(draw: st.DrawFn) -> History:
         else:
             changed = draw(st.lists(st.sampled_from(list(VALUES[table])), min_size=1, max_size=2, unique=True))
             after = {**current, **{c: _draw_value(draw, table, c, db) for c in changed}}
-        live[key] = after
+        live[key] = after = unique(table, key, after)
         emit(table, "u", key, after, None if draw(st.booleans()) else current)
 
     def replay() -> None:
@@ -417,6 +424,11 @@ def view_state(lake: Lake, maintainer: ViewMaintainer) -> ViewRows:
     return state
 
 
+def _nulls_first(key: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
+    """A sort key for view keys that may hold NULL (a GROUP BY's NULL group)."""
+    return tuple((value is not None, value) for value in key)
+
+
 def assert_views_are_fresh(lake: Lake, processor: BatchProcessor) -> dict[str, ViewRows]:
     """Each view table equals lakemv's full recompute and the verbatim SQL over the live mirrors.
 
@@ -429,10 +441,10 @@ def assert_views_are_fresh(lake: Lake, processor: BatchProcessor) -> dict[str, V
         for m in processor.maintainers:
             table = lake.spark.table(m.table).select(*m.plan.columns)
             state = view_state(lake, m)
-            actual = [state[k] for k in sorted(state)]
+            actual = [state[k] for k in sorted(state, key=_nulls_first)]
             for expected in (m.recompute(), lake.spark.sql(m.plan.definition.sql)):
                 assert_schema_equality(table.schema, expected.schema, ignore_nullable=True)
-                want = sorted(expected.collect(), key=lambda r: tuple(r[k] for k in m.plan.key_names))
+                want = sorted(expected.collect(), key=lambda r: _nulls_first(tuple(r[k] for k in m.plan.key_names)))
                 assert_basic_rows_equality(actual, want, underline_cells=True)
             states[m.plan.name] = state
     return states
@@ -464,13 +476,14 @@ def assert_feed_is_the_diff(
 
 
 # ---- the property -----------------------------------------------------------------------------------
+def examples(count: int) -> settings:
+    """Hypothesis settings of the property tests: `count` examples of a slow, fixture-using test."""
+    return settings(max_examples=count, deadline=None, print_blob=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+
+
 @pytest.mark.slow(200)
-@settings(
-    max_examples=9,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@examples(9)
 @given(history=histories(), mode=st.sampled_from(["scan", "indexed", "direct"]))
 def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history, mode):
     note(history.describe() + f"\nlookups and writes: {mode}")

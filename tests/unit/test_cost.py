@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import duckdb
 import pytest
 
@@ -57,7 +59,36 @@ def test_a_grouped_key_reads_its_whole_group_and_explain_says_so(con, sources):
     at = lines.index("cost per key - averages over the live rows now (pull_requests 3 rows; 2 keys):")
     assert lines[at + 1].split() == ["pull_requests", "p", "reads", "1.5", "rows", "per", "key;", "a", "changed", "row",
                                      "reaches", "1.0", "keys", "of", "~1.7", "rows"]  # fmt: skip
-    assert "recomputed whole when any of them changes: the cost is bounded by the group" in lines[at + 3]
+    assert lines[at + 3] == ("  a batch of 1,000 changed pull_requests rows reaches ~2.0 keys of ~1.5 rows"
+                             " (each key once, however many of its rows change)")  # both authors, surely
+    assert "recomputed whole when any of them changes: the cost is bounded by the group" in lines[at + 4]
     assert "cost per key: not estimated: no rows ingested yet for pull_requests: run lakemv ingest first" in explain(
         plan, stats="no rows ingested yet for pull_requests: run lakemv ingest first"
     ).splitlines()
+
+
+def test_a_view_of_one_row_is_one_group_of_the_whole_table(con, sources):
+    plan = plan_view(shape_view("user_totals"), sources)  # keyed by the constant 'all'
+    stats = statistics(con, plan, sources)
+    cost = predict(plan, stats)
+    assert (stats.keys, cost.anchor_rows_per_key, cost.occurrences[0].keys_per_change) == (1, 3.0, 1.0)
+    assert "  each key is a group of ~3.0 users rows, recomputed whole when any of them changes: the cost is bounded by the group" \
+        in explain(plan, stats=stats).splitlines()
+
+
+def test_a_batch_reaches_each_key_once_however_many_of_its_rows_change(con, sources):
+    from spark.cost import PROFILE, batch_estimate, key_profile
+
+    plan = plan_view(shape_view("repo_fans"), sources)
+    key_profile(con, plan)
+    # per repository: its stars, their users, itself (ann/lake: 3 stars, 2 of them with a user; bob/pond: 1 and 1)
+    assert sorted(con.execute(f"SELECT * FROM {PROFILE}").fetchall()) == [("ann", "lake", 3, 2, 1), ("bob", "pond", 1, 1, 1)]
+    stats = statistics(con, plan, sources)
+    assert batch_estimate(con, plan, stats.rows, {}) == (0.0, 0.0)
+    # One changed star: ann/lake with chance 3/4 (Poisson: 1 - e^-0.75), bob/pond with 1/4.
+    keys, rows = batch_estimate(con, plan, stats.rows, {"stars": 1})
+    lake, pond = 1 - math.exp(-0.75), 1 - math.exp(-0.25)
+    assert keys == pytest.approx(lake + pond)
+    assert rows == pytest.approx((lake * 6 + pond * 3) / (lake + pond))
+    # A hundred changed stars reach both repositories, each once.
+    assert batch_estimate(con, plan, stats.rows, {"stars": 100})[0] == pytest.approx(2.0)
