@@ -185,16 +185,14 @@ def _statistics(lake: Lake, plan):
 
     from catalog.duck import lake_connection, metadata_location
     from catalog.tables import MIRROR_NAMESPACE
-    from spark.cost import statistics
+    from spark.cost import statistics, trees
 
-    if plan.branches:
-        return "a UNION ALL view's cost is not estimated yet (each branch has a link tree of its own)"
     empty = [t for t in plan.tables if metadata_location(lake.settings, MIRROR_NAMESPACE, t) is None]
     if empty:
         return f"no rows ingested yet for {', '.join(empty)}: run lakemv ingest first"
     con = lake_connection(lake.settings, lake.sources)
     try:
-        return statistics(con, plan, lake.sources)
+        return [(tree, statistics(con, tree, lake.sources)) for tree in trees(plan)]
     except (duckdb.Error, SqlglotError) as exc:
         return f"DuckDB could not count the mirrors ({str(exc).strip().splitlines()[0]})"
     finally:

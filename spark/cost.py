@@ -80,6 +80,20 @@ def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator else 0.0
 
 
+def trees(plan: ViewPlan) -> list[ViewPlan]:
+    """The plan's link trees as plans of their own: a UNION ALL's branches (occurrence ids kept), or the plan."""
+    if not plan.branches:
+        return [plan]
+    out = []
+    for branch in plan.branches:
+        links = tuple(link for link in plan.links if plan.anchor_of(link.child) == branch.anchor)
+        ids = {branch.anchor, *(link.child for link in links)}
+        occurrences = tuple(o for o in plan.occurrences if o.id in ids)
+        out.append(plan.model_copy(update={"anchor": branch.anchor, "keys": branch.keys, "links": links,
+                                           "occurrences": occurrences, "branches": ()}))  # fmt: skip
+    return out
+
+
 def predict(plan: ViewPlan, stats: Statistics) -> Cost:
     """Rows read per key and keys reached per change, per occurrence, from `stats`."""
     anchor = plan.occurrence(plan.anchor)

@@ -8,7 +8,7 @@ import sqlglot
 from sqlglot import exp
 
 from spark.cost import Statistics, cost_lines, predict
-from spark.planner import OCCURRENCE, ViewPlan, over
+from spark.planner import OCCURRENCE, SELF, ViewPlan, over
 from spark.state.layout import Lookup, route
 from spark.viewsql import recompute_sql
 
@@ -31,9 +31,14 @@ def _chain_text(plan: ViewPlan, occ_id: int) -> str:
     return ARROW.join([*steps, f"key ({keys})"])
 
 
-def explain(plan: ViewPlan, live: Mapping[str, str] | None = None, stats: Statistics | str | None = None) -> str:
+def explain(
+    plan: ViewPlan,
+    live: Mapping[str, str] | None = None,
+    stats: Statistics | list[tuple[ViewPlan, Statistics]] | str | None = None,
+) -> str:
     """Human-readable plan; with `live` (table -> live-rows SQL) the recompute SQL is appended; with
-    `stats` (the mirrors' counts, or why there are none) the predicted cost per key."""
+    `stats` (the mirrors' counts - per link tree, `spark.cost.trees`, for a UNION ALL - or why there
+    are none) the predicted cost per key."""
     definition = plan.definition
     lines = [f"view {plan.name}" + (f"  ({definition.location})" if definition.location else "")]
     if definition.description:
@@ -68,7 +73,14 @@ def explain(plan: ViewPlan, live: Mapping[str, str] | None = None, stats: Statis
         lines += [f"  {w}" for w in windows]
     lines += ["", *_state_lines(plan, order, width)]
     if isinstance(stats, Statistics):
-        lines += ["", *cost_lines(plan, predict(plan, stats), stats, width)]
+        stats = [(plan, stats)]
+    if isinstance(stats, list):
+        for tree, counted in stats:
+            lines.append("")
+            if plan.branches:  # a UNION ALL: each branch's link tree on its own
+                constants = ", ".join(f"{k.name} = {k.expr}" for k in tree.keys if SELF not in k.expr)
+                lines.append(f"UNION ALL branch {constants}:")
+            lines += cost_lines(tree, predict(tree, counted), counted, width)
     elif stats is not None:
         lines += ["", f"cost per key: not estimated: {stats}"]
     lines += [

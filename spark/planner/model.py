@@ -117,7 +117,9 @@ class ViewPlan(BaseModel):
         }
 
     def occurrence(self, occ_id: int) -> Occurrence:
-        return self.occurrences[occ_id]
+        if occ_id < len(self.occurrences) and self.occurrences[occ_id].id == occ_id:
+            return self.occurrences[occ_id]
+        return next(o for o in self.occurrences if o.id == occ_id)  # a branch's tree keeps its ids (spark.cost)
 
     def link_of(self, occ_id: int) -> Link | None:
         return next((link for link in self.links if link.child == occ_id), None)

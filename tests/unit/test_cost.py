@@ -92,3 +92,18 @@ def test_a_batch_reaches_each_key_once_however_many_of_its_rows_change(con, sour
     assert rows == pytest.approx((lake * 6 + pond * 3) / (lake + pond))
     # A hundred changed stars reach both repositories, each once.
     assert batch_estimate(con, plan, stats.rows, {"stars": 100})[0] == pytest.approx(2.0)
+
+
+def test_a_union_all_is_costed_branch_by_branch(con, sources):
+    from spark.cost import trees
+
+    plan = plan_view(shape_view("people_counts"), sources)  # stars per person UNION ALL pull requests per person
+    branches = trees(plan)
+    assert [[plan.occurrence(o.id).table for o in t.occurrences] for t in branches] == [["stars"], ["pull_requests", "repos"]]
+    counted = [(tree, statistics(con, tree, sources)) for tree in branches]
+    assert [s.keys for _, s in counted] == [3, 2]  # ann, bob, zed star; bob and ann author
+    lines = explain(plan, stats=counted).splitlines()
+    at = lines.index("UNION ALL branch kind = 'prs':")
+    assert lines[at + 1] == "cost per key - averages over the live rows now (pull_requests 3, repos 2 rows; 2 keys):"
+    assert lines[at + 2].split()[:6] == ["pull_requests", "p", "reads", "1.5", "rows", "per"]
+    assert "UNION ALL branch kind = 'stars':" in lines
