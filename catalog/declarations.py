@@ -6,10 +6,12 @@ A declaration file looks like::
     primary_key = ["email"]
     unique = [["username"]]                     # optional; column sets the source keeps unique too
     ordering = ["source.lsn", "source.ts_ms"]   # optional; first field present in an envelope wins
+    topic = "github.public.users"               # optional; the Kafka topic (default <prefix>.<schema>.<name>)
     columns = [
       { name = "id", type = "bigint" },
       { name = "email", type = "string" },
       { name = "registered_at", type = "timestamp", encoding = "micros" },
+      { name = "balance", type = "decimal(12,2)" },
     ]
 
 Onboarding a new source is dropping such a file into a sources folder; no code changes.
@@ -17,19 +19,30 @@ Onboarding a new source is dropping such a file into a sources folder; no code c
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from catalog.errors import ConfigError
 
-ColumnType = Literal["string", "bigint", "int", "double", "boolean", "timestamp", "date"]
-# How a temporal value is encoded on the wire (Debezium: MicroTimestamp, Timestamp, NanoTimestamp,
-# ZonedTimestamp / ISO strings, Date as days since the epoch).
-Encoding = Literal["micros", "millis", "nanos", "iso", "days"]
+ColumnType = Literal["string", "bigint", "int", "double", "boolean", "timestamp", "date", "time", "decimal"]
+# How a value is encoded on the wire when the message carries no Connect schema that says so
+# (Debezium: MicroTimestamp, Timestamp, NanoTimestamp, ZonedTimestamp / ISO strings, Date as days
+# since the epoch, MicroTime / Time / NanoTime since midnight; a decimal as base64 of its unscaled
+# big-endian bytes, decimal.handling.mode=precise, or as text, =string).
+Encoding = Literal["micros", "millis", "nanos", "iso", "days", "base64", "string"]
+_DECIMAL = re.compile(r"^decimal\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+# Encodings each type accepts, the first its default.
+ENCODINGS: Mapping[str, tuple[str, ...]] = {
+    "timestamp": ("micros", "millis", "nanos", "iso"),
+    "date": ("days", "iso"),
+    "time": ("micros", "millis", "nanos", "iso"),
+    "decimal": ("base64", "string"),
+}
 # Lower-case identifiers; a leading underscore is not allowed, which keeps the mirrors' `_lmv_*`
 # bookkeeping columns (and Iceberg's reserved `_deleted`, `_pos`, ...) clear of declared names.
 IDENTIFIER = r"^[a-z][a-z0-9_]*$"
@@ -42,6 +55,9 @@ SPARK_TYPES: Mapping[str, str] = {
     "boolean": "BOOLEAN",
     "timestamp": "TIMESTAMP",
     "date": "DATE",
+    # Spark 4.1 cannot keep TIME in an Iceberg table ("Not a supported type: time(6)"): a time of
+    # day is stored as its fixed-width text HH:MM:SS.ffffff, which sorts and compares as time does.
+    "time": "STRING",
 }
 
 
@@ -53,12 +69,31 @@ class Column(BaseModel):
     name: str = Field(pattern=IDENTIFIER)
     type: ColumnType
     encoding: Encoding | None = None
+    precision: int | None = Field(default=None, ge=1, le=38)  # decimal only: `type = "decimal(12,2)"`
+    scale: int | None = Field(default=None, ge=0, le=38)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decimal_type(cls, data: Any) -> Any:
+        """`type = "decimal(p,s)"` as users write it (and as Spark spells the type)."""
+        if isinstance(data, dict) and isinstance(data.get("type"), str):
+            found = _DECIMAL.match(data["type"].strip().lower())
+            if found:
+                return {**data, "type": "decimal", "precision": int(found[1]), "scale": int(found[2])}
+        return data
 
     @model_validator(mode="after")
     def _check_encoding(self) -> Column:
-        allowed = {"timestamp": {"micros", "millis", "nanos", "iso"}, "date": {"days", "iso"}}.get(self.type, set())
+        allowed = ENCODINGS.get(self.type, ())
         if self.encoding is not None and self.encoding not in allowed:
             raise ValueError(f"column {self.name!r}: encoding {self.encoding!r} does not apply to type {self.type}")
+        if self.type == "decimal":
+            if self.precision is None or self.scale is None:
+                raise ValueError(f"column {self.name!r}: a decimal needs its precision and scale, e.g. type = \"decimal(12,2)\"")
+            if self.scale > self.precision:
+                raise ValueError(f"column {self.name!r}: scale {self.scale} is larger than precision {self.precision}")
+        elif self.precision is not None or self.scale is not None:
+            raise ValueError(f"column {self.name!r}: precision and scale apply to decimal columns only")
         return self
 
     @property
@@ -66,11 +101,17 @@ class Column(BaseModel):
         """The encoding in force: the declared one, else Debezium's default for the type."""
         if self.encoding is not None:
             return self.encoding
-        return {"timestamp": "micros", "date": "days"}.get(self.type)  # type: ignore[return-value]
+        defaults = ENCODINGS.get(self.type)
+        return defaults[0] if defaults else None  # type: ignore[return-value]
+
+    @property
+    def kind(self) -> str:
+        """The type with its parameters, as the mirror's schema spells it: `decimal(12,2)`, `bigint`."""
+        return f"decimal({self.precision},{self.scale})" if self.type == "decimal" else self.type
 
     @property
     def spark_type(self) -> str:
-        return SPARK_TYPES[self.type]
+        return f"DECIMAL({self.precision},{self.scale})" if self.type == "decimal" else SPARK_TYPES[self.type]
 
 
 class SourceTable(BaseModel):
@@ -85,6 +126,8 @@ class SourceTable(BaseModel):
     # repeat). The planner accepts a join on one as matching at most one row; ingest checks it.
     unique: tuple[tuple[str, ...], ...] = ()
     ordering: tuple[str, ...] = ("source.lsn", "source.ts_ms")
+    # The Kafka topic of its changes; default Debezium's `<prefix>.<schema>.<name>` (settings).
+    topic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+$")
 
     @model_validator(mode="after")
     def _check(self) -> SourceTable:

@@ -53,5 +53,9 @@ def with_columns(source: SourceTable, columns: Iterable[Column]) -> SourceTable:
 def mirror_columns(source: SourceTable, schema: Iterable[tuple[str, str]], bookkeeping: Iterable[str]) -> SourceTable:
     """`source` plus the columns its mirror gained by evolution (`schema`: (name, Spark simple type))."""
     skip = set(source.column_names) | set(bookkeeping)
-    found = [Column(name=n, type=SPARK_TO_COLUMN[t]) for n, t in schema if n not in skip and t in SPARK_TO_COLUMN]
+    found = [
+        Column(name=n, type=t) if t.startswith("decimal(") else Column(name=n, type=SPARK_TO_COLUMN[t])  # type: ignore[arg-type]
+        for n, t in schema
+        if n not in skip and (t in SPARK_TO_COLUMN or t.startswith("decimal("))
+    ]
     return with_columns(source, found)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -66,6 +66,24 @@ class LakeSettings(BaseSettings):
         default=4, ge=1, description="Views a batch maintains at once from the local state (each writes its own "
         "tables, so while one view's Spark job runs another plans or commits); 1 maintains them one by one.",
     )
+    kafka_bootstrap: str | None = Field(
+        default=None, description="Kafka brokers (HOST:PORT,...) to read Debezium's topics from; `ingest --kafka` sets it too."
+    )
+    kafka_topic_prefix: str = Field(
+        default="github", pattern=r"^[A-Za-z0-9._-]+$", description="Debezium's topic.prefix: a table's topic is "
+        "<prefix>.<schema>.<table> unless its declaration names a `topic`.",
+    )
+    kafka_schema: str = Field(default="public", pattern=r"^[A-Za-z0-9_]+$", description="The source database schema in topic names.")
+    kafka_transactions: Literal["auto", "off"] = Field(
+        default="auto", description="auto: a change that carries Debezium's transaction block is applied only with its "
+        "whole transaction, in commit order (needs the transaction topic); off: every change as it comes.",
+    )
+    kafka_transaction_topic: str | None = Field(default=None, description="Debezium's transaction topic; default <prefix>.transaction.")
+    kafka_options: Annotated[tuple[tuple[str, str], ...], NoDecode] = Field(
+        default=(), description="Extra Kafka client options as a JSON object, e.g. {\"security.protocol\": \"SSL\"}, "
+        "for every Kafka client lakemv makes.",
+    )
+    stack_dir: Path = Field(default=Path(".stack"), description="Folder of the local CDC stack (`lakemv stack up`).")
     jars_dir: Path = PROJECT_ROOT / "jvm" / "lib"
     jvm_class_archive: bool = Field(
         default=True, description="Start Spark's JVM from the class archive `make setup` builds (spark.class_archive)."
@@ -87,6 +105,19 @@ class LakeSettings(BaseSettings):
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"not a JSON list of paths ({exc.msg}); or give paths separated by commas") from None
             return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("kafka_options", mode="before")
+    @classmethod
+    def _options(cls, value: Any) -> Any:
+        """A JSON object (or a mapping) of client options, kept as sorted pairs (settings are hashable)."""
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON object of Kafka client options ({exc.msg})") from None
+        if isinstance(value, dict):
+            return tuple(sorted((str(k), str(v)) for k, v in value.items()))
         return value
 
     @field_validator("warehouse")

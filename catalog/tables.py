@@ -44,7 +44,16 @@ ARROW_TYPES = {
     "boolean": pa.bool_(),
     "timestamp": _UTC_MICROS,
     "date": pa.date32(),
+    "time": pa.string(),  # HH:MM:SS.ffffff (see declarations.SPARK_TYPES)
 }
+
+
+def arrow_type(kind: str) -> pa.DataType:
+    """The Arrow type of a declared column kind (`Column.kind`: `bigint`, `decimal(12,2)`, ...)."""
+    if kind.startswith("decimal("):
+        precision, scale = (int(part) for part in kind[len("decimal(") : -1].split(","))
+        return pa.decimal128(precision, scale)
+    return ARROW_TYPES[kind]
 BOOKKEEPING_ARROW = (
     pa.field(POSITION, pa.int64()),
     pa.field(OP, pa.string()),
@@ -91,7 +100,7 @@ class TableNames:
 
 def mirror_arrow_schema(source: SourceTable) -> pa.Schema:
     """Arrow schema of a mirror row: declared columns, then bookkeeping."""
-    fields = [pa.field(c.name, ARROW_TYPES[c.type]) for c in source.columns]
+    fields = [pa.field(c.name, arrow_type(c.kind)) for c in source.columns]
     return pa.schema([*fields, *BOOKKEEPING_ARROW])
 
 

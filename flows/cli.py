@@ -56,6 +56,15 @@ def _run_flow(ctx: typer.Context, flow: str, *, spark: bool = False, **parameter
         return flow(warehouse=str(ctx.obj.settings.warehouse), **parameters)
 
 
+def _stack_commands() -> None:
+    from flows.stackcli import stack_app
+
+    app.add_typer(stack_app, name="stack")
+
+
+_stack_commands()
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
@@ -106,12 +115,27 @@ def _check_landing(ctx: typer.Context, landing: Path, once: bool) -> None:
 @app.command()
 def ingest(
     ctx: typer.Context,
-    landing: Annotated[Path, typer.Option(help="Landing directory: <landing>/<table>/*.json.")],
+    landing: Annotated[Path | None, typer.Option(help="Landing directory: <landing>/<table>/*.json.")] = None,
+    kafka: Annotated[
+        str | None, typer.Option(help="Kafka brokers HOST:PORT to read Debezium's topics from (env LAKEMV_KAFKA_BOOTSTRAP).")
+    ] = None,
     once: Annotated[bool, typer.Option("--once", help="Process what is there now, then exit.")] = False,
     trigger_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds between batches when continuous.")] = 2.0,
     max_files_per_trigger: Annotated[int | None, typer.Option(min=1, help="Backpressure: files per batch.")] = None,
 ) -> None:
-    """Stream landing files into the mirror tables and maintain the views (the `maintain` flow)."""
+    """Stream landing files or Kafka topics into the mirror tables and maintain the views (the `maintain` flow)."""
+    kafka = kafka or (None if landing is not None else ctx.obj.settings.kafka_bootstrap)
+    if (landing is None) == (kafka is None):
+        raise ConfigError(
+            "give --landing DIR or --kafka HOST:PORT (or set LAKEMV_KAFKA_BOOTSTRAP), not both" if landing else
+            "nothing to ingest from: give --landing DIR or --kafka HOST:PORT (or set LAKEMV_KAFKA_BOOTSTRAP)"
+        )  # fmt: skip
+    if kafka is not None:
+        from spark.kafka import check_bootstrap
+
+        _run_flow(ctx, "flows.maintain:maintain", spark=True, kafka=check_bootstrap(kafka), once=once, trigger_seconds=trigger_seconds)
+        return
+    assert landing is not None
     _check_landing(ctx, landing, once)
     _run_flow(
         ctx,
@@ -248,7 +272,10 @@ def compact(
 @app.command()
 def serve(
     ctx: typer.Context,
-    landing: Annotated[Path, typer.Option(help="Landing directory the maintain deployment ingests.")],
+    landing: Annotated[Path | None, typer.Option(help="Landing directory the maintain deployment ingests.")] = None,
+    kafka: Annotated[
+        str | None, typer.Option(help="Or Kafka brokers HOST:PORT whose Debezium topics it ingests (env LAKEMV_KAFKA_BOOTSTRAP).")
+    ] = None,
     maintain_every: Annotated[float, typer.Option(min=1, help="Seconds between maintain runs.")] = 60.0,
     continuous: Annotated[
         bool, typer.Option("--continuous", help="Maintain as one long-running stream (restarted by the schedule).")
@@ -261,8 +288,17 @@ def serve(
     """Serve the Prefect deployments maintain, compact, verify (scheduled) and backfill (on demand) until interrupted."""
     from flows.server import prefect_api
 
-    _check_landing(ctx, landing, once=False)
     settings = ctx.obj.settings
+    kafka = kafka or (None if landing is not None else settings.kafka_bootstrap)
+    if (landing is None) == (kafka is None):
+        raise ConfigError("give --landing DIR or --kafka HOST:PORT (or set LAKEMV_KAFKA_BOOTSTRAP), not both" if landing else
+                          "nothing to ingest from: give --landing DIR or --kafka HOST:PORT (or set LAKEMV_KAFKA_BOOTSTRAP)")  # fmt: skip
+    if landing is not None:
+        _check_landing(ctx, landing, once=False)
+    else:
+        from spark.kafka import check_bootstrap
+
+        kafka = check_bootstrap(kafka)  # type: ignore[arg-type]
     ctx.obj.checked_plans()  # a refused view fails here, before anything starts
     from spark.session import stop_spark
 
@@ -283,7 +319,7 @@ def serve(
             # thread it leaves the signals to lakemv, which stops the server and every flow run.
             running = threading.Thread(
                 target=serve_deployments,
-                args=deployments(landing.resolve(), settings.warehouse, schedules),
+                args=deployments(landing.resolve() if landing else None, settings.warehouse, schedules, kafka=kafka),
                 kwargs={"print_starting_message": True},
                 name="prefect-serve",
                 daemon=True,

@@ -36,8 +36,8 @@ class Schedules:
     verify_every: float = 3600.0
 
 
-def deployments(landing: Path, warehouse: Path, schedules: Schedules) -> list[RunnerDeployment]:
-    """The four deployments, parameterised for one landing folder and warehouse."""
+def deployments(landing: Path | None, warehouse: Path, schedules: Schedules, kafka: str | None = None) -> list[RunnerDeployment]:
+    """The four deployments, parameterised for one warehouse and one source: a landing folder or Kafka brokers."""
     lake = {"warehouse": str(warehouse)}
     common = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["lakemv"]}
     return [
@@ -45,13 +45,13 @@ def deployments(landing: Path, warehouse: Path, schedules: Schedules) -> list[Ru
             "lakemv-maintain",
             interval=timedelta(seconds=schedules.maintain_every),
             parameters={
-                "landing": str(landing),
+                **({"landing": str(landing)} if landing is not None else {"kafka": kafka}),
                 "once": not schedules.continuous,
                 "trigger_seconds": schedules.trigger_seconds,
                 **lake,
             },
             concurrency_limit=ONE_AT_A_TIME,  # one stream per checkpoint
-            description="Ingest landed Debezium files into the mirrors and keep every view fresh.",
+            description="Ingest Debezium changes (landed files or Kafka topics) into the mirrors and keep every view fresh.",
             **common,
         ),
         compact.to_deployment(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from prefect import flow
 
+from catalog.errors import ConfigError
 from flows.lake import Lake
 from flows.progress import report
 from spark import lifecycle
@@ -18,15 +19,22 @@ def _batch_line(batch) -> None:  # noqa: ANN001 - spark.batch.BatchResult
         report.info(f"schema drift: {note}", style="red" if "error:" in note else "yellow")
 
 
+def _gate_line(gate) -> None:  # noqa: ANN001 - spark.transactions.GateReport
+    if gate.held:
+        report.info(f"holding {gate.held} changes of {gate.waiting} source transactions not yet complete")
+
+
 @flow(name="maintain", log_prints=False, validate_parameters=True)
 def maintain(
-    landing: str,
+    landing: str | None = None,
     once: bool = True,
     trigger_seconds: float = 2.0,
     max_files_per_trigger: int | None = None,
     warehouse: str | None = None,
+    kafka: str | None = None,
 ) -> dict:
-    """Ingest the landing folder's new Debezium files and maintain the views, exactly once.
+    """Ingest the landing folder's new Debezium files, or Debezium's Kafka topics (`kafka`: the
+    brokers, default the setting LAKEMV_KAFKA_BOOTSTRAP), and maintain the views, exactly once.
 
     `once` processes what is there now and returns (the scheduled deployment); otherwise the stream
     runs until the flow run is cancelled or the process is interrupted.
@@ -35,25 +43,29 @@ def maintain(
 
     lifecycle.install()  # in a deployment's flow-run process too: SIGINT/SIGTERM stop it and its JVM
     lake = Lake.at(warehouse)
-    folder = Path(landing)
-    check_landing(folder)
+    kafka = kafka or (None if landing else lake.settings.kafka_bootstrap)
+    if (landing is None) == (kafka is None):
+        raise ConfigError("maintain needs either a landing folder or Kafka brokers (LAKEMV_KAFKA_BOOTSTRAP), not both")
+    if landing is not None:
+        check_landing(Path(landing))
     sources = lake.sources
     with report.status("starting Spark..."):
         spark = lake.spark()
     plans = list(lake.checked_plans(spark).values())
+    common = {
+        "views": plans,
+        "on_build": lambda built: report.info(f"built {built.describe()}"),
+        "once": once,
+        "trigger_seconds": trigger_seconds,
+        "on_batch": _batch_line,
+    }
     with report.bound():  # batches are reported from Spark's callback thread
-        result = run_ingest(
-            spark,
-            lake.settings,
-            sources,
-            folder,
-            views=plans,
-            on_build=lambda built: report.info(f"built {built.describe()}"),
-            once=once,
-            trigger_seconds=trigger_seconds,
-            max_files_per_trigger=max_files_per_trigger,
-            on_batch=_batch_line,
-        )
+        if kafka is not None:
+            from spark.kafka import run_kafka_ingest
+
+            result = run_kafka_ingest(spark, lake.settings, sources, kafka, on_gate=_gate_line, **common)
+        else:
+            result = run_ingest(spark, lake.settings, sources, Path(landing), max_files_per_trigger=max_files_per_trigger, **common)
     rate = result.events / result.seconds if result.seconds else 0.0
     conflicts = f"; {result.conflicts_retried} commit conflicts retried" if result.conflicts_retried else ""
     report.info(

@@ -2,7 +2,8 @@
 # Idempotent setup of everything lakemv needs on a fresh Debian machine:
 #   1. Debian packages (Java 17, Maven, PostgreSQL for the catalog tests) when missing;
 #   2. the virtualenv .venv with the pinned Python packages (pyproject.toml + constraints.txt);
-#   3. the JVM jars declared in jvm/pom.xml, fetched by Maven into jvm/lib;
+#   3. the JVM jars declared in jvm/pom.xml, fetched by Maven into jvm/lib, and those of the local CDC
+#      stack (Kafka, Kafka Connect, Debezium: jvm/stack/pom.xml) into jvm/stack/lib;
 #   4. the class archive Spark's JVM starts from (jvm/cds, spark/class_archive.py).
 # Re-running it does nothing unless one of those inputs changed.
 set -euo pipefail
@@ -42,8 +43,15 @@ want=$(sha256sum jvm/pom.xml | cut -c1-16)
 if [ "$(cat .setup/jars 2>/dev/null)" != "$want" ] || ! compgen -G "jvm/lib/iceberg-spark-runtime-*.jar" >/dev/null; then
   say "fetching JVM jars with Maven (jvm/pom.xml)"
   rm -rf jvm/lib
-  (cd jvm && mvn -q -B dependency:copy-dependencies -DoutputDirectory=lib -DexcludeTransitive=true)
+  (cd jvm && mvn -q -B -s settings.xml dependency:copy-dependencies -DoutputDirectory=lib -DexcludeTransitive=true)
   echo "$want" > .setup/jars
+fi
+want=$(cat jvm/stack/pom.xml jvm/settings.xml | sha256sum | cut -c1-16)
+if [ "$(cat .setup/stack-jars 2>/dev/null)" != "$want" ] || ! compgen -G "jvm/stack/lib/debezium-connector-postgres-*.jar" >/dev/null; then
+  say "fetching the CDC stack's jars with Maven (jvm/stack/pom.xml: Kafka, Kafka Connect, Debezium)"
+  rm -rf jvm/stack/lib
+  (cd jvm/stack && mvn -q -B -s ../settings.xml dependency:copy-dependencies -DoutputDirectory=lib)
+  echo "$want" > .setup/stack-jars
 fi
 # ---- 4. Class archive ---------------------------------------------------------------------------
 # Built for the current java, PySpark and jars (a no-op when it exists); Spark starts seconds sooner.

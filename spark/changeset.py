@@ -81,24 +81,24 @@ def latest_per_key(changes: Iterable[Change]) -> list[Change]:
 
 
 def parse_line(
-    text: str, file: str, sources: Mapping[str, SourceTable], result: ChangeSet, max_line_chars: int | None = None
+    text: str | None, file: str, sources: Mapping[str, SourceTable], result: ChangeSet, max_line_chars: int | None = None
 ) -> Change | None:
     """Parse one `(line, file)` pair: its change, or None after recording its dead letter or skip in
     `result` (which also counts the event and notes fields the declaration lacks or misses)."""
     table = table_of(file)
-    if max_line_chars is not None and len(text) > max_line_chars:
+    if text is not None and max_line_chars is not None and len(text) > max_line_chars:
         reason = f"line of {len(text):,} characters is over the limit of {max_line_chars:,} (LAKEMV_MAX_LINE_CHARS)"
         result.dead_letters.append(DeadLetter(text, file, table, reason))
         return None
     source = sources.get(table)
     if source is None:
         known = ", ".join(sorted(sources))
-        result.dead_letters.append(DeadLetter(text, file, table, f"unknown table folder {table!r}: declared sources are {known}"))
+        result.dead_letters.append(DeadLetter(text or "", file, table, f"unknown table folder {table!r}: declared sources are {known}"))
         return None
     try:
         outcome = parse_envelope(text, source)
     except EnvelopeError as exc:
-        result.dead_letters.append(DeadLetter(text, file, table, str(exc)))
+        result.dead_letters.append(DeadLetter(text or "", file, table, str(exc)))
         return None
     if isinstance(outcome, Skip):
         result.skipped[outcome.reason] += 1
@@ -115,7 +115,7 @@ def parse_line(
 
 
 def build_changeset(
-    lines: Iterable[tuple[str, str]], sources: Mapping[str, SourceTable], max_line_chars: int | None = None
+    lines: Iterable[tuple[str | None, str]], sources: Mapping[str, SourceTable], max_line_chars: int | None = None
 ) -> ChangeSet:
     """Parse `(line, file)` pairs and dedupe them per table; a line over `max_line_chars` is not parsed."""
     result = ChangeSet()

@@ -2,16 +2,24 @@
 
 Strict on purpose: a string in a BIGINT column or a boolean in a STRING column is a producer bug and
 goes to the dead-letter table rather than being guessed at. Temporal values come back as plain ints
-(epoch micros for TIMESTAMP, days for DATE) which Arrow stores without conversion.
+(epoch micros for TIMESTAMP, days for DATE) which Arrow stores without conversion; a DECIMAL as a
+`Decimal` of the declared scale; a TIME as its text `HH:MM:SS.ffffff`.
+
+How a value is encoded is the message's Connect schema's to say when it has one (`Wire`, from
+`spark.envelope`), else the declaration's.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
-from datetime import UTC, date, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from catalog.declarations import Column
+from catalog.declarations import ENCODINGS, Column
 from catalog.errors import EnvelopeError
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -22,6 +30,18 @@ MAX_MICROS = (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC) - EPOCH) //
 _INT_RANGES = {"bigint": (-(2**63), 2**63 - 1), "int": (-(2**31), 2**31 - 1)}
 _SCALE_TO_MICROS = {"micros": (1, 1), "millis": (1000, 1), "nanos": (1, 1000)}
 _LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+MICROS_PER_DAY = 86_400_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """How one field is encoded, as a message's Connect schema says: an encoding (`micros`, `iso`,
+    `base64`, ... as in declarations) and, for decimals, the scale of the unscaled integer."""
+
+    encoding: str | None
+    scale: int | None = None
 
 
 def _is_int(value: Any) -> bool:
@@ -48,9 +68,8 @@ def iso_to_micros(text: str) -> int:
     return (parsed - EPOCH) // ONE_MICRO
 
 
-def _timestamp(column: Column, value: Any) -> int:
+def _timestamp(column: Column, value: Any, encoding: str | None) -> int:
     if _is_int(value):
-        encoding = column.wire_encoding
         if encoding == "iso":
             raise _fail(column, value, "TIMESTAMP as an ISO-8601 string")
         multiply, divide = _SCALE_TO_MICROS[encoding]  # type: ignore[index]
@@ -65,6 +84,57 @@ def _timestamp(column: Column, value: Any) -> int:
     if not MIN_MICROS <= micros <= MAX_MICROS:
         raise EnvelopeError(f"column {column.name!r}: timestamp {value!r} is outside years 0001-9999")
     return micros
+
+
+def _time(column: Column, value: Any, encoding: str | None) -> str:
+    """A time of day as `HH:MM:SS.ffffff` (Debezium: MicroTime, Time in millis, NanoTime, or text)."""
+    if _is_int(value) and encoding != "iso":
+        multiply, divide = _SCALE_TO_MICROS[encoding or "micros"]
+        micros = value * multiply // divide
+        if not 0 <= micros < MICROS_PER_DAY:
+            raise EnvelopeError(f"column {column.name!r}: time {value!r} is outside one day")
+    elif isinstance(value, str):
+        text = _LONG_FRACTION.sub(r"\1", value.strip())
+        text = re.sub(r"(Z|[+-]\d{2}(:?\d{2})?)$", "", text)  # ZonedTime: the UTC time of day is kept
+        try:
+            moment = time.fromisoformat(text)
+        except ValueError:
+            raise _fail(column, value, "TIME (HH:MM:SS[.ffffff] or a number since midnight)") from None
+        micros = ((moment.hour * 60 + moment.minute) * 60 + moment.second) * 1_000_000 + moment.microsecond
+    else:
+        raise _fail(column, value, "TIME (HH:MM:SS[.ffffff] or a number since midnight)")
+    seconds, micro = divmod(micros, 1_000_000)
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{micro:06d}"
+
+
+def _decimal(column: Column, value: Any, encoding: str | None, scale: int | None) -> Decimal:
+    """A decimal of the declared scale: base64 of the unscaled two's-complement big-endian integer
+    (Connect's Decimal; its scale from the schema, else the declared one), Debezium's
+    VariableScaleDecimal `{scale, value}`, text, or a JSON number."""
+    if isinstance(value, dict) and set(value) == {"scale", "value"} and _is_int(value["scale"]):
+        return _decimal(column, value["value"], "base64", value["scale"])
+    if isinstance(value, str) and encoding == "base64":
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise _fail(column, value, f"{column.spark_type} as base64 of its unscaled bytes") from None
+        number = Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-(column.scale if scale is None else scale))
+    elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        try:
+            number = Decimal(value) if not isinstance(value, float) else Decimal(repr(value))
+        except InvalidOperation:
+            raise _fail(column, value) from None
+        if not number.is_finite():
+            raise _fail(column, value)
+    else:
+        raise _fail(column, value)
+    assert column.scale is not None and column.precision is not None
+    exact = number.quantize(Decimal(1).scaleb(-column.scale))
+    if exact != number:
+        raise EnvelopeError(f"column {column.name!r}: {number} has more than the {column.scale} decimal places of {column.spark_type}")
+    if len(exact.as_tuple().digits) > column.precision and exact != 0:
+        raise EnvelopeError(f"column {column.name!r}: {number} has more digits than {column.spark_type} holds")
+    return exact
 
 
 def _date(column: Column, value: Any) -> int:
@@ -82,11 +152,15 @@ def _date(column: Column, value: Any) -> int:
     return days
 
 
-def coerce(column: Column, value: Any) -> Any:
-    """Return `value` as the Python value Arrow stores for `column`, or raise EnvelopeError."""
+def coerce(column: Column, value: Any, wire: Wire | None = None) -> Any:
+    """Return `value` as the Python value Arrow stores for `column`, or raise EnvelopeError.
+    `wire` is the field's encoding as the message's schema gives it (None: the declaration's)."""
     if value is None:
         return None
     kind = column.type
+    encoding = column.wire_encoding
+    if wire is not None and wire.encoding in ENCODINGS.get(kind, ()):
+        encoding = wire.encoding  # type: ignore[assignment]
     if kind == "string":
         if isinstance(value, str):
             return value
@@ -105,5 +179,9 @@ def coerce(column: Column, value: Any) -> Any:
             return value
         raise _fail(column, value)
     if kind == "timestamp":
-        return _timestamp(column, value)
+        return _timestamp(column, value, encoding)
+    if kind == "time":
+        return _time(column, value, encoding)
+    if kind == "decimal":
+        return _decimal(column, value, encoding, wire.scale if wire is not None else None)
     return _date(column, value)

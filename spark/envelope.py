@@ -1,8 +1,11 @@
 """Debezium envelope parsing: one JSON line in, one validated Change (or a skip) out. Pure Python.
 
 Accepts the envelope with or without the `{"schema": ..., "payload": ...}` wrapper, ops c/r/u/d,
-updates with `before: null`, deletes whose `before` carries only the key. Anything else raises
-EnvelopeError with a reason fit for the dead-letter table.
+updates with `before: null`, deletes whose `before` carries only the key (or, as Debezium sends
+them, the key plus placeholders such as `""` for the other NOT NULL columns: only the key is read).
+When the wrapper's Connect schema names a field's logical type (`io.debezium.time.MicroTimestamp`,
+`org.apache.kafka.connect.data.Decimal` with its scale, ...), the value is decoded as it says;
+otherwise as declared. Anything else raises EnvelopeError with a reason fit for the dead-letter table.
 """
 
 from __future__ import annotations
@@ -13,9 +16,25 @@ from typing import Any
 
 from catalog.declarations import SourceTable
 from catalog.errors import EnvelopeError
-from spark.coerce import MAX_MICROS, coerce
+from spark.coerce import MAX_MICROS, Wire, coerce
 
 OPS = ("c", "r", "u", "d")
+# Connect logical types -> the encoding they mean (see catalog.declarations.Encoding).
+LOGICAL_TYPES = {
+    "io.debezium.time.MicroTimestamp": "micros",
+    "io.debezium.time.Timestamp": "millis",
+    "io.debezium.time.NanoTimestamp": "nanos",
+    "io.debezium.time.ZonedTimestamp": "iso",
+    "org.apache.kafka.connect.data.Timestamp": "millis",
+    "io.debezium.time.Date": "days",
+    "org.apache.kafka.connect.data.Date": "days",
+    "io.debezium.time.MicroTime": "micros",
+    "io.debezium.time.Time": "millis",
+    "io.debezium.time.NanoTime": "nanos",
+    "io.debezium.time.ZonedTime": "iso",
+    "org.apache.kafka.connect.data.Time": "millis",
+    "org.apache.kafka.connect.data.Decimal": "base64",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +82,31 @@ def _position(envelope: dict[str, Any], source: SourceTable) -> int:
     raise EnvelopeError(f"no source position: none of {', '.join(source.ordering)} is present")
 
 
-def _unwrap(text: str) -> dict[str, Any] | Skip:
+def field_wires(schema: Any, image: str) -> dict[str, Wire]:
+    """Per field of the `image` struct ('before' or 'after') of an envelope's Connect schema, how its
+    value is encoded; an empty map when the schema does not describe that image."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("fields"), list):
+        return {}
+    struct = next((f for f in schema["fields"] if isinstance(f, dict) and f.get("field") == image), None)
+    if struct is None or not isinstance(struct.get("fields"), list):
+        return {}
+    wires = {}
+    for field in struct["fields"]:
+        if not isinstance(field, dict) or not isinstance(field.get("field"), str):
+            continue
+        name = field.get("name")
+        if name in LOGICAL_TYPES:
+            scale = (field.get("parameters") or {}).get("scale") if isinstance(field.get("parameters"), dict) else None
+            wires[field["field"]] = Wire(LOGICAL_TYPES[name], int(scale) if isinstance(scale, str) and scale.isdigit() else None)
+        elif name is None and field.get("type") == "string":
+            wires[field["field"]] = Wire("string")  # decimal.handling.mode=string; for other types, text is text
+    return wires
+
+
+def _unwrap(text: str | None) -> tuple[dict[str, Any], Any] | Skip:
+    """(payload, Connect schema or None), or a Skip."""
+    if text is None:
+        return Skip("tombstone (null value)")
     if not text.strip():
         return Skip("blank line")
     try:
@@ -74,20 +117,22 @@ def _unwrap(text: str) -> dict[str, Any] | Skip:
         raise EnvelopeError("malformed JSON: nested too deeply") from None
     if envelope is None:
         return Skip("tombstone (null value)")
+    schema = None
     if isinstance(envelope, dict) and "payload" in envelope and "schema" in envelope:
-        envelope = envelope["payload"]
+        envelope, schema = envelope["payload"], envelope["schema"]
         if envelope is None:
             return Skip("tombstone (null payload)")
     if not isinstance(envelope, dict):
         raise EnvelopeError(f"not a Debezium envelope: expected a JSON object, found {type(envelope).__name__}")
-    return envelope
+    return envelope, schema
 
 
-def parse_envelope(text: str, source: SourceTable) -> Change | Skip:
-    """Parse one line of a landing file (or one Kafka value) for `source`."""
-    envelope = _unwrap(text)
-    if isinstance(envelope, Skip):
-        return envelope
+def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip:
+    """Parse one line of a landing file (or one Kafka value, None for a tombstone) for `source`."""
+    unwrapped = _unwrap(text)
+    if isinstance(unwrapped, Skip):
+        return unwrapped
+    envelope, schema = unwrapped
     if "op" not in envelope:
         raise EnvelopeError("not a Debezium envelope: no 'op' field")
     op = envelope["op"]
@@ -106,15 +151,16 @@ def parse_envelope(text: str, source: SourceTable) -> Change | Skip:
     ):
         raise EnvelopeError(f"source.ts_ms must be epoch millis within years 1970-9999, got {source_ts!r}")
 
+    wires = field_wires(schema, image_name) if schema is not None else {}
     key = []
     for name in source.primary_key:
         value = image.get(name)
         if value is None:
             raise EnvelopeError(f"missing primary-key field {name!r} in '{image_name}'")
-        key.append(coerce(source.column(name), value))
-    if op == "d":
+        key.append(coerce(source.column(name), value, wires.get(name)))
+    if op == "d":  # the rest of a delete's before-image may be placeholders: never read
         return Change(source.name, op, tuple(key), position, source_ts, None)
-    row = tuple(coerce(column, image.get(column.name)) for column in source.columns)
+    row = tuple(coerce(column, image.get(column.name), wires.get(column.name)) for column in source.columns)
     names = source.column_names
     unknown = absent = ()
     if len(image) != len(names) or not all(name in image for name in names):

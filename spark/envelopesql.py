@@ -43,7 +43,15 @@ _MICROS_PER = {"micros": 1, "millis": 1000}
 _MIN_DAYS, _MAX_DAYS = -719162, 2932896
 
 
+# Types only `parse_envelope` decodes (base64 decimals, times of day): their lines are never clean here.
+_PYTHON_ONLY = ("decimal", "time")
+# Types whose encoding a message's Connect schema may override (`spark.envelope.field_wires`).
+_SCHEMA_TYPED = ("timestamp", "date", "decimal", "time")
+
+
 def _kinds(column: Column) -> tuple[str, ...]:
+    if column.type in _PYTHON_ONLY:
+        return ("NONE",)  # matches no schema_of_variant
     if column.type == "timestamp":
         return ("STRING",) if column.wire_encoding == "iso" else ("BIGINT", "STRING")
     return _KINDS[column.type]
@@ -66,6 +74,8 @@ def _value(column: Column, raw: str) -> tuple[str, str]:
     """(typed value, extra check) for image field `raw` (a VARIANT column) whose JSON kind the image
     pattern already checked; the extra check covers ranges and the ISO form."""
     long = f"try_variant_get({raw}, '$', 'bigint')"
+    if column.type in _PYTHON_ONLY:
+        return f"CAST(NULL AS {column.spark_type})", "false"
     if column.type in ("string", "bigint", "boolean"):
         return f"try_variant_get({raw}, '$', '{column.type}')", "true"
     if column.type == "int":
@@ -138,6 +148,9 @@ def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None) ->
     )
     checks = " AND ".join(check for _, check in typed.values() if check != "true") or "true"
     too_long = f"length(value) > {max_line_chars}" if max_line_chars is not None else "false"
+    # A Connect schema may say a field is encoded otherwise than declared: such lines go to Python.
+    schema_typed = any(c.type in _SCHEMA_TYPED for c in source.columns)
+    unwrapped_only = "NOT wrapped" if schema_typed else "true"
     columns = ", ".join(
         f"{value} AS {q(c.name)}" if c.name in source.primary_key else f"CASE WHEN NOT deleted THEN {value} END AS {q(c.name)}"
         for c, (value, _) in zip(source.columns, typed.values(), strict=True)
@@ -146,11 +159,12 @@ def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None) ->
     return f"""
 WITH unwrapped AS (
   SELECT value, file, {SEQ},
+         variant_get(v, '$.payload') IS NOT NULL AND variant_get(v, '$.schema') IS NOT NULL AS wrapped,
          CASE WHEN variant_get(v, '$.payload') IS NOT NULL AND variant_get(v, '$.schema') IS NOT NULL
               THEN variant_get(v, '$.payload') ELSE v END AS e
   FROM (SELECT value, file, {SEQ}, try_parse_json(value) AS v FROM {relation})
 ), enveloped AS (
-  SELECT value, file, {SEQ}, e, op, op = 'd' AS deleted,
+  SELECT value, file, {SEQ}, wrapped, e, op, op = 'd' AS deleted,
          CASE WHEN op = 'd' THEN variant_get(e, '$.before') ELSE variant_get(e, '$.after') END AS image,
          {position} AS pos, {source_ts} AS ts
   FROM (SELECT *, CASE WHEN schema_of_variant(variant_get(e, '$.op')) = 'STRING'
@@ -172,6 +186,7 @@ SELECT {columns},
        value, file, {SEQ},
        coalesce(
          NOT ({too_long})
+         AND {unwrapped_only}
          AND schema_of_variant(e) LIKE 'OBJECT%'
          AND op IN ('c', 'r', 'u', 'd')
          AND schema_of_variant(pos) = 'BIGINT' AND try_variant_get(pos, '$', 'bigint') >= 0

@@ -17,7 +17,7 @@ from dataclasses import replace
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from catalog.tables import ARROW_TYPES
+from catalog.tables import arrow_type
 from catalog.viewstate import ViewState
 from spark.commits import WriteUnit
 from spark.contentdiff import repeated
@@ -38,7 +38,7 @@ _OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
 
 def part_schema(part: MirrorPart) -> pa.Schema:
     """Arrow schema of a mirror's declared columns (what the view's SQL reads)."""
-    return pa.schema([pa.field(name, ARROW_TYPES[kind]) for name, kind in part.columns])
+    return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in part.columns])
 
 
 class IndexedView:

@@ -106,6 +106,23 @@ def file_skips(planned: Sequence[str], read: set[str]) -> Counter[str]:
     return skips
 
 
+def new_processor(
+    spark: SparkSession, settings: LakeSettings, sources: Mapping[str, SourceTable], views: Sequence[ViewPlan], checkpoint: Path
+) -> BatchProcessor:
+    """The processor of one stream: its journal and local state live beside its checkpoint."""
+    return BatchProcessor(
+        spark,
+        TableNames(settings.catalog_name),
+        sources,
+        views,
+        journal=Journal(checkpoint / "lakemv-journal"),
+        max_line_chars=settings.max_line_chars,
+        store=Store(state_path(checkpoint)) if settings.local_state else None,
+        view_workers=settings.view_workers,
+        direct=DirectWriter(spark, settings) if settings.direct_writes else None,
+    )
+
+
 def run_ingest(
     spark: SparkSession,
     settings: LakeSettings,
@@ -124,17 +141,7 @@ def run_ingest(
     `on_ready` is called once the tables, views and local state are ready, before the stream starts."""
     check_landing(landing)
     checkpoint = checkpoint_dir(settings, landing)
-    processor = BatchProcessor(
-        spark,
-        TableNames(settings.catalog_name),
-        sources,
-        views,
-        journal=Journal(checkpoint / "lakemv-journal"),
-        max_line_chars=settings.max_line_chars,
-        store=Store(state_path(checkpoint)) if settings.local_state else None,
-        view_workers=settings.view_workers,
-        direct=DirectWriter(spark, settings) if settings.direct_writes else None,
-    )
+    processor = new_processor(spark, settings, sources, views, checkpoint)
     for built in processor.built:
         if on_build is not None:
             on_build(built)
@@ -172,11 +179,25 @@ def run_ingest(
     else:
         reader = reader.option("maxBytesPerTrigger", str(settings.max_bytes_per_batch))
     stream = reader.load(str(landing.resolve() / "*" / "*")).selectExpr("value", "_metadata.file_path AS file")
-    writer = (
-        stream.writeStream.foreachBatch(each_batch)
-        .option("checkpointLocation", str(checkpoint))
-        .queryName(f"lakemv_ingest_{settings.catalog_name}")
-    )
+    name = f"lakemv_ingest_{settings.catalog_name}"
+    run_stream(stream, each_batch, checkpoint, name, processor, once=once, trigger_seconds=trigger_seconds, on_ready=on_ready)
+    return result
+
+
+def run_stream(
+    stream: DataFrame,
+    each_batch: Callable[[DataFrame, int], None],
+    checkpoint: Path,
+    name: str,
+    processor: BatchProcessor,
+    *,
+    once: bool,
+    trigger_seconds: float,
+    on_ready: Callable[[], None] | None,
+) -> None:
+    """Run `each_batch` over the micro-batches of `stream` until it ends (`once`: what is there
+    now) or is interrupted; the processor's local state is closed either way."""
+    writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", str(checkpoint)).queryName(name)
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
     if on_ready is not None:
         on_ready()
@@ -186,7 +207,6 @@ def run_ingest(
     finally:
         if processor.store is not None:
             processor.store.close()
-    return result
 
 
 def _await(query: StreamingQuery) -> None:

@@ -105,6 +105,12 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
+def outlive_me() -> None:
+    """Let processes started from now on outlive this one (a service such as the local stack):
+    orphans are no longer adopted, so `reap_descendants` at exit does not find them."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 0)
+
+
 def die_with_parent() -> None:
     """For a child, before exec (Popen's preexec_fn): SIGKILL when its parent dies, even by SIGKILL."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

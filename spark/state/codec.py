@@ -1,7 +1,7 @@
 """Arrow values <-> the store's values. Pure.
 
-The store keeps plain Python values: timestamps as epoch microseconds, dates as epoch days, the rest
-as they are; a whole row is one `marshal` blob (exact for every value, NaN and -0.0 included), and
+The store keeps plain Python values: timestamps as epoch microseconds, dates as epoch days, decimals as
+their text, the rest as they are; a whole row is one `marshal` blob (exact for every value, NaN and -0.0 included), and
 the columns it is looked up by are SQLite columns of their own.
 """
 
@@ -22,6 +22,8 @@ def _plain_type(kind: pa.DataType) -> pa.DataType | None:
         return pa.int64()
     if pa.types.is_date32(kind):
         return pa.int32()
+    if pa.types.is_decimal(kind):  # marshal cannot keep a Decimal: its text, fixed scale, is exact
+        return pa.string()
     return None
 
 

@@ -202,7 +202,7 @@ def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route], lo
         parts[table] = MirrorPart(
             table=table,
             primary_key=tuple(source.primary_key),
-            columns=tuple((c.name, c.type) for c in source.columns),
+            columns=tuple((c.name, c.kind) for c in source.columns),
             indexes=tuple(sorted(s for s in sets if s != pk)),
             located=located,
         )

@@ -1,0 +1,499 @@
+"""The real CDC stack as local processes on loopback: PostgreSQL → Debezium (Kafka Connect) → Kafka.
+
+`lakemv stack up|down|status` runs, without Docker, what `docker-compose.yml` describes for servers:
+
+* PostgreSQL from the Debian package (`make setup` installs it), `wal_level=logical`, a database
+  with a table per declared source (`workload.postgres` has the DDL);
+* one Kafka broker in KRaft mode (it is its own controller), every replication factor 1;
+* Kafka Connect standalone with Debezium's PostgreSQL connector (pgoutput), transaction metadata on,
+  values as JSON with their Connect schema (lakemv decodes decimals and times by it).
+
+The jars come from Maven (`jvm/stack/pom.xml`, fetched by `make setup`). Everything lives in one
+folder (ports in `stack.json`, data, logs, pids): `up` again resumes where `down` stopped, Connect
+from its offsets file with no new snapshot; `down --purge` removes it all, replication slot first.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from catalog.declarations import SourceTable
+from catalog.errors import ConfigError, LakemvError
+from catalog.settings import PROJECT_ROOT
+from spark import lifecycle
+
+STACK_LIB = PROJECT_ROOT / "jvm" / "stack" / "lib"
+CONNECTOR = "lakemv-postgres"
+USER = "lake"
+
+
+class StackError(LakemvError):
+    """A component of the local stack did not start or stop as expected; the message names its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child (exited, not reaped) is not running
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@dataclass
+class StackConfig:
+    """Where the stack lives and its loopback ports (chosen free on the first `up`, then kept)."""
+
+    folder: Path
+    postgres_port: int = 0
+    kafka_port: int = 0
+    controller_port: int = 0
+    connect_port: int = 0
+    database: str = "github"
+    topic_prefix: str = "github"
+    tables: tuple[str, ...] = ()
+    transaction_metadata: bool = True
+    cluster_id: str = ""
+    kafka_heap: str = "512m"
+    connect_heap: str = "512m"
+
+    @classmethod
+    def load(cls, folder: Path) -> StackConfig:
+        folder = folder.expanduser().resolve()
+        path = folder / "stack.json"
+        if not path.exists():
+            return cls(folder)
+        data = json.loads(path.read_text())
+        data["tables"] = tuple(data.get("tables", ()))
+        return cls(folder=folder, **{k: v for k, v in data.items() if k != "folder"})
+
+    def save(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        data = {k: v for k, v in asdict(self).items() if k != "folder"}
+        (self.folder / "stack.json").write_text(json.dumps(data, indent=2))
+
+    @property
+    def postgres_url(self) -> str:
+        return f"postgresql://{USER}@127.0.0.1:{self.postgres_port}/{self.database}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def connect_url(self) -> str:
+        return f"http://127.0.0.1:{self.connect_port}"
+
+
+@dataclass
+class ComponentStatus:
+    name: str
+    running: bool
+    pid: int | None = None
+    address: str = ""
+    detail: str = ""
+
+
+@dataclass
+class StackStatus:
+    components: list[ComponentStatus] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return bool(self.components) and all(c.running for c in self.components)
+
+
+class Stack:
+    """Start, stop and inspect the local stack kept in `config.folder`."""
+
+    def __init__(self, config: StackConfig):
+        self.config = config
+        self.folder = config.folder
+
+    # ---- paths and processes ------------------------------------------------------------------
+    def _pid_file(self, name: str) -> Path:
+        return self.folder / f"{name}.pid"
+
+    def _pid(self, name: str) -> int | None:
+        try:
+            return int(self._pid_file(name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def log(self, name: str) -> Path:
+        return self.folder / "logs" / f"{name}.log"
+
+    def _tail(self, name: str, lines: int = 15) -> str:
+        try:
+            text = self.log(name).read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return "\n".join(text)
+
+    def _spawn(self, name: str, command: Sequence[str]) -> int:
+        """Start a service that outlives this process: in a session of its own, not our child
+        (a shell starts it in the background and exits), its output appended to its log."""
+        lifecycle.outlive_me()
+        self.log(name).parent.mkdir(parents=True, exist_ok=True)
+        script = 'setsid "$@" >>"$LAKEMV_LOG" 2>&1 </dev/null & echo $!'
+        done = subprocess.run(
+            ["sh", "-c", script, "sh", *command], capture_output=True, text=True, check=True, cwd=self.folder,
+            env={**os.environ, "LAKEMV_LOG": str(self.log(name))},
+        )  # fmt: skip
+        pid = int(done.stdout.strip())
+        self._pid_file(name).write_text(str(pid))
+        return pid
+
+    def _wait(self, name: str, ready, seconds: float) -> None:  # noqa: ANN001 - a () -> bool
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            if not _alive(self._pid(name)):
+                raise StackError(f"{name} exited while starting; the end of {self.log(name)}:\n{self._tail(name)}")
+            time.sleep(0.2)
+        raise StackError(f"{name} did not become ready within {seconds:.0f} s; see {self.log(name)}:\n{self._tail(name)}")
+
+    def _stop(self, name: str, seconds: float = 20.0) -> None:
+        pid = self._pid(name)
+        if _alive(pid):
+            assert pid is not None
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + seconds
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+        self._pid_file(name).unlink(missing_ok=True)
+
+    def kill(self, name: str) -> None:
+        """Kill one component at once (SIGKILL), as a crash would: for fault tests."""
+        pid = self._pid(name)
+        if _alive(pid):
+            assert pid is not None
+            os.killpg(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.05)
+        self._pid_file(name).unlink(missing_ok=True)
+
+    # ---- PostgreSQL -----------------------------------------------------------------------------
+    def _pg_bin(self) -> Path:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name))
+        if not found:
+            raise ConfigError("PostgreSQL server binaries missing (Debian package postgresql): run `make setup`")
+        return Path(found[-1])
+
+    def _as_postgres(self) -> list[str]:
+        return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    def _pg(self, tool: str, *args: str) -> subprocess.CompletedProcess:
+        command = [*self._as_postgres(), str(self._pg_bin() / tool), *args]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise StackError(f"{tool} failed: {(done.stderr or done.stdout).strip()}")
+        return done
+
+    def _start_postgres(self) -> None:
+        data = self.folder / "postgres"
+        run_dir = self.folder / "run"
+        if not (data / "PG_VERSION").exists():
+            data.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() == 0:
+                for path in (self.folder, data):
+                    shutil.chown(path, "postgres", "postgres")
+            os.chmod(data, 0o700)
+            self._pg("initdb", "-D", str(data), "-A", "trust", "-U", USER, "-E", "UTF8")
+            with open(data / "postgresql.conf", "a") as conf:
+                conf.write(
+                    "\n# lakemv stack: logical decoding for Debezium, loopback only\n"
+                    "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n"
+                    "listen_addresses = '127.0.0.1'\nfsync = off\nsynchronous_commit = off\n"
+                )
+        run_dir.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(run_dir, "postgres", "postgres")
+            for path in (self.folder, self.folder / "logs"):
+                path.mkdir(exist_ok=True)
+                os.chmod(path, 0o777)
+        if self._postgres_pid() is None:
+            lifecycle.outlive_me()
+            self._pg("pg_ctl", "-D", str(data), "-w", "-t", "60", "-l", str(self.log("postgres")),
+                     "-o", f"-p {self.config.postgres_port} -k {run_dir}", "start")  # fmt: skip
+        self._create_database()
+
+    def _postgres_pid(self) -> int | None:
+        try:
+            pid = int((self.folder / "postgres" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if _alive(pid) else None
+
+    def _connect(self, database: str | None = None):  # noqa: ANN202 - a psycopg2 connection
+        import psycopg2
+
+        return psycopg2.connect(
+            host="127.0.0.1", port=self.config.postgres_port, user=USER, dbname=database or self.config.database
+        )
+
+    def _create_database(self) -> None:
+        import psycopg2
+
+        con = psycopg2.connect(host="127.0.0.1", port=self.config.postgres_port, user=USER, dbname="postgres")
+        con.autocommit = True
+        try:
+            with con.cursor() as cur:
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.config.database,))
+                if cur.fetchone() is None:
+                    cur.execute(f'CREATE DATABASE "{self.config.database}"')
+        finally:
+            con.close()
+
+    def create_tables(self, sources: Mapping[str, SourceTable]) -> list[str]:
+        """Create a table per declared source that PostgreSQL lacks; the names of those created."""
+        from workload.postgres import create_table_sql
+
+        created = []
+        con = self._connect()
+        with con, con.cursor() as cur:
+            for name, source in sorted(sources.items()):
+                cur.execute("SELECT to_regclass(%s)", (f"public.{name}",))
+                if cur.fetchone()[0] is None:
+                    cur.execute(create_table_sql(source))
+                    created.append(name)
+        con.close()
+        return created
+
+    def drop_slot(self) -> bool:
+        """Drop Debezium's replication slot (a slot nobody reads keeps every WAL segment)."""
+        if self._postgres_pid() is None:
+            return False
+        con = self._connect()
+        con.autocommit = True
+        with con.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'lakemv'")
+            dropped = cur.rowcount > 0
+        con.close()
+        return dropped
+
+    # ---- Kafka ----------------------------------------------------------------------------------
+    def _java(self, main: str, *args: str, heap: str, log_level: str = "INFO") -> list[str]:
+        if not list(STACK_LIB.glob("kafka_*.jar")):
+            raise ConfigError("the CDC stack's jars are missing: run `make setup` (jvm/stack/pom.xml)", str(STACK_LIB))
+        log4j = self.folder / "log4j2.properties"
+        log4j.write_text(
+            f"rootLogger.level = {log_level}\nrootLogger.appenderRef.out.ref = out\n"
+            "appender.out.type = Console\nappender.out.name = out\nappender.out.layout.type = PatternLayout\n"
+            "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
+        )
+        return [
+            "java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j.as_uri()}", "-cp", f"{STACK_LIB}/*", main, *args,
+        ]  # fmt: skip
+
+    def _kafka_properties(self) -> Path:
+        c = self.config
+        path = self.folder / "kafka" / "server.properties"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{c.controller_port}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{c.kafka_port},CONTROLLER://127.0.0.1:{c.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{c.kafka_port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={self.folder / 'kafka' / 'data'}",
+                    "num.partitions=1",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=4",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "transaction.state.log.num.partitions=4",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "auto.create.topics.enable=true",
+                    "log.cleaner.backoff.ms=1000",
+                    "",
+                ]
+            )
+        )
+        return path
+
+    def _start_kafka(self) -> None:
+        if _alive(self._pid("kafka")):
+            return
+        properties = self._kafka_properties()
+        if not self.config.cluster_id:  # once: formatting again with a new id fails
+            done = subprocess.run(self._java("kafka.tools.StorageTool", "random-uuid", heap="128m", log_level="WARN"),
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            self.config.cluster_id = done.stdout.strip().splitlines()[-1]
+            self.config.save()
+        format_ = self._java("kafka.tools.StorageTool", "format", "-t", self.config.cluster_id, "-c", str(properties),
+                             "--ignore-formatted", heap="128m", log_level="WARN")  # fmt: skip
+        done = subprocess.run(format_, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise StackError(f"formatting Kafka's storage failed: {(done.stderr or done.stdout).strip()[-800:]}")
+        self._spawn("kafka", self._java("kafka.Kafka", str(properties), heap=self.config.kafka_heap))
+        self._wait("kafka", self._kafka_ready, 90)
+
+    def _kafka_ready(self) -> bool:
+        if not _port_open(self.config.kafka_port):
+            return False
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            AdminClient({"bootstrap.servers": self.config.bootstrap}).list_topics(timeout=2)
+        except Exception:  # noqa: BLE001 - KafkaException while the broker starts
+            return False
+        return True
+
+    # ---- Kafka Connect + Debezium -------------------------------------------------------------
+    def connector_config(self) -> dict[str, str]:
+        c = self.config
+        return {
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "database.hostname": "127.0.0.1",
+            "database.port": str(c.postgres_port),
+            "database.user": USER,
+            "database.password": USER,
+            "database.dbname": c.database,
+            "topic.prefix": c.topic_prefix,
+            "plugin.name": "pgoutput",
+            "slot.name": "lakemv",
+            "publication.name": "lakemv",
+            "publication.autocreate.mode": "filtered",
+            "table.include.list": ",".join(f"public.{t}" for t in c.tables),
+            "provide.transaction.metadata": str(c.transaction_metadata).lower(),
+            "decimal.handling.mode": "precise",
+            "tombstones.on.delete": "true",
+            "snapshot.mode": "initial",
+        }
+
+    def _start_connect(self) -> None:
+        if _alive(self._pid("connect")):
+            return
+        c = self.config
+        folder = self.folder / "connect"
+        folder.mkdir(exist_ok=True)
+        worker = folder / "worker.properties"
+        worker.write_text(
+            "\n".join(
+                [
+                    f"bootstrap.servers={c.bootstrap}",
+                    "key.converter=org.apache.kafka.connect.json.JsonConverter",
+                    "key.converter.schemas.enable=false",
+                    "value.converter=org.apache.kafka.connect.json.JsonConverter",
+                    "value.converter.schemas.enable=true",
+                    f"offset.storage.file.filename={folder / 'offsets'}",
+                    "offset.flush.interval.ms=1000",
+                    f"listeners=http://127.0.0.1:{c.connect_port}",
+                    "plugin.discovery=service_load",
+                    "",
+                ]
+            )
+        )
+        connector = folder / "connector.properties"
+        connector.write_text("\n".join([f"name={CONNECTOR}", *(f"{k}={v}" for k, v in self.connector_config().items()), ""]))
+        main = "org.apache.kafka.connect.cli.ConnectStandalone"
+        self._spawn("connect", self._java(main, str(worker), str(connector), heap=c.connect_heap))
+        self._wait("connect", lambda: self.connector_state() == "RUNNING", 120)
+
+    def connector_state(self) -> str | None:
+        """The connector's and its task's state from Connect's REST API (RUNNING, FAILED, ...)."""
+        try:
+            with urllib.request.urlopen(f"{self.config.connect_url}/connectors/{CONNECTOR}/status", timeout=2) as response:
+                status = json.load(response)
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        states = [status.get("connector", {}).get("state")] + [t.get("state") for t in status.get("tasks", [])]
+        if not status.get("tasks"):
+            return "STARTING"
+        failed = [s for s in states if s != "RUNNING"]
+        return failed[0] if failed else "RUNNING"
+
+    # ---- the commands -------------------------------------------------------------------------
+    def up(self, sources: Mapping[str, SourceTable]) -> StackStatus:
+        """Start whatever is not running (PostgreSQL, Kafka, Connect), creating tables for `sources`."""
+        c = self.config
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for port in ("postgres_port", "kafka_port", "controller_port", "connect_port"):
+            if not getattr(c, port):
+                setattr(c, port, free_port())
+        if not c.tables:
+            c.tables = tuple(sorted(sources))
+        c.save()
+        self._start_postgres()
+        self.create_tables({n: s for n, s in sources.items() if n in c.tables})
+        self._start_kafka()
+        self._start_connect()
+        return self.status()
+
+    def down(self, purge: bool = False) -> None:
+        """Stop Connect, Kafka and PostgreSQL; with `purge`, drop the slot and remove the folder."""
+        self._stop("connect")
+        if purge and self._postgres_pid() is not None:
+            self.drop_slot()
+        self._stop("kafka")
+        if self._postgres_pid() is not None:
+            self._pg("pg_ctl", "-D", str(self.folder / "postgres"), "-m", "fast", "-w", "stop")
+        if purge:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def restart(self, name: str) -> None:
+        """Stop one component and start it again (Connect resumes from its offsets)."""
+        self._stop(name)
+        {"connect": self._start_connect, "kafka": self._start_kafka}[name]()
+
+    def status(self) -> StackStatus:
+        c = self.config
+        pg = self._postgres_pid()
+        kafka, connect = self._pid("kafka"), self._pid("connect")
+        state = self.connector_state() if _alive(connect) else None
+        return StackStatus(
+            [
+                ComponentStatus("postgres", pg is not None, pg, c.postgres_url, f"database {c.database}, wal_level=logical"),
+                ComponentStatus("kafka", _alive(kafka) and _port_open(c.kafka_port), kafka, c.bootstrap, "KRaft, one node"),
+                ComponentStatus(
+                    "connect", _alive(connect) and state == "RUNNING", connect, c.connect_url,
+                    f"connector {CONNECTOR}: {state or 'not running'}; topics {c.topic_prefix}.public.<table>",
+                ),  # fmt: skip
+            ]
+        )

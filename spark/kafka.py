@@ -1,0 +1,172 @@
+"""Streaming ingest from Kafka: Debezium's topics through Spark's Kafka source, exactly once.
+
+Each source table is read from its topic: the declaration's `topic`, else Debezium's
+`<prefix>.<schema>.<table>` (settings `kafka_topic_prefix`, `kafka_schema`). Offsets live in the
+streaming checkpoint; as for landing files, a micro-batch is applied in units of at most
+`max_events_per_batch` records, each with its journal entry and write id, so a crash replays
+exactly. Tombstones (null values) are skipped and counted; a bad record is a dead letter whose
+`source_file` says `kafka:/<table>/<topic>@<partition>:<offset>`.
+
+With Debezium's transaction metadata (`<prefix>.transaction`), a batch applies whole source
+transactions only, in commit order (`spark.transactions`); what it holds back is saved with the
+batch number beside the checkpoint, so a crash neither loses nor repeats it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from catalog.declarations import SourceTable
+from catalog.errors import ConfigError
+from catalog.settings import LakeSettings
+from spark import lifecycle
+from spark.batch import BatchResult
+from spark.ingest import IngestResult, new_processor, run_stream, stream_id
+from spark.journal import BatchRef
+from spark.maintain import ViewResult
+from spark.planner import ViewPlan
+from spark.transactions import GateReport, Record, TransactionGate
+
+_ADDRESS = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d+(,[A-Za-z0-9_.\-\[\]:]+:\d+)*$")
+
+
+@dataclass(frozen=True)
+class KafkaTopics:
+    """Which topic feeds which table, the data collections they are, and the transaction topic."""
+
+    tables: Mapping[str, str]  # topic -> source table
+    collections: Mapping[str, str]  # source table -> `<schema>.<table>` as Debezium names it
+    transaction_topic: str | None
+
+    @classmethod
+    def of(cls, settings: LakeSettings, sources: Mapping[str, SourceTable]) -> KafkaTopics:
+        tables, collections = {}, {}
+        for name, source in sorted(sources.items()):
+            topic = source.topic or f"{settings.kafka_topic_prefix}.{settings.kafka_schema}.{name}"
+            if topic in tables:
+                raise ConfigError(f"topic {topic!r} is declared for both {tables[topic]} and {name}", "sources")
+            tables[topic] = name
+            parts = topic.split(".")
+            collections[name] = ".".join(parts[-2:]) if len(parts) >= 2 else f"{settings.kafka_schema}.{name}"
+        transactions = None
+        if settings.kafka_transactions != "off":
+            transactions = settings.kafka_transaction_topic or f"{settings.kafka_topic_prefix}.transaction"
+        return cls(tables, collections, transactions)
+
+    @property
+    def pattern(self) -> str:
+        """The subscribePattern: every data topic, and the transaction topic (topics may come later)."""
+        names = sorted(self.tables) + ([self.transaction_topic] if self.transaction_topic else [])
+        return "^(" + "|".join(re.escape(n) for n in names) + ")$"
+
+
+def check_bootstrap(bootstrap: str) -> str:
+    """`HOST:PORT[,HOST:PORT...]`, or a usage error saying what was expected."""
+    text = bootstrap.strip()
+    if not _ADDRESS.match(text):
+        raise ConfigError(f"expected HOST:PORT (comma-separated for several brokers), got {bootstrap!r}", "--kafka")
+    return text
+
+
+def kafka_checkpoint(settings: LakeSettings) -> Path:
+    """One checkpoint per (catalog, topic prefix): the broker address may change, the offsets not."""
+    digest = hashlib.sha1(f"{settings.catalog_name}:kafka:{settings.kafka_topic_prefix}".encode()).hexdigest()[:12]
+    return settings.checkpoint_root / f"kafka-{digest}"
+
+
+def mode_path(checkpoint: Path) -> Path:
+    """Where the stream records which transaction mode it ran in (read by `lakemv status`)."""
+    return checkpoint / "lakemv-transactions" / "mode.json"
+
+
+def run_kafka_ingest(
+    spark: SparkSession,
+    settings: LakeSettings,
+    sources: Mapping[str, SourceTable],
+    bootstrap: str,
+    *,
+    once: bool,
+    trigger_seconds: float = 2.0,
+    on_batch: Callable[[BatchResult], None] | None = None,
+    views: Sequence[ViewPlan] = (),
+    on_build: Callable[[ViewResult], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
+    on_gate: Callable[[GateReport], None] | None = None,
+) -> IngestResult:
+    """Ingest Debezium topics from `bootstrap` and maintain `views`; with `once`, what the topics hold now."""
+    bootstrap = check_bootstrap(bootstrap)
+    topics = KafkaTopics.of(settings, sources)
+    checkpoint = kafka_checkpoint(settings)
+    processor = new_processor(spark, settings, sources, views, checkpoint)
+    for built in processor.built:
+        if on_build is not None:
+            on_build(built)
+    result = IngestResult()
+    gates = checkpoint / "lakemv-transactions"
+    collections = set(topics.collections.values())
+    identity: list[str] = []
+
+    def each_batch(frame: DataFrame, batch_id: int) -> None:
+        lifecycle.check()
+        if not identity:
+            identity.append(stream_id(checkpoint))
+        table = frame.toArrow().sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+        topic_of, partition, offset, value = (table.column(c).to_pylist() for c in ("topic", "partition", "offset", "value"))
+        records, boundaries = [], []
+        for i in range(table.num_rows):
+            if topics.transaction_topic is not None and topic_of[i] == topics.transaction_topic:
+                boundaries.append(value[i])
+                continue
+            name = topics.tables[topic_of[i]]
+            records.append(Record(f"kafka:/{name}/{topic_of[i]}@{partition[i]}:{offset[i]}", name, value[i]))
+        if topics.transaction_topic is not None:
+            gate = TransactionGate.load(gates, batch_id, collections)
+            records, report = gate.admit(records, boundaries)
+            TransactionGate.save(gates, batch_id, gate)  # before any unit: a replay recomputes the same
+            _record_mode(checkpoint, gate, report)
+            if on_gate is not None:
+                on_gate(report)
+        chunk_size = settings.max_events_per_batch
+        for chunk, start in enumerate(range(0, max(len(records), 1), chunk_size)):
+            lines = [(r.value, r.origin) for r in records[start : start + chunk_size]]
+            outcome = processor.process(BatchRef(identity[0], batch_id, chunk), lines)
+            result.batches.append(outcome)
+            if on_batch is not None:
+                on_batch(outcome)
+
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribePattern": topics.pattern,
+        "startingOffsets": "earliest",
+        "failOnDataLoss": "true",
+        "maxOffsetsPerTrigger": str(settings.max_events_per_batch * 4),
+        "kafka.metadata.max.age.ms": "5000",  # topics Debezium creates later are found within seconds
+        **{f"kafka.{k}": v for k, v in settings.kafka_options},
+    }
+    stream = (
+        spark.readStream.format("kafka").options(**options).load()
+        .selectExpr("topic", "partition", "offset", "CAST(value AS STRING) AS value")
+    )  # fmt: skip
+    name = f"lakemv_kafka_{settings.catalog_name}"
+    run_stream(stream, each_batch, checkpoint, name, processor, once=once, trigger_seconds=trigger_seconds, on_ready=on_ready)
+    return result
+
+
+def _record_mode(checkpoint: Path, gate: TransactionGate, report: GateReport) -> None:
+    path = mode_path(checkpoint)
+    mode = {
+        "mode": "whole transactions" if gate.seen_metadata else "per change (no transaction metadata seen yet)",
+        "held_changes": report.held,
+        "waiting_transactions": report.waiting,
+        "oldest_waiting": report.oldest_waiting,
+    }
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(mode), encoding="utf-8")
+    temporary.replace(path)
