@@ -14,6 +14,16 @@ from catalog.errors import ConfigError
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
+def _json_object(value: Any, what: str) -> Any:
+    """A setting given as JSON text in the environment, parsed; other values as they are."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value) if value.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not a JSON object of {what} ({exc.msg})") from None
+
+
 class LakeSettings(BaseSettings):
     """Settings with defaults that run the embedded stack: SQLite catalog + files under ./warehouse."""
 
@@ -83,6 +93,16 @@ class LakeSettings(BaseSettings):
         default=(), description="Extra Kafka client options as a JSON object, e.g. {\"security.protocol\": \"SSL\"}, "
         "for every Kafka client lakemv makes.",
     )
+    sinks: Annotated[tuple[tuple[str, tuple[str, ...]], ...], NoDecode] = Field(
+        default=(), description="Data products besides the views' `@sink` headers, as JSON: "
+        "{\"user_profile\": [\"kafka\", \"delta\"]} (spark.sinks).",
+    )
+    product_topic_prefix: str = Field(
+        default="lakemv", pattern=r"^[A-Za-z0-9._-]+$", description="A view's Kafka data product is the topic <prefix>.<view>."
+    )
+    product_bootstrap: str | None = Field(default=None, description="Brokers of the data-product topics; default kafka_bootstrap.")
+    product_partitions: int = Field(default=1, ge=1, description="Partitions of a data-product topic when lakemv creates it.")
+    delta_dir: Path | None = Field(default=None, description="Folder of the Delta data products; default <warehouse>/delta.")
     stack_dir: Path = Field(default=Path(".stack"), description="Folder of the local CDC stack (`lakemv stack up`).")
     jars_dir: Path = PROJECT_ROOT / "jvm" / "lib"
     jvm_class_archive: bool = Field(
@@ -111,14 +131,28 @@ class LakeSettings(BaseSettings):
     @classmethod
     def _options(cls, value: Any) -> Any:
         """A JSON object (or a mapping) of client options, kept as sorted pairs (settings are hashable)."""
-        if isinstance(value, str):
-            try:
-                value = json.loads(value) if value.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not a JSON object of Kafka client options ({exc.msg})") from None
+        value = _json_object(value, "Kafka client options")
         if isinstance(value, dict):
             return tuple(sorted((str(k), str(v)) for k, v in value.items()))
         return value
+
+    @field_validator("sinks", mode="before")
+    @classmethod
+    def _sinks(cls, value: Any) -> Any:
+        """{view: [kinds]} or {view: "kafka,delta"} (JSON in the environment), kept as sorted pairs."""
+        value = _json_object(value, "view -> sinks")
+        if isinstance(value, dict):
+            pairs = []
+            for view, kinds in value.items():
+                listed = [k.strip() for k in kinds.split(",")] if isinstance(kinds, str) else list(kinds)
+                pairs.append((str(view), tuple(str(k).lower() for k in listed if str(k).strip())))
+            return tuple(sorted(pairs))
+        return value
+
+    @property
+    def delta_root(self) -> Path:
+        """Where the Delta data products live."""
+        return (self.delta_dir or self.warehouse / "delta").expanduser().resolve()
 
     @field_validator("warehouse")
     @classmethod

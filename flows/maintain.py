@@ -19,6 +19,14 @@ def _batch_line(batch) -> None:  # noqa: ANN001 - spark.batch.BatchResult
         report.info(f"schema drift: {note}", style="red" if "error:" in note else "yellow")
 
 
+def _delivery_line(delivery) -> None:  # noqa: ANN001 - spark.sinks.Delivery
+    if delivery.error:
+        report.info(f"data product {delivery.sink}: not delivered ({delivery.error}); retried after the next batch", style="red")
+    else:
+        what = "the whole view (resync)" if delivery.resynced else f"{delivery.snapshots} feed snapshots"
+        report.info(f"data product {delivery.sink}: {delivery.messages} changes from {what}, {delivery.seconds:.2f}s")
+
+
 def _gate_line(gate) -> None:  # noqa: ANN001 - spark.transactions.GateReport
     if gate.held:
         report.info(f"holding {gate.held} changes of {gate.waiting} source transactions not yet complete")
@@ -58,6 +66,7 @@ def maintain(
         "once": once,
         "trigger_seconds": trigger_seconds,
         "on_batch": _batch_line,
+        "on_delivery": _delivery_line,
     }
     with report.bound():  # batches are reported from Spark's callback thread
         if kafka is not None:

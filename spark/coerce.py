@@ -16,7 +16,7 @@ import binascii
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 from catalog.declarations import ENCODINGS, Column
@@ -113,6 +113,15 @@ def _decimal(column: Column, value: Any, encoding: str | None, scale: int | None
     VariableScaleDecimal `{scale, value}`, text, or a JSON number."""
     if isinstance(value, dict) and set(value) == {"scale", "value"} and _is_int(value["scale"]):
         return _decimal(column, value["value"], "base64", value["scale"])
+    with localcontext() as context:  # exact: 38 digits and more (a value too wide is a dead letter, not rounded)
+        context.prec = 1000
+        try:
+            return _exact_decimal(column, value, encoding, scale)
+        except InvalidOperation:
+            raise EnvelopeError(f"column {column.name!r}: {_describe(value)} does not fit {column.spark_type}") from None
+
+
+def _exact_decimal(column: Column, value: Any, encoding: str | None, scale: int | None) -> Decimal:
     if isinstance(value, str) and encoding == "base64":
         try:
             raw = base64.b64decode(value, validate=True)

@@ -97,7 +97,7 @@ def field_wires(schema: Any, image: str) -> dict[str, Wire]:
         name = field.get("name")
         if name in LOGICAL_TYPES:
             scale = (field.get("parameters") or {}).get("scale") if isinstance(field.get("parameters"), dict) else None
-            wires[field["field"]] = Wire(LOGICAL_TYPES[name], int(scale) if isinstance(scale, str) and scale.isdigit() else None)
+            wires[field["field"]] = Wire(LOGICAL_TYPES[name], int(scale) if isinstance(scale, str) and scale.lstrip("-").isdigit() else None)
         elif name is None and field.get("type") == "string":
             wires[field["field"]] = Wire("string")  # decimal.handling.mode=string; for other types, text is text
     return wires

@@ -29,6 +29,7 @@ from spark.directwrite import DirectWriter
 from spark.journal import BatchRef, Journal
 from spark.maintain import ViewResult
 from spark.planner import ViewPlan
+from spark.sinks import Delivery, Products
 from spark.state.store import Store
 
 
@@ -136,15 +137,18 @@ def run_ingest(
     views: Sequence[ViewPlan] = (),
     on_build: Callable[[ViewResult], None] | None = None,
     on_ready: Callable[[], None] | None = None,
+    on_delivery: Callable[[Delivery], None] | None = None,
 ) -> IngestResult:
     """Ingest landing files and maintain `views`; with `once`, everything present now, then return.
-    `on_ready` is called once the tables, views and local state are ready, before the stream starts."""
+    `on_ready` is called once the tables, views and local state are ready, before the stream starts.
+    The views' data products (`spark.sinks`) are delivered after every unit; `on_delivery` hears of each."""
     check_landing(landing)
     checkpoint = checkpoint_dir(settings, landing)
     processor = new_processor(spark, settings, sources, views, checkpoint)
     for built in processor.built:
         if on_build is not None:
             on_build(built)
+    products = Products.of(spark, settings, views, on_delivery)
     result = IngestResult()
     chunk_size = settings.max_events_per_batch
     identity: list[str] = []
@@ -161,6 +165,7 @@ def run_ingest(
             result.batches.append(outcome)
             if on_batch is not None:
                 on_batch(outcome)
+            products.deliver()
             return
         table = frame.toArrow()
         skips = file_skips(planned, set(table.column("file").to_pylist()))
@@ -171,6 +176,7 @@ def run_ingest(
             result.batches.append(outcome)
             if on_batch is not None:
                 on_batch(outcome)
+            products.deliver()
 
     reader = spark.readStream.format("text").option("ignoreMissingFiles", "true")
     max_files = max_files_per_trigger or settings.max_files_per_batch
@@ -180,7 +186,7 @@ def run_ingest(
         reader = reader.option("maxBytesPerTrigger", str(settings.max_bytes_per_batch))
     stream = reader.load(str(landing.resolve() / "*" / "*")).selectExpr("value", "_metadata.file_path AS file")
     name = f"lakemv_ingest_{settings.catalog_name}"
-    run_stream(stream, each_batch, checkpoint, name, processor, once=once, trigger_seconds=trigger_seconds, on_ready=on_ready)
+    run_stream(stream, each_batch, checkpoint, name, processor, products, once=once, trigger_seconds=trigger_seconds, on_ready=on_ready)
     return result
 
 
@@ -190,13 +196,16 @@ def run_stream(
     checkpoint: Path,
     name: str,
     processor: BatchProcessor,
+    products: Products,
     *,
     once: bool,
     trigger_seconds: float,
     on_ready: Callable[[], None] | None,
 ) -> None:
     """Run `each_batch` over the micro-batches of `stream` until it ends (`once`: what is there
-    now) or is interrupted; the processor's local state is closed either way."""
+    now) or is interrupted; the processor's local state is closed either way. The data products
+    catch up first (what a crash left undelivered) and last."""
+    products.deliver()
     writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", str(checkpoint)).queryName(name)
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
     if on_ready is not None:
@@ -204,7 +213,9 @@ def run_stream(
     try:
         query = writer.start()
         _await(query)
+        products.deliver()
     finally:
+        products.close()
         if processor.store is not None:
             processor.store.close()
 

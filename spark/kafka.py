@@ -32,6 +32,7 @@ from spark.ingest import IngestResult, new_processor, run_stream, stream_id
 from spark.journal import BatchRef
 from spark.maintain import ViewResult
 from spark.planner import ViewPlan
+from spark.sinks import Delivery, Products
 from spark.transactions import GateReport, Record, TransactionGate
 
 _ADDRESS = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d+(,[A-Za-z0-9_.\-\[\]:]+:\d+)*$")
@@ -99,15 +100,19 @@ def run_kafka_ingest(
     on_build: Callable[[ViewResult], None] | None = None,
     on_ready: Callable[[], None] | None = None,
     on_gate: Callable[[GateReport], None] | None = None,
+    on_delivery: Callable[[Delivery], None] | None = None,
 ) -> IngestResult:
     """Ingest Debezium topics from `bootstrap` and maintain `views`; with `once`, what the topics hold now."""
     bootstrap = check_bootstrap(bootstrap)
+    if settings.kafka_bootstrap != bootstrap:  # the brokers read from are the default for the data products too
+        settings = settings.model_copy(update={"kafka_bootstrap": bootstrap})
     topics = KafkaTopics.of(settings, sources)
     checkpoint = kafka_checkpoint(settings)
     processor = new_processor(spark, settings, sources, views, checkpoint)
     for built in processor.built:
         if on_build is not None:
             on_build(built)
+    products = Products.of(spark, settings, views, on_delivery)
     result = IngestResult()
     gates = checkpoint / "lakemv-transactions"
     collections = set(topics.collections.values())
@@ -140,6 +145,7 @@ def run_kafka_ingest(
             result.batches.append(outcome)
             if on_batch is not None:
                 on_batch(outcome)
+            products.deliver()
 
     options = {
         "kafka.bootstrap.servers": bootstrap,
@@ -155,7 +161,7 @@ def run_kafka_ingest(
         .selectExpr("topic", "partition", "offset", "CAST(value AS STRING) AS value")
     )  # fmt: skip
     name = f"lakemv_kafka_{settings.catalog_name}"
-    run_stream(stream, each_batch, checkpoint, name, processor, once=once, trigger_seconds=trigger_seconds, on_ready=on_ready)
+    run_stream(stream, each_batch, checkpoint, name, processor, products, once=once, trigger_seconds=trigger_seconds, on_ready=on_ready)
     return result
 
 

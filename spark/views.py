@@ -13,6 +13,9 @@ A definition file looks like::
   `<catalog>.views.<name>__changes`.
 * `@key` (required) lists the output columns that identify a row, comma separated. Every other
   `-- ...` line is an ordinary comment; an unknown `@directive` is an error.
+* `@sink` (optional) publishes the view as data products, fed from its change feed: `kafka` (a
+  compacted topic `<prefix>.<view>`, exactly once) and/or `delta` (a Delta table with Change Data
+  Feed), e.g. `-- @sink: kafka, delta` (`spark.sinks`; settings can declare sinks too).
 * The body is one SELECT (CTEs allowed) over declared source tables by plain name; it sees live rows
   only. The planner (`spark.planner`) decides whether it can be maintained incrementally.
 
@@ -37,7 +40,8 @@ from catalog.errors import ConfigError, ViewDefinitionError
 from catalog.tables import CHANGES_SUFFIX
 
 DIRECTIVE = re.compile(r"^--\s*@(?P<name>[A-Za-z_]+)\s*:?\s*(?P<value>.*?)\s*$")
-DIRECTIVES = ("key", "description")
+DIRECTIVES = ("key", "description", "sink")
+SINK_KINDS = ("kafka", "delta")
 
 
 class ViewDefinition(BaseModel):
@@ -50,6 +54,7 @@ class ViewDefinition(BaseModel):
     sql: str = Field(min_length=1)
     description: str | None = None
     location: str | None = None
+    sinks: tuple[str, ...] = ()  # data products: `kafka`, `delta` (spark.sinks)
 
     @field_validator("name")
     @classmethod
@@ -105,10 +110,15 @@ def parse_view(text: str, name: str, location: str | None = None) -> ViewDefinit
         raise ViewDefinitionError(name, "the body must be a SELECT query", statements[0].sql(dialect="spark")[:80])
     body = "\n".join(line for line in text.splitlines() if not DIRECTIVE.match(line.strip())).strip().rstrip(";")
     key = tuple(part.strip().lower() for part in directives["key"].split(",") if part.strip())
+    sinks = tuple(part.strip().lower() for part in directives.get("sink", "").split(",") if part.strip())
+    unknown = [s for s in sinks if s not in SINK_KINDS]
+    if unknown:
+        raise ViewDefinitionError(name, f"@sink: unknown sink {unknown[0]!r}; known: {', '.join(SINK_KINDS)}")
     try:
         return ViewDefinition(
-            name=name, key=key, sql=body, description=directives.get("description") or None, location=location
-        )
+            name=name, key=key, sql=body, description=directives.get("description") or None, location=location,
+            sinks=tuple(dict.fromkeys(sinks)),
+        )  # fmt: skip
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ViewDefinitionError(name, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
