@@ -5,6 +5,7 @@ User mistakes end as one red line."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import threading
@@ -341,14 +342,16 @@ def status(
 
     views = {name: plan.tables for name, plan in ctx.obj.plans.items()}
     tables = status_tables(lake_status(ctx.obj.settings, ctx.obj.sources, views))
-    if format is Format.json:  # one object per line, each with its `kind`: source, view, totals
+    tables.update(_stream_tables(ctx.obj))
+    if format is Format.json:  # one object per line, each with its `kind`: source, view, totals, stream, sink
         print("\n".join(out for kind, t in tables.items() if (out := render(with_kind(kind, t), "json"))))
     elif format is Format.csv:  # one CSV: the union of the kinds' columns
         print(render(pa.concat_tables([with_kind(k, t) for k, t in tables.items()], promote_options="default"), "csv"))
     else:
         totals = tables["totals"].to_pylist()[0]
-        for kind in ("source", "view"):
-            print(render(to_seconds(tables[kind]), "table"))
+        for kind in ("source", "view", "stream", "sink"):
+            if kind in tables and tables[kind].num_rows:
+                print(render(to_seconds(tables[kind]), "table"))
         unattributed = totals["dead_letters_unattributed"]
         console.print(
             f"{totals['live_rows']} live rows, {totals['tombstones']} tombstones, {totals['dead_letters']} dead letters"
@@ -367,6 +370,23 @@ def status(
                     f"[yellow]{view['view']} is paused by backfill {view['backfill']} since {view['maintenance_since']:%Y-%m-%d %H:%M:%S}Z:"
                     f" batches skip it until that backfill publishes; if it was stopped, `lakemv backfill {view['view']}` takes it over[/]"
                 )
+
+
+def _stream_tables(lake: Lake) -> dict:
+    """The Kafka stream's transaction mode, and each data product's lag behind its view's feed."""
+    import pyarrow as pa
+
+    from spark.kafka import kafka_checkpoint, mode_path
+    from spark.sinks import Publisher, declared_sinks
+
+    found = {}
+    mode = mode_path(kafka_checkpoint(lake.settings))
+    if mode.exists():
+        found["stream"] = pa.Table.from_pylist([{"source": "kafka", **json.loads(mode.read_text())}])
+    sinks = declared_sinks(lake.settings, lake.plans.values())
+    if sinks:
+        found["sink"] = pa.Table.from_pylist([lag.to_row() for lag in Publisher(None, lake.settings, sinks).lags()])
+    return found
 
 
 @app.command()

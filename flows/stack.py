@@ -16,12 +16,14 @@ from its offsets file with no new snapshot; `down --purge` removes it all, repli
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -227,13 +229,23 @@ class Stack:
             raise StackError(f"{tool} failed: {(done.stderr or done.stdout).strip()}")
         return done
 
+    @property
+    def postgres_home(self) -> Path:
+        """PostgreSQL's files: in the stack's folder, or, when lakemv runs as root (the server then runs
+        as `postgres`, who may not reach a folder under /root or pytest's 0700 temp dirs), in a folder
+        of postgres's own under the system temp dir, named after the stack's."""
+        if os.geteuid() != 0:
+            return self.folder / "postgres"
+        digest = hashlib.sha1(str(self.folder).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"lakemv-postgres-{digest}"
+
     def _start_postgres(self) -> None:
-        data = self.folder / "postgres"
-        run_dir = self.folder / "run"
+        home = self.postgres_home
+        data, run_dir = home / "data", home / "run"
         if not (data / "PG_VERSION").exists():
             data.mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0:
-                for path in (self.folder, data):
+                for path in (home, data):
                     shutil.chown(path, "postgres", "postgres")
             os.chmod(data, 0o700)
             self._pg("initdb", "-D", str(data), "-A", "trust", "-U", USER, "-E", "UTF8")
@@ -246,18 +258,15 @@ class Stack:
         run_dir.mkdir(exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(run_dir, "postgres", "postgres")
-            for path in (self.folder, self.folder / "logs"):
-                path.mkdir(exist_ok=True)
-                os.chmod(path, 0o777)
         if self._postgres_pid() is None:
             lifecycle.outlive_me()
-            self._pg("pg_ctl", "-D", str(data), "-w", "-t", "60", "-l", str(self.log("postgres")),
+            self._pg("pg_ctl", "-D", str(data), "-w", "-t", "60", "-l", str(home / "postgres.log"),
                      "-o", f"-p {self.config.postgres_port} -k {run_dir}", "start")  # fmt: skip
         self._create_database()
 
     def _postgres_pid(self) -> int | None:
         try:
-            pid = int((self.folder / "postgres" / "postmaster.pid").read_text().split()[0])
+            pid = int((self.postgres_home / "data" / "postmaster.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
         return pid if _alive(pid) else None
@@ -473,8 +482,9 @@ class Stack:
             self.drop_slot()
         self._stop("kafka")
         if self._postgres_pid() is not None:
-            self._pg("pg_ctl", "-D", str(self.folder / "postgres"), "-m", "fast", "-w", "stop")
+            self._pg("pg_ctl", "-D", str(self.postgres_home / "data"), "-m", "fast", "-w", "stop")
         if purge:
+            shutil.rmtree(self.postgres_home, ignore_errors=True)
             shutil.rmtree(self.folder, ignore_errors=True)
 
     def restart(self, name: str) -> None:

@@ -98,6 +98,13 @@ class SinkLag:
     def lag_seconds(self) -> float:
         return 0.0 if self.oldest_pending is None else max(0.0, (datetime.now(UTC) - self.oldest_pending).total_seconds())
 
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "sink": self.sink.id, "view": self.sink.view, "type": self.sink.kind, "target": self.sink.target,
+            "pending": self.pending, "lag_seconds": round(self.lag_seconds, 1), "delivered_sequence": self.delivered,
+            "error": self.error,
+        }  # fmt: skip
+
 
 def declared_sinks(settings: LakeSettings, plans: Iterable[ViewPlan]) -> list[Sink]:
     """Sinks from the views' `@sink` headers and the `sinks` setting, one per (view, kind)."""
@@ -167,9 +174,12 @@ def message_value(sink: Sink, row: Mapping[str, Any] | None) -> bytes | None:
 class Publisher:
     """Delivers every declared sink's pending feed snapshots; keeps Kafka producers between calls."""
 
-    def __init__(self, spark: SparkSession, settings: LakeSettings, sinks: Sequence[Sink]):
-        self.spark = spark.newSession()  # Delta's idempotency confs are set per session: a session of its own
-        use_catalog(self.spark, settings)
+    def __init__(self, spark: SparkSession | None, settings: LakeSettings, sinks: Sequence[Sink]):
+        """Without a SparkSession it can only tell the sinks' lags (`lags`), as `lakemv status` does."""
+        self.spark: SparkSession = None  # type: ignore[assignment]
+        if spark is not None:
+            self.spark = spark.newSession()  # Delta's idempotency confs are set per session: a session of its own
+            use_catalog(self.spark, settings)
         self.settings = settings
         self.sinks = list(sinks)
         self.names = TableNames(settings.catalog_name)

@@ -1,0 +1,206 @@
+"""The real pipeline end to end: PostgreSQL → Debezium (Kafka Connect) → Kafka → lakemv → Kafka topics
+and Delta tables, all real processes on loopback (`lakemv stack up`), the source database the oracle.
+
+The GitHub workload runs as SQL: a snapshot, then inserts, updates of join columns, deletes,
+primary-key updates and transactions spanning tables, then a burst of 10k changes. lakemv ingests
+from Kafka as a stream, is killed mid-stream (SIGKILL, JVM and all) and restarted, and Kafka Connect
+is restarted while changes flow. Once the last commit shows, everything must agree with PostgreSQL,
+and each data product with its view, delivered exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+from catalog.settings import LakeSettings
+from catalog.tables import MIRROR_NAMESPACE
+from flows.stack import Stack, StackConfig
+from tests.e2e.cli import lakemv
+from tests.e2e.realcdc import (
+    Ingest,
+    canonical,
+    delta_cdf_events,
+    delta_rows,
+    feed_events,
+    iceberg_rows,
+    mirror_rows,
+    postgres_rows,
+    postgres_view,
+    topic_events,
+    view_rows,
+)
+from workload.github import WorkloadConfig
+from workload.postgres import PostgresWorkload, apply
+
+TABLES = ("payment_info", "pull_requests", "repos", "stars", "users")
+SINKS = {"user_profile": ["kafka", "delta"], "repo_summary": ["kafka"]}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, sources) -> Iterator[Stack]:
+    """PostgreSQL, Kafka and Kafka Connect + Debezium, started as `lakemv stack up` starts them."""
+    folder = tmp_path_factory.mktemp("stack")
+    running = Stack(StackConfig(folder=folder, tables=TABLES))
+    try:
+        running.up({n: sources[n] for n in TABLES})
+        yield running
+    finally:
+        running.down(purge=True)
+
+
+def _sentinel(con, number: int) -> str:  # noqa: ANN001
+    """Commit one last, recognisable change: once it shows in the lake, every earlier commit does."""
+    email = f"sentinel{number}@example.net"
+    with con, con.cursor() as cur:
+        cur.execute("INSERT INTO users (id, email, username, registered_at) VALUES (%s, %s, %s, now())",
+                    (900_000_000 + number, email, f"sentinel{number}"))  # fmt: skip
+    return email
+
+
+def _arrived(settings: LakeSettings, email: str) -> bool:
+    rows = iceberg_rows(settings, MIRROR_NAMESPACE, "users", "email", f"email = '{email}' AND NOT _lmv_deleted")
+    return bool(rows)
+
+
+def _produce_bad_records(bootstrap: str, topic: str) -> dict[str, str]:
+    """Write what a broken producer might into a Debezium topic: not JSON, and a wrong type."""
+    from confluent_kafka import Producer
+
+    bad = {
+        "{not json": "malformed JSON",
+        json.dumps({"op": "c", "after": {"id": "seven", "email": "bad@example.com", "username": "bad", "registered_at": 1},
+                    "source": {"lsn": 1}}): "column 'id': expected BIGINT",
+    }  # fmt: skip
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for raw in bad:
+        producer.produce(topic, key=b'{"email":"bad@example.com"}', value=raw.encode())
+    producer.flush(10)
+    return bad
+
+
+def _delivered(settings: LakeSettings) -> bool:
+    """Every data product has delivered its view's whole change feed."""
+    from flows.lake import Lake
+    from spark.sinks import Publisher, declared_sinks
+
+    configured = settings.model_copy(update={"sinks": tuple((v, tuple(k)) for v, k in SINKS.items())})
+    lags = Publisher(None, configured, declared_sinks(configured, Lake(configured).plans.values())).lags()
+    return all(lag.pending == 0 and lag.error is None for lag in lags)
+
+
+def _transactions_by_position(bootstrap: str, prefix: str) -> dict[int, str]:
+    """Every data change Debezium sent: its LSN (lakemv's source position) -> its transaction (txId)."""
+    from spark.transactions import transaction_key
+
+    found: dict[int, str] = {}
+    for table in TABLES:
+        for events in topic_events(bootstrap, f"{prefix}.public.{table}").values():
+            for event in events:
+                payload = (event.get("payload") if isinstance(event, dict) else None) or {}
+                block = payload.get("transaction")
+                if block and isinstance(payload.get("source"), dict):
+                    found[payload["source"]["lsn"]] = transaction_key(block["id"])
+    return found
+
+
+@pytest.mark.slow(240)
+def test_postgres_debezium_kafka_to_views_and_data_products_exactly_once(stack: Stack, tmp_path: Path, sources):
+    c = stack.config
+    warehouse = tmp_path / "wh"
+    env = {"LAKEMV_SINKS": json.dumps(SINKS), "LAKEMV_KAFKA_TOPIC_PREFIX": c.topic_prefix, "LAKEMV_KAFKA_BOOTSTRAP": c.bootstrap}
+    settings = LakeSettings(warehouse=warehouse, kafka_bootstrap=c.bootstrap)
+    con = psycopg2.connect(c.postgres_url)
+    workload = PostgresWorkload(WorkloadConfig(users=150, seed=15), {n: sources[n] for n in TABLES})
+    apply(con, workload.snapshot())
+    apply(con, workload.transactions(400))
+
+    ingest = Ingest(warehouse, c.bootstrap, env).start()
+    first = _sentinel(con, 1)
+    ingest.wait_for("the snapshot and the first changes", lambda: _arrived(settings, first))
+
+    # A burst of 10k changes; lakemv is killed mid-stream, Kafka Connect restarted while changes flow.
+    apply(con, workload.transactions(5_000))
+    seen = ingest.batches()
+    ingest.wait_for("a batch of the burst", lambda: ingest.batches() > seen)
+    ingest.kill()
+    earlier = ingest.lines
+    ingest = Ingest(warehouse, c.bootstrap, env).start()
+    apply(con, workload.transactions(2_500))
+    stack.restart("connect")
+    apply(con, workload.transactions(2_500))
+    bad = _produce_bad_records(c.bootstrap, f"{c.topic_prefix}.public.users")
+    last = _sentinel(con, 2)
+    ingest.wait_for("the last commit", lambda: _arrived(settings, last), timeout=420)
+    ingest.wait_for("the data products of the last batch", lambda: _delivered(settings), timeout=180)
+    ingest.stop()
+    log = "\n".join(earlier + ingest.lines)
+
+    # Every mirror equals its PostgreSQL table.
+    for name in TABLES:
+        assert mirror_rows(settings, sources[name]) == postgres_rows(con, sources[name]), name
+
+    # Each view equals PostgreSQL's own evaluation of it.
+    for view in SINKS:
+        lake = {k: canonical(v) for k, v in view_rows(settings, view).items()}
+        truth = postgres_view(con, view)
+        assert lake.keys() == truth.keys(), f"{view}: {len(lake)} rows in the lake, {len(truth)} in PostgreSQL"
+        differing = [k for k in truth if lake[k] != truth[k]]
+        assert not differing, f"{view}: {len(differing)} rows differ, e.g. {differing[0]}:\n lake {lake[differing[0]]}\n  pg  {truth[differing[0]]}"
+
+    # Data products: every change of the feed exactly once, in order, per key; compacted = the view.
+    for view in SINKS:
+        feed = feed_events(settings, view)
+        topic = topic_events(c.bootstrap, f"lakemv.{view}")
+        assert topic == feed, f"{view}: the topic's messages per key are not the feed's changes exactly once"
+        compacted = {k: events[-1] for k, events in topic.items() if events[-1] is not None}
+        assert compacted == view_rows(settings, view)
+    delta = str(settings.delta_root / "user_profile")
+    assert delta_rows(delta, ("email",)) == view_rows(settings, "user_profile")
+    assert delta_cdf_events(delta, ("email",)) == feed_events(settings, "user_profile")
+
+    # Whole source transactions only: the rows a transaction left in the mirrors came in one batch.
+    positions = _transactions_by_position(c.bootstrap, c.topic_prefix)
+    batches: dict[str, set[int]] = defaultdict(set)
+    for name in TABLES:
+        for row in iceberg_rows(settings, MIRROR_NAMESPACE, name, "_lmv_position, _lmv_batch_id"):
+            if row["_lmv_position"] in positions:
+                batches[positions[row["_lmv_position"]]].add(row["_lmv_batch_id"])
+    split = {t: b for t, b in batches.items() if len(b) > 1}
+    assert not split, f"{len(split)} source transactions were applied across batches, e.g. {next(iter(split.items()))}"
+    assert sum(1 for b in batches.values() if b) > 1000
+
+    # Bad records are dead letters with their reasons and where they came from; tombstones are counted.
+    letters = {r["raw"]: r for r in iceberg_rows(settings, "lakemv", "dead_letters", "raw, source_file, source_table, reason")}
+    for raw, reason in bad.items():
+        assert raw in letters, f"no dead letter for {raw!r}"
+        assert reason in letters[raw]["reason"] and letters[raw]["source_file"].startswith(f"kafka:/users/{c.topic_prefix}.public.users@0:")
+    assert re.search(r"\d+ skipped \(\d+ tombstone \(null value\)\)", " ".join(log.split())), log[-2000:]
+    assert "NullPointerException" not in log and "\tat org." not in log, "a Java stack trace reached the user"
+    lines = [json.loads(line) for line in lakemv("--warehouse", str(warehouse), "status", "--format", "json", env=env).stdout.splitlines()]
+    stream = [line for line in lines if line["kind"] == "stream"]
+    assert stream and stream[0]["mode"] == "whole transactions", stream
+    lags = {line["sink"]: line for line in lines if line["kind"] == "sink"}
+    assert set(lags) == {"lakemv.lake.user_profile.kafka", "lakemv.lake.user_profile.delta", "lakemv.lake.repo_summary.kafka"}
+    assert all(s["pending"] == 0 for s in lags.values()), lags
+    con.close()
+
+
+def test_stack_commands_report_and_point_lakemv_at_the_stack(stack: Stack):
+    folder = str(stack.folder)
+    status = lakemv("stack", "status", "--dir", folder)
+    for component in ("postgres", "kafka", "connect"):
+        assert component in status.stdout
+    assert status.stdout.count("running") >= 3 and "RUNNING" in status.stdout
+    env = lakemv("stack", "env", "--dir", folder).stdout
+    assert f"export LAKEMV_KAFKA_BOOTSTRAP={stack.config.bootstrap}" in env
+    missing = lakemv("stack", "status", "--dir", folder + "-nowhere", check=False)
+    assert missing.returncode == 1 and "lakemv stack up" in missing.stdout
+    wrong = lakemv("ingest", "--kafka", "not an address", "--once", check=False)
+    assert wrong.returncode == 1 and "expected HOST:PORT" in wrong.stderr and "Traceback" not in wrong.stderr
