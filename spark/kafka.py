@@ -33,7 +33,7 @@ from spark.journal import BatchRef
 from spark.maintain import ViewResult
 from spark.planner import ViewPlan
 from spark.sinks import Delivery, Products
-from spark.transactions import GateReport, Record, TransactionGate
+from spark.transactions import GateReport, Record, TransactionGate, units
 
 _ADDRESS = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d+(,[A-Za-z0-9_.\-\[\]:]+:\d+)*$")
 
@@ -131,16 +131,17 @@ def run_kafka_ingest(
                 continue
             name = topics.tables[topic_of[i]]
             records.append(Record(f"kafka:/{name}/{topic_of[i]}@{partition[i]}:{offset[i]}", name, value[i]))
+        cuts = list(range(1, len(records) + 1))  # without transactions: any record ends a unit
         if topics.transaction_topic is not None:
             gate = TransactionGate.load(gates, batch_id, collections)
             records, report = gate.admit(records, boundaries)
+            cuts = report.cuts
             TransactionGate.save(gates, batch_id, gate)  # before any unit: a replay recomputes the same
             _record_mode(checkpoint, gate, report)
             if on_gate is not None:
                 on_gate(report)
-        chunk_size = settings.max_events_per_batch
-        for chunk, start in enumerate(range(0, max(len(records), 1), chunk_size)):
-            lines = [(r.value, r.origin) for r in records[start : start + chunk_size]]
+        for chunk, (start, end) in enumerate(units(len(records), cuts, settings.max_events_per_batch)):
+            lines = [(r.value, r.origin) for r in records[start:end]]
             outcome = processor.process(BatchRef(identity[0], batch_id, chunk), lines)
             result.batches.append(outcome)
             if on_batch is not None:

@@ -211,8 +211,9 @@ class Publisher:
         return self.spark.table(self.names.view(sink.view)).toArrow()
 
     # ---- Kafka -----------------------------------------------------------------------------------
-    def _client_conf(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap or "", **dict(self.settings.kafka_options)}
+    def _client_conf(self) -> dict[str, Any]:
+        # librdkafka logs errors only: retries while the broker loads its coordinators are expected
+        return {"bootstrap.servers": self.bootstrap or "", "log_level": 3, **dict(self.settings.kafka_options)}
 
     def _ensure_topics(self, topics: Sequence[str]) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic

@@ -88,6 +88,7 @@ class GateReport:
 
     released: int = 0
     held: int = 0
+    cuts: list[int] = field(default_factory=list, compare=False)  # places in the released records between whole transactions
     transactions: int = 0
     waiting: int = 0
     oldest_waiting: str | None = None
@@ -143,11 +144,13 @@ class TransactionGate:
             tagged = transaction_of(record.value)
             if tagged is None:
                 ready.append(record)
+                report.cuts.append(len(ready))
                 continue
             self.seen_metadata = True
             txid, total_order = tagged
             if txid in self.released:
                 ready.append(record)  # a re-sent change: applying it again changes nothing
+                report.cuts.append(len(ready))
                 continue
             held = self._hold(txid)
             held.records.append(record)
@@ -160,6 +163,7 @@ class TransactionGate:
             self.order.pop(0)
             del self.held[txid]
             ready.extend(held.records)
+            report.cuts.append(len(ready))
             report.transactions += 1
             self.released[txid] = None
             if len(self.released) > RELEASED_KEPT:
@@ -217,3 +221,18 @@ class TransactionGate:
             return cls(collections)
         data = json.loads((folder / f"{max(earlier)}.json").read_text(encoding="utf-8"))
         return cls.from_json(data, collections)
+
+
+def units(count: int, cuts: Sequence[int], size: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of at most `size` records that end only at `cuts` (between transactions),
+    so no unit applies part of a transaction; a transaction larger than `size` is a unit of its own."""
+    points = sorted({c for c in cuts if 0 < c <= count} | {count})
+    ranges, start, end = [], 0, 0
+    for point in points:
+        if point - start > size and end > start:
+            ranges.append((start, end))
+            start = end
+        end = point
+    if end > start or not ranges:
+        ranges.append((start, end))
+    return ranges

@@ -114,7 +114,11 @@ def _transactions_by_position(bootstrap: str, prefix: str) -> dict[int, str]:
 def test_postgres_debezium_kafka_to_views_and_data_products_exactly_once(stack: Stack, tmp_path: Path, sources):
     c = stack.config
     warehouse = tmp_path / "wh"
-    env = {"LAKEMV_SINKS": json.dumps(SINKS), "LAKEMV_KAFKA_TOPIC_PREFIX": c.topic_prefix, "LAKEMV_KAFKA_BOOTSTRAP": c.bootstrap}
+    env = {
+        "LAKEMV_SINKS": json.dumps(SINKS), "LAKEMV_KAFKA_TOPIC_PREFIX": c.topic_prefix, "LAKEMV_KAFKA_BOOTSTRAP": c.bootstrap,
+        # Batches of at most 8,000 records, units of 2,000: transactions straddle batches and units.
+        "LAKEMV_MAX_EVENTS_PER_BATCH": "2000",
+    }  # fmt: skip
     settings = LakeSettings(warehouse=warehouse, kafka_bootstrap=c.bootstrap)
     con = psycopg2.connect(c.postgres_url)
     workload = PostgresWorkload(WorkloadConfig(users=150, seed=15), {n: sources[n] for n in TABLES})
@@ -175,6 +179,7 @@ def test_postgres_debezium_kafka_to_views_and_data_products_exactly_once(stack: 
     split = {t: b for t, b in batches.items() if len(b) > 1}
     assert not split, f"{len(split)} source transactions were applied across batches, e.g. {next(iter(split.items()))}"
     assert sum(1 for b in batches.values() if b) > 1000
+    assert re.search(r"holding \d+ changes of \d+ source transactions", " ".join(log.split())), "no batch ended mid-transaction"
 
     # Bad records are dead letters with their reasons and where they came from; tombstones are counted.
     letters = {r["raw"]: r for r in iceberg_rows(settings, "lakemv", "dead_letters", "raw, source_file, source_table, reason")}

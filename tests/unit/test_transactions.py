@@ -348,3 +348,32 @@ def test_crashed_batch_replays_from_the_state_before_it(tmp_path):
     second = change("users", "728:1", 2)
     ready, report = after.admit([second], [end("728:9", {"public.users": 2})])
     assert ready == [first, second] and report.transactions == 1
+
+
+# ---- units: a batch's released changes applied in units that never split a transaction -------------
+def test_units_end_only_between_transactions():
+    from spark.transactions import units
+
+    assert units(10, [3, 6, 10], 4) == [(0, 3), (3, 6), (6, 10)]
+    assert units(10, [8, 10], 4) == [(0, 8), (8, 10)]  # a transaction larger than a unit is one unit
+    assert units(5, [1, 2, 3, 4, 5], 2) == [(0, 2), (2, 4), (4, 5)]
+    assert units(0, [], 5) == [(0, 0)]
+
+
+def test_admit_reports_a_cut_after_every_whole_transaction_and_every_lone_change():
+    from spark.transactions import Record, TransactionGate
+
+    def change(txid, order, n):
+        block = None if txid is None else {"id": txid, "total_order": order, "data_collection_order": order}
+        value = json.dumps({"op": "c", "after": {"id": n}, "source": {"lsn": n}, "transaction": block})
+        return Record(f"kafka:/users/t@0:{n}", "users", value)
+
+    gate = TransactionGate({"public.users"})
+    records = [change(None, 0, 1), change("5:1", 1, 2), change("5:1", 2, 3), change("6:1", 1, 4)]
+    boundaries = [json.dumps({"status": "BEGIN", "id": "5:1"}), json.dumps({"status": "END", "id": "5:9", "event_count": 2,
+                  "data_collections": [{"data_collection": "public.users", "event_count": 2}]}),
+                  json.dumps({"status": "BEGIN", "id": "6:1"}), json.dumps({"status": "END", "id": "6:1", "event_count": 1,
+                  "data_collections": [{"data_collection": "public.users", "event_count": 1}]})]  # fmt: skip
+    ready, report = gate.admit(records, boundaries)
+    assert [r.origin[-1] for r in ready] == ["1", "2", "3", "4"]
+    assert report.cuts == [1, 3, 4]  # never between the two changes of transaction 5
