@@ -172,6 +172,20 @@ def delta_rows(path: str, key: tuple[str, ...]) -> dict[str, Row]:
     return {json.dumps({k: plain(r[k]) for k in key}, ensure_ascii=False, separators=(",", ":")): plain(r) for r in rows}
 
 
+def duckdb_delta_rows(path: str) -> int:
+    """Rows DuckDB's own Delta reader (the offline `delta` extension wheel) finds in the table."""
+    import duckdb
+    import duckdb_extensions
+
+    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
+    try:
+        duckdb_extensions.import_extension("delta", con=con)
+        con.execute("LOAD delta")
+        return int(con.execute(f"SELECT count(*) FROM delta_scan('{path}')").fetchone()[0])
+    finally:
+        con.close()
+
+
 def delta_cdf_events(path: str, key: tuple[str, ...]) -> dict[str, list[Row | None]]:
     """Delta's Change Data Feed per key in commit order (pre-images left out): the row, or None for a delete."""
     from deltalake import DeltaTable

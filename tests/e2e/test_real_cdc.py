@@ -28,6 +28,7 @@ from tests.e2e.realcdc import (
     canonical,
     delta_cdf_events,
     delta_rows,
+    duckdb_delta_rows,
     feed_events,
     iceberg_rows,
     mirror_rows,
@@ -166,7 +167,8 @@ def test_postgres_debezium_kafka_to_views_and_data_products_exactly_once(stack: 
         compacted = {k: events[-1] for k, events in topic.items() if events[-1] is not None}
         assert compacted == view_rows(settings, view)
     delta = str(settings.delta_root / "user_profile")
-    assert delta_rows(delta, ("email",)) == view_rows(settings, "user_profile")
+    assert delta_rows(delta, ("email",)) == view_rows(settings, "user_profile")  # read by delta-rs
+    assert duckdb_delta_rows(delta) == len(view_rows(settings, "user_profile"))
     assert delta_cdf_events(delta, ("email",)) == feed_events(settings, "user_profile")
 
     # Whole source transactions only: the rows a transaction left in the mirrors came in one batch.
