@@ -23,7 +23,7 @@ import pytest
 from pyspark.sql.types import DateType, DecimalType, LongType, StringType
 
 from catalog.declarations import parse_source
-from catalog.duck import connect_duckdb, metadata_location, run_query
+from catalog.duck import connect_duckdb, lake_connection, metadata_location, run_query
 from catalog.verify import verify_view
 from catalog.tables import DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
 from spark.ingest import run_ingest
@@ -282,21 +282,19 @@ def test_decimal_date_and_time_from_envelopes_to_mirror_views_and_duckdb(lake, t
         (landing / "orders" / f"round-{number}.json").write_text("".join(line + "\n" for line, _ in round_lines))
         set_wise = mode == "state" and number == len(ROUNDS) - 1
         settings = lake.settings.model_copy(update={**MODES[mode], **(SET_WISE if set_wise else {})})
-        import time as _t; _s = _t.perf_counter()
         result = run_ingest(lake.spark, settings, SOURCES, landing, once=True, views=plans)
-        print("ROUND", mode, number, round(_t.perf_counter() - _s, 2))
-        assert [b.set_wise for b in result.batches] == [set_wise]
         reasons = apply_round(model, round_lines)
-        assert [b.dead_letters for b in result.batches] == [len(reasons)], (number, result.batches)
+        (batch,) = result.batches
+        assert (batch.set_wise, batch.dead_letters, batch.events) == (set_wise, len(reasons), len(round_lines) - len(reasons))
+        for view in batch.views.values():  # maintained incrementally: from the local state, or by scans
+            assert view.keys and "recomputed in full" not in (view.note or ""), view
+            assert (view.rows_read is not None) == (mode == "state"), view
+        assert sorted(batch.views) == sorted(VIEWS)
         assert_dead_letters(lake, number, reasons)
         assert_mirror(lake, model)
-        for plan in plans:
-            assert_view(lake, verbatim, plan, model)
+        assert_views(lake, verbatim, plans, model)
     assert_tombstones(lake, deleted={3, 4, 10})
-    assert_duckdb(lake, settings, model)
-    for plan in plans:  # `lakemv verify`: DuckDB recomputes each view from the mirror on its own
-        verified = verify_view(settings, SOURCES, plan.name, plan.definition.sql, plan.key_names)
-        assert verified.ok and verified.matching == len(expected_view(plan.name, model)), verified.summary()
+    assert_duckdb(settings, plans, model)
 
 
 def assert_dead_letters(lake, batch: int, reasons: list[str]) -> None:
@@ -324,23 +322,23 @@ def assert_mirror(lake, model: dict[int, Row]) -> None:
     assert all(type(r[2]) is date and len(r[3]) == 15 for r in got.values())
 
 
-def assert_view(lake, verbatim, plan, model: dict[int, Row]) -> None:
-    table = lake.names.view(plan.name)
-    frame = lake.spark.table(table)
-    actual = sorted_rows(frame.select(*plan.columns).collect())
+def assert_views(lake, verbatim, plans, model: dict[int, Row]) -> None:
     # the same SQL over the mirror's live rows (a full recompute), in a session where `orders` is them
     verbatim.createDataFrame(lake.spark.sql(live_rows_sql(lake.names, ORDERS)).toArrow()).createOrReplaceTempView("orders")
-    recomputed = sorted_rows(verbatim.sql(plan.definition.sql).select(*plan.columns).collect())
-    expected = expected_view(plan.name, model)
-    assert actual == recomputed == expected, plan.name
-    assert [str(v) for r in actual for v in r if isinstance(v, Decimal)] == [
-        str(v) for r in expected for v in r if isinstance(v, Decimal)
-    ], plan.name  # exact sums, of the right scale
-    types = {f.name: f.dataType for f in frame.schema.fields}
-    if plan.name == "by_customer":
-        assert (types["total"], types["last_day"], types["first_time"]) == (DecimalType(22, 2), DateType(), StringType())
-    else:
-        assert (types["placed_on"], types["amount"], types["top_ledger"]) == (DateType(), DecimalType(12, 2), DecimalType(38, 4))
+    for plan in plans:
+        frame = lake.spark.table(lake.names.view(plan.name))
+        actual = sorted_rows(frame.select(*plan.columns).collect())
+        recomputed = sorted_rows(verbatim.sql(plan.definition.sql).select(*plan.columns).collect())
+        expected = expected_view(plan.name, model)
+        assert actual == recomputed == expected, plan.name
+        assert [str(v) for r in actual for v in r if isinstance(v, Decimal)] == [
+            str(v) for r in expected for v in r if isinstance(v, Decimal)
+        ], plan.name  # exact sums, of the declared scale
+        types = {f.name: f.dataType for f in frame.schema.fields}
+        if plan.name == "by_customer":
+            assert (types["total"], types["last_day"], types["first_time"]) == (DecimalType(22, 2), DateType(), StringType())
+        else:
+            assert (types["placed_on"], types["amount"], types["top_ledger"]) == (DateType(), DecimalType(12, 2), DecimalType(38, 4))
 
 
 def assert_tombstones(lake, deleted: set[int]) -> None:
@@ -350,39 +348,46 @@ def assert_tombstones(lake, deleted: set[int]) -> None:
     assert all((r.customer, r.amount, r.placed_on, r.placed_at, r.ledger) == (None,) * 5 for r in rows)
 
 
-def assert_duckdb(lake, settings, model: dict[int, Row]) -> None:
-    # the Iceberg tables as DuckDB reads them: the declared types intact
+def assert_duckdb(settings, plans, model: dict[int, Row]) -> None:
+    # the Iceberg tables as DuckDB's iceberg extension reads them: the declared types intact
     con = connect_duckdb()
     try:
-        mirror = metadata_location(settings, MIRROR_NAMESPACE, "orders")
-        view = metadata_location(settings, VIEW_NAMESPACE, "by_customer")
-        described = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM iceberg_scan('{mirror}')").fetchall()}
-        assert (described["amount"], described["placed_on"], described["placed_at"], described["ledger"]) == (
+        def described(namespace: str, table: str) -> dict[str, str]:
+            location = metadata_location(settings, namespace, table)
+            return {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM iceberg_scan('{location}')").fetchall()}
+
+        mirror = described(MIRROR_NAMESPACE, "orders")
+        assert (mirror["amount"], mirror["placed_on"], mirror["placed_at"], mirror["ledger"]) == (
             "DECIMAL(12,2)", "DATE", "VARCHAR", "DECIMAL(38,4)"
         )
-        described = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM iceberg_scan('{view}')").fetchall()}
-        assert (described["total"], described["last_day"], described["first_time"]) == ("DECIMAL(22,2)", "DATE", "VARCHAR")
+        view = described(VIEW_NAMESPACE, "by_customer")
+        assert (view["total"], view["last_day"], view["first_time"]) == ("DECIMAL(22,2)", "DATE", "VARCHAR")
     finally:
         con.close()
-    # the mirror's live rows through `lakemv query`'s connection, the time text cast to TIME
+    # the mirror's live rows as `lakemv query` reads them, the time text cast to TIME
     table = run_query(
         settings, SOURCES, "SELECT id, customer, amount, placed_on, CAST(placed_at AS TIME) AS placed_at, ledger FROM orders"
     )
-    assert (table.schema.field("amount").type, table.schema.field("placed_on").type, table.schema.field("placed_at").type) == (
-        pa.decimal128(12, 2), pa.date32(), pa.time64("us")
-    )
-    assert table.schema.field("ledger").type == pa.decimal128(38, 4)
+    assert [table.schema.field(c).type for c in ("amount", "placed_on", "placed_at", "ledger")] == [
+        pa.decimal128(12, 2), pa.date32(), pa.time64("us"), pa.decimal128(38, 4)
+    ]
     got = {r["id"]: (r["customer"], r["amount"], r["placed_on"], r["placed_at"], r["ledger"]) for r in table.to_pylist()}
     assert got == {i: (c, a, d, time.fromisoformat(t), l) for i, (c, a, d, t, l) in model.items()}
-    # DuckDB's own aggregation over the mirror equals the maintained view, and both the model
-    view = run_query(settings, SOURCES, "SELECT customer, total, last_day, first_time, orders FROM by_customer")
-    assert view.schema.field("total").type == pa.decimal128(22, 2) and view.schema.field("last_day").type == pa.date32()
-    own = run_query(
-        settings, SOURCES,
-        "SELECT customer, sum(amount) AS total, max(placed_on) AS last_day, min(placed_at) AS first_time, count(*) AS orders "
-        "FROM orders GROUP BY customer",
-    )
-    expected = expected_view("by_customer", model)
-    assert sorted_rows(tuple(r.values()) for r in view.to_pylist()) == sorted_rows(tuple(r.values()) for r in own.to_pylist()) == expected
-    earliest = run_query(settings, SOURCES, "SELECT min(CAST(first_time AS TIME)) AS t FROM by_customer").column("t").to_pylist()
-    assert earliest == [min(time.fromisoformat(r[3]) for r in model.values())]
+    # the view as DuckDB reads it equals DuckDB's own aggregation over the mirror, and the model
+    con = lake_connection(settings, SOURCES)
+    try:
+        view = con.execute("SELECT customer, total, last_day, first_time, orders FROM by_customer").to_arrow_table()
+        assert (view.schema.field("total").type, view.schema.field("last_day").type) == (pa.decimal128(22, 2), pa.date32())
+        own = con.execute(
+            "SELECT customer, sum(amount) AS total, max(placed_on) AS last_day, min(placed_at) AS first_time, count(*) AS orders "
+            "FROM orders GROUP BY customer"
+        ).fetchall()
+        expected = expected_view("by_customer", model)
+        assert sorted_rows(tuple(r.values()) for r in view.to_pylist()) == sorted_rows(own) == expected
+        earliest = con.execute("SELECT min(CAST(first_time AS TIME)), max(CAST(first_time AS TIME)) FROM by_customer").fetchone()
+        assert earliest == (min(time.fromisoformat(r[3]) for r in expected), max(time.fromisoformat(r[3]) for r in expected))
+    finally:
+        con.close()
+    for plan in plans:  # `lakemv verify`: DuckDB recomputes each view from the mirror on its own and diffs it by key
+        verified = verify_view(settings, SOURCES, plan.name, plan.definition.sql, plan.key_names)
+        assert verified.ok and verified.matching == len(expected_view(plan.name, model)), verified.summary()
