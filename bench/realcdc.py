@@ -49,6 +49,8 @@ class Probe:
         self.con = psycopg2.connect(url)
         self.settings, self.bootstrap, self.email = settings, bootstrap, email
         self.committed: dict[str, float] = {}
+        # When each probe name was first seen; a batch may skip names (it shows the key's latest state),
+        # so a probe counts as visible once it or a later one is seen.
         self.in_view: dict[str, float] = {}
         self.in_topic: dict[str, float] = {}
         self.stopping = threading.Event()
@@ -93,7 +95,11 @@ class Probe:
         names = sorted(self.committed)[warmup:]
         result: dict[str, Any] = {"probes": len(names)}
         for label, seen in (("view", self.in_view), ("topic", self.in_topic)):
-            delays = [seen[n] - self.committed[n] for n in names if n in seen]
+            delays = []
+            for name in names:
+                later = [t for n, t in seen.items() if n >= name]  # names sort in probe order
+                if later:
+                    delays.append(min(later) - self.committed[name])
             result[label] = {
                 "seen": len(delays), "p50": percentile(delays, 0.5), "p95": percentile(delays, 0.95),
                 "max": max(delays) if delays else None, "mean": sum(delays) / len(delays) if delays else None,

@@ -35,6 +35,7 @@ from catalog.errors import ConfigError
 from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from flows.console import plain
+from spark.faults import crash_point
 from spark.literals import q
 from spark.session import use_catalog
 from spark.planner import ViewPlan
@@ -301,7 +302,10 @@ class Publisher:
                 count += 1
             record = {"snapshot": progress.snapshot_id, "sequence": progress.sequence, "at": datetime.now(UTC).isoformat()}
             producer.produce(self.progress_topic, key=sink.id.encode(), value=json.dumps(record).encode())
+            producer.flush(60)
+            crash_point("sink_produced", progress.sequence)  # messages sent, the transaction still open
             producer.commit_transaction(60)
+            crash_point("sink_committed", progress.sequence)
         except BaseException:
             try:
                 producer.abort_transaction(30)
@@ -369,7 +373,9 @@ class Publisher:
         conf.set("spark.databricks.delta.write.txnAppId", sink.id)
         conf.set("spark.databricks.delta.write.txnVersion", str(version))
         try:
+            crash_point("delta_merging", version)
             self.spark.sql(f"MERGE INTO delta.`{sink.target}` t USING ({source_sql}) s ON {on} " + " ".join(clauses))
+            crash_point("delta_merged", version)
         finally:
             conf.unset("spark.databricks.delta.write.txnAppId")
             conf.unset("spark.databricks.delta.write.txnVersion")

@@ -63,6 +63,14 @@ class Ingest:
             time.sleep(0.5)
         raise AssertionError(f"timed out waiting for {what}; ingest said:\n" + "\n".join(self.lines[-60:]))
 
+    def wait_exit(self, what: str, timeout: float = 240) -> int:
+        """Wait for the process to end by itself (an armed crash point kills its own group)."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"timed out waiting for {what}; ingest said:\n" + "\n".join(self.lines[-60:])) from None
+
     def kill(self) -> None:
         """SIGKILL the whole process group at once: lakemv and its JVM, mid-stream."""
         assert self.process is not None

@@ -126,16 +126,18 @@ def test_postgres_debezium_kafka_to_views_and_data_products_exactly_once(stack: 
     apply(con, workload.snapshot())
     apply(con, workload.transactions(400))
 
-    ingest = Ingest(warehouse, c.bootstrap, env).start()
-    first = _sentinel(con, 1)
-    ingest.wait_for("the snapshot and the first changes", lambda: _arrived(settings, first))
-
-    # A burst of 10k changes; lakemv is killed mid-stream, Kafka Connect restarted while changes flow.
-    apply(con, workload.transactions(5_000))
-    seen = ingest.batches()
-    ingest.wait_for("a batch of the burst", lambda: ingest.batches() > seen)
-    ingest.kill()
+    # lakemv crashes inside a data product's Kafka transaction (its messages sent, not committed) ...
+    ingest = Ingest(warehouse, c.bootstrap, {**env, "LAKEMV_CRASH_AT": "sink_produced@3"}).start()
+    _sentinel(con, 1)
+    apply(con, workload.transactions(5_000))  # a burst of 10k changes, in two halves
+    ingest.wait_exit("the crash armed inside a data-product transaction")
     earlier = ingest.lines
+    # ... is SIGKILLed, JVM and all, after a batch of the burst ...
+    ingest = Ingest(warehouse, c.bootstrap, env).start()
+    ingest.wait_for("a batch of the burst", lambda: ingest.batches() > 0)
+    ingest.kill()
+    earlier += ingest.lines
+    # ... and Kafka Connect is restarted while changes flow.
     ingest = Ingest(warehouse, c.bootstrap, env).start()
     apply(con, workload.transactions(2_500))
     stack.restart("connect")

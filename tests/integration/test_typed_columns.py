@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, time
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -24,8 +24,8 @@ from pyspark.sql.types import DateType, DecimalType, LongType, StringType
 
 from catalog.declarations import parse_source
 from catalog.duck import connect_duckdb, lake_connection, metadata_location, run_query
-from catalog.verify import verify_view
 from catalog.tables import DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
+from catalog.verify import verify_view
 from spark.ingest import run_ingest
 from spark.mirror import live_rows_sql
 from spark.planner import plan_view
@@ -256,7 +256,7 @@ def expected_view(name: str, model: dict[int, Row]) -> list[tuple]:
     return sorted(out, key=repr)
 
 
-def sorted_rows(rows: list) -> list[tuple]:
+def sorted_rows(rows: Iterable) -> list[tuple]:
     return sorted((tuple(r) for r in rows), key=repr)
 
 
