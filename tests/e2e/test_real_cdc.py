@@ -130,7 +130,8 @@ def test_postgres_debezium_kafka_to_views_and_data_products_exactly_once(stack: 
     ingest = Ingest(warehouse, c.bootstrap, {**env, "LAKEMV_CRASH_AT": "sink_produced@3"}).start()
     _sentinel(con, 1)
     apply(con, workload.transactions(5_000))  # a burst of 10k changes, in two halves
-    ingest.wait_exit("the crash armed inside a data-product transaction")
+    code = ingest.wait_exit("the crash armed inside a data-product transaction")
+    assert code == -9, f"ingest exited {code}, not by its armed crash:\n" + "\n".join(ingest.lines[-40:])
     earlier = ingest.lines
     # ... is SIGKILLed, JVM and all, after a batch of the burst ...
     ingest = Ingest(warehouse, c.bootstrap, env).start()
