@@ -8,6 +8,7 @@ the mirror's Iceberg schema, which is where a restarted ingest reads them back f
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,13 +24,31 @@ SPARK_TO_COLUMN: Mapping[str, ColumnType] = {
     "boolean": "boolean",
     "timestamp": "timestamp",
     "date": "date",
+    "lakemv:time": "time",  # a STRING column whose comment says it holds times of day (spark.mirror)
 }
+
+
+@dataclass(frozen=True)
+class TypedSample:
+    """A new field's first value with the type its message's Connect schema names (a decimal with
+    its precision and scale, a timestamp, date or time with its encoding): typed as it says."""
+
+    value: Any
+    type: str
+    encoding: str | None = None
+    precision: int | None = None
+    scale: int | None = None
 
 
 def infer_column(name: str, value: Any) -> Column | str:
     """The column a new after-image field becomes, or the reason it cannot become one."""
     if not _IDENTIFIER.match(name):
         return f"field {name!r} is not a lower-case identifier ({IDENTIFIER}); declare it to keep it"
+    if isinstance(value, TypedSample):
+        if value.type == "decimal":
+            scale = max(0, value.scale or 0)
+            return Column(name=name, type="decimal", precision=max(value.precision or 38, scale, 1), scale=scale)
+        return Column(name=name, type=value.type, encoding=value.encoding)  # type: ignore[arg-type]
     if isinstance(value, bool):
         return Column(name=name, type="boolean")
     if isinstance(value, int):

@@ -20,57 +20,23 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from catalog.declarations import SourceTable
-from catalog.errors import ConfigError, LakemvError
+from catalog.errors import ConfigError
 from catalog.settings import PROJECT_ROOT
+from flows.services import Services, StackError, alive, free_port, port_open
 from spark import lifecycle
 
 STACK_LIB = PROJECT_ROOT / "jvm" / "stack" / "lib"
 CONNECTOR = "lakemv-postgres"
 USER = "lake"
-
-
-class StackError(LakemvError):
-    """A component of the local stack did not start or stop as expected; the message names its log."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child (exited, not reaped) is not running
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @dataclass
@@ -136,81 +102,12 @@ class StackStatus:
         return bool(self.components) and all(c.running for c in self.components)
 
 
-class Stack:
+class Stack(Services):
     """Start, stop and inspect the local stack kept in `config.folder`."""
 
     def __init__(self, config: StackConfig):
+        super().__init__(config.folder)
         self.config = config
-        self.folder = config.folder
-
-    # ---- paths and processes ------------------------------------------------------------------
-    def _pid_file(self, name: str) -> Path:
-        return self.folder / f"{name}.pid"
-
-    def _pid(self, name: str) -> int | None:
-        try:
-            return int(self._pid_file(name).read_text())
-        except (OSError, ValueError):
-            return None
-
-    def log(self, name: str) -> Path:
-        return self.folder / "logs" / f"{name}.log"
-
-    def _tail(self, name: str, lines: int = 15) -> str:
-        try:
-            text = self.log(name).read_text(errors="replace").splitlines()[-lines:]
-        except OSError:
-            return ""
-        return "\n".join(text)
-
-    def _spawn(self, name: str, command: Sequence[str]) -> int:
-        """Start a service that outlives this process: in a session of its own, not our child
-        (a shell starts it in the background and exits), its output appended to its log."""
-        lifecycle.outlive_me()
-        self.log(name).parent.mkdir(parents=True, exist_ok=True)
-        script = 'setsid "$@" >>"$LAKEMV_LOG" 2>&1 </dev/null & echo $!'
-        done = subprocess.run(
-            ["sh", "-c", script, "sh", *command], capture_output=True, text=True, check=True, cwd=self.folder,
-            env={**os.environ, "LAKEMV_LOG": str(self.log(name))},
-        )  # fmt: skip
-        pid = int(done.stdout.strip())
-        self._pid_file(name).write_text(str(pid))
-        return pid
-
-    def _wait(self, name: str, ready, seconds: float) -> None:  # noqa: ANN001 - a () -> bool
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if ready():
-                return
-            if not _alive(self._pid(name)):
-                raise StackError(f"{name} exited while starting; the end of {self.log(name)}:\n{self._tail(name)}")
-            time.sleep(0.2)
-        raise StackError(f"{name} did not become ready within {seconds:.0f} s; see {self.log(name)}:\n{self._tail(name)}")
-
-    def _stop(self, name: str, seconds: float = 20.0) -> None:
-        pid = self._pid(name)
-        if _alive(pid):
-            assert pid is not None
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            deadline = time.monotonic() + seconds
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _alive(pid):
-                os.killpg(pid, signal.SIGKILL)
-        self._pid_file(name).unlink(missing_ok=True)
-
-    def kill(self, name: str) -> None:
-        """Kill one component at once (SIGKILL), as a crash would: for fault tests."""
-        pid = self._pid(name)
-        if _alive(pid):
-            assert pid is not None
-            os.killpg(pid, signal.SIGKILL)
-            while _alive(pid):
-                time.sleep(0.05)
-        self._pid_file(name).unlink(missing_ok=True)
 
     # ---- PostgreSQL -----------------------------------------------------------------------------
     def _pg_bin(self) -> Path:
@@ -269,7 +166,7 @@ class Stack:
             pid = int((self.postgres_home / "data" / "postmaster.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
-        return pid if _alive(pid) else None
+        return pid if alive(pid) else None
 
     def _connect(self, database: str | None = None):  # noqa: ANN202 - a psycopg2 connection
         import psycopg2
@@ -367,7 +264,7 @@ class Stack:
         return path
 
     def _start_kafka(self) -> None:
-        if _alive(self._pid("kafka")):
+        if alive(self._pid("kafka")):
             return
         properties = self._kafka_properties()
         if not self.config.cluster_id:  # once: formatting again with a new id fails
@@ -384,7 +281,7 @@ class Stack:
         self._wait("kafka", self._kafka_ready, 90)
 
     def _kafka_ready(self) -> bool:
-        if not _port_open(self.config.kafka_port):
+        if not port_open(self.config.kafka_port):
             return False
         from confluent_kafka.admin import AdminClient
 
@@ -417,7 +314,7 @@ class Stack:
         }
 
     def _start_connect(self) -> None:
-        if _alive(self._pid("connect")):
+        if alive(self._pid("connect")):
             return
         c = self.config
         folder = self.folder / "connect"
@@ -496,13 +393,13 @@ class Stack:
         c = self.config
         pg = self._postgres_pid()
         kafka, connect = self._pid("kafka"), self._pid("connect")
-        state = self.connector_state() if _alive(connect) else None
+        state = self.connector_state() if alive(connect) else None
         return StackStatus(
             [
                 ComponentStatus("postgres", pg is not None, pg, c.postgres_url, f"database {c.database}, wal_level=logical"),
-                ComponentStatus("kafka", _alive(kafka) and _port_open(c.kafka_port), kafka, c.bootstrap, "KRaft, one node"),
+                ComponentStatus("kafka", alive(kafka) and port_open(c.kafka_port), kafka, c.bootstrap, "KRaft, one node"),
                 ComponentStatus(
-                    "connect", _alive(connect) and state == "RUNNING", connect, c.connect_url,
+                    "connect", alive(connect) and state == "RUNNING", connect, c.connect_url,
                     f"connector {CONNECTOR}: {state or 'not running'}; topics {c.topic_prefix}.public.<table>",
                 ),  # fmt: skip
             ]

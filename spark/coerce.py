@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
@@ -42,6 +42,9 @@ class Wire:
 
     encoding: str | None
     scale: int | None = None
+    # What the logical type says beyond the encoding (for schema drift): not part of how it is encoded.
+    type: str | None = field(default=None, compare=False)  # timestamp, date, time or decimal
+    precision: int | None = field(default=None, compare=False)
 
 
 def _is_int(value: Any) -> bool:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog.declarations import SourceTable
+from catalog.evolution import TypedSample
 from catalog.errors import EnvelopeError
 from spark.coerce import MAX_MICROS, Wire, coerce
 
 OPS = ("c", "r", "u", "d")
-# Connect logical types -> the encoding they mean (see catalog.declarations.Encoding).
+# Connect logical types -> the encoding they mean (see catalog.declarations.Encoding) and the type.
 LOGICAL_TYPES = {
     "io.debezium.time.MicroTimestamp": "micros",
     "io.debezium.time.Timestamp": "millis",
@@ -35,6 +36,7 @@ LOGICAL_TYPES = {
     "org.apache.kafka.connect.data.Time": "millis",
     "org.apache.kafka.connect.data.Decimal": "base64",
 }
+_LOGICAL_KIND = {name: kind for kind in ("Timestamp", "Date", "Time", "Decimal") for name in LOGICAL_TYPES if name.endswith(kind)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +98,14 @@ def field_wires(schema: Any, image: str) -> dict[str, Wire]:
             continue
         name = field.get("name")
         if name in LOGICAL_TYPES:
-            scale = (field.get("parameters") or {}).get("scale") if isinstance(field.get("parameters"), dict) else None
-            wires[field["field"]] = Wire(LOGICAL_TYPES[name], int(scale) if isinstance(scale, str) and scale.lstrip("-").isdigit() else None)
+            parameters = field.get("parameters") if isinstance(field.get("parameters"), dict) else {}
+            scale, precision = parameters.get("scale"), parameters.get("connect.decimal.precision")
+            wires[field["field"]] = Wire(
+                LOGICAL_TYPES[name],
+                int(scale) if isinstance(scale, str) and scale.lstrip("-").isdigit() else None,
+                _LOGICAL_KIND[name].lower(),
+                int(precision) if isinstance(precision, str) and precision.isdigit() else None,
+            )
         elif name is None and field.get("type") == "string":
             wires[field["field"]] = Wire("string")  # decimal.handling.mode=string; for other types, text is text
     return wires
@@ -125,6 +133,13 @@ def _unwrap(text: str | None) -> tuple[dict[str, Any], Any] | Skip:
     if not isinstance(envelope, dict):
         raise EnvelopeError(f"not a Debezium envelope: expected a JSON object, found {type(envelope).__name__}")
     return envelope, schema
+
+
+def _sample(value: Any, wire: Wire | None) -> Any:
+    """A new field's value, tagged with the type its Connect schema names (schema drift types it so)."""
+    if value is None or wire is None or wire.type is None:
+        return value
+    return TypedSample(value, wire.type, None if wire.type == "decimal" else wire.encoding, wire.precision, wire.scale)
 
 
 def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip:
@@ -164,6 +179,6 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip:
     names = source.column_names
     unknown = absent = ()
     if len(image) != len(names) or not all(name in image for name in names):
-        unknown = tuple((k, v) for k, v in image.items() if k not in names)
+        unknown = tuple((k, _sample(v, wires.get(k))) for k, v in image.items() if k not in names)
         absent = tuple(n for n in names if n not in image)
     return Change(source.name, op, tuple(key), position, source_ts, row, unknown, absent)

@@ -41,10 +41,14 @@ def ensure_mirror(spark: SparkSession, names: TableNames, source: SourceTable) -
     )
 
 
+TIME_COMMENT = "lakemv:time"
+
+
 def evolved_source(spark: SparkSession, names: TableNames, source: SourceTable) -> SourceTable:
     """`source` with the columns its mirror gained from schema drift in earlier runs."""
     schema = spark.table(names.mirror(source.name)).schema
-    return mirror_columns(source, [(f.name, f.dataType.simpleString()) for f in schema.fields], BOOKKEEPING_NAMES)
+    kinds = [(f.name, TIME_COMMENT if f.metadata.get("comment") == TIME_COMMENT else f.dataType.simpleString()) for f in schema.fields]
+    return mirror_columns(source, kinds, BOOKKEEPING_NAMES)
 
 
 def add_mirror_columns(spark: SparkSession, names: TableNames, source: SourceTable, columns: Sequence[Column]) -> None:
@@ -52,7 +56,8 @@ def add_mirror_columns(spark: SparkSession, names: TableNames, source: SourceTab
     existing = set(spark.table(names.mirror(source.name)).columns)
     missing = [c for c in columns if c.name not in existing]
     if missing:
-        ddl = ", ".join(f"`{c.name}` {c.spark_type}" for c in missing)
+        # a time of day is text in the table: its comment says it is a time, for the next run
+        ddl = ", ".join(f"`{c.name}` {c.spark_type}" + (f" COMMENT '{TIME_COMMENT}'" if c.type == "time" else "") for c in missing)
         spark.sql(f"ALTER TABLE {names.mirror(source.name)} ADD COLUMNS ({ddl})")
 
 

@@ -117,3 +117,37 @@ def test_a_view_reading_a_column_the_declaration_dropped_is_refused_clearly(sour
     assert message.startswith("view user_profile") and "description" in message, message
     assert "Traceback" not in message and "\n" not in message
 
+
+
+def test_a_new_field_takes_the_type_its_connect_schema_names_and_keeps_it_after_a_restart(lake):
+    """Drift in a schema-carrying stream: a Decimal becomes DECIMAL(p,s), a MicroTime a time of day
+    (text in the table, marked so a restarted ingest reads it back as a time), not base64 or a number."""
+    import base64
+    import json
+    from decimal import Decimal
+
+    def envelope(lsn: int, email: str, amount: int, slot: int) -> str:
+        fields = [
+            {"type": "int64", "optional": True, "field": "id"}, {"type": "string", "optional": False, "field": "email"},
+            {"type": "string", "optional": True, "field": "username"},
+            {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "field": "registered_at"},
+            {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+             "parameters": {"scale": "2", "connect.decimal.precision": "10"}, "field": "balance"},
+            {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTime", "field": "slot"},
+        ]  # fmt: skip
+        after = {**_user(email, email.split("@")[0], lsn), "balance": base64.b64encode(amount.to_bytes(4, "big", signed=True)).decode(), "slot": slot}
+        schema = {"type": "struct", "fields": [{"type": "struct", "fields": fields, "optional": True, "field": "after"}]}
+        return json.dumps({"schema": schema, "payload": {"op": "c", "after": after, "source": {"lsn": lsn}}})
+
+    processor = BatchProcessor(lake.spark, lake.names, lake.sources)
+    result = processor.process_lines(0, [(envelope(10, "ann@x", 1250, 3_600_000_000), at("users"))])
+    assert any("new column `balance` (decimal)" in n for n in result.notes) and any("`slot` (time)" in n for n in result.notes)
+    mirror = lake.spark.table(lake.names.mirror("users"))
+    assert dict(mirror.dtypes)["balance"] == "decimal(10,2)" and dict(mirror.dtypes)["slot"] == "string"
+
+    restarted = BatchProcessor(lake.spark, lake.names, lake.sources)  # reads the evolved columns back
+    assert restarted.sources["users"].column("slot").type == "time"
+    result = restarted.process_lines(1, [(envelope(11, "bob@x", -5, 5_400_123_456), at("users"))])
+    assert result.dead_letters == 0
+    rows = {r["email"]: (r["balance"], r["slot"]) for r in lake.spark.table(lake.names.mirror("users")).collect()}
+    assert rows == {"ann@x": (Decimal("12.50"), "01:00:00.000000"), "bob@x": (Decimal("-0.05"), "01:30:00.123456")}

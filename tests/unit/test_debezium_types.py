@@ -531,3 +531,31 @@ def test_create_table_sql_quotes_identifiers():
         '  UNIQUE ("title", "index")\n'
         ")"
     )
+
+
+def test_a_new_field_is_typed_by_its_connect_schema_not_by_its_json():
+    """Schema drift: an undeclared field whose schema names a logical type becomes a column of that type."""
+    import base64
+
+    from catalog.evolution import infer_column
+    from catalog.declarations import parse_source
+    from spark.envelope import parse_envelope
+
+    source = parse_source('name = "orders"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "bigint" }]', "orders.toml")
+    fields = [
+        {"type": "int64", "optional": False, "field": "id"},
+        {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+         "parameters": {"scale": "2", "connect.decimal.precision": "10"}, "field": "amount"},
+        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1, "field": "paid_at"},
+        {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1, "field": "due"},
+        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTime", "version": 1, "field": "slot"},
+        {"type": "string", "optional": True, "field": "note"},
+    ]  # fmt: skip
+    schema = {"type": "struct", "fields": [{"type": "struct", "fields": fields, "optional": True, "field": "after"}]}
+    after = {"id": 1, "amount": base64.b64encode((1250).to_bytes(2, "big", signed=True)).decode(), "paid_at": 1_700_000_000_000_000,
+             "due": 19_700, "slot": 3_600_000_000, "note": "x"}  # fmt: skip
+    change = parse_envelope(json.dumps({"schema": schema, "payload": {"op": "c", "after": after, "source": {"lsn": 5}}}), source)
+    columns = {name: infer_column(name, sample) for name, sample in change.unknown}
+    assert columns["amount"].kind == "decimal(10,2)"
+    assert (columns["paid_at"].type, columns["paid_at"].wire_encoding) == ("timestamp", "micros")
+    assert (columns["due"].type, columns["slot"].type, columns["note"].type) == ("date", "time", "string")

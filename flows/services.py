@@ -1,0 +1,122 @@
+"""Long-running local services, each a process of its own that outlives the command that started it:
+pid files, logs, readiness waits and stops, in one folder (`flows.stack` runs Kafka and Connect so)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from catalog.errors import LakemvError
+from spark import lifecycle
+
+
+class StackError(LakemvError):
+    """A component of the local stack did not start or stop as expected; the message names its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child (exited, not reaped) is not running
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class Services:
+    """Processes kept in `folder`: `<name>.pid`, `logs/<name>.log`."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def _pid_file(self, name: str) -> Path:
+        return self.folder / f"{name}.pid"
+
+    def _pid(self, name: str) -> int | None:
+        try:
+            return int(self._pid_file(name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def log(self, name: str) -> Path:
+        return self.folder / "logs" / f"{name}.log"
+
+    def _tail(self, name: str, lines: int = 15) -> str:
+        try:
+            text = self.log(name).read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return "\n".join(text)
+
+    def _spawn(self, name: str, command: Sequence[str]) -> int:
+        """Start a service that outlives this process: in a session of its own, not our child
+        (a shell starts it in the background and exits), its output appended to its log."""
+        lifecycle.outlive_me()
+        self.log(name).parent.mkdir(parents=True, exist_ok=True)
+        script = 'setsid "$@" >>"$LAKEMV_LOG" 2>&1 </dev/null & echo $!'
+        done = subprocess.run(
+            ["sh", "-c", script, "sh", *command], capture_output=True, text=True, check=True, cwd=self.folder,
+            env={**os.environ, "LAKEMV_LOG": str(self.log(name))},
+        )  # fmt: skip
+        pid = int(done.stdout.strip())
+        self._pid_file(name).write_text(str(pid))
+        return pid
+
+    def _wait(self, name: str, ready: Callable[[], bool], seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            if not alive(self._pid(name)):
+                raise StackError(f"{name} exited while starting; the end of {self.log(name)}:\n{self._tail(name)}")
+            time.sleep(0.2)
+        raise StackError(f"{name} did not become ready within {seconds:.0f} s; see {self.log(name)}:\n{self._tail(name)}")
+
+    def _stop(self, name: str, seconds: float = 20.0) -> None:
+        pid = self._pid(name)
+        if alive(pid):
+            assert pid is not None
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + seconds
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+        self._pid_file(name).unlink(missing_ok=True)
+
+    def kill(self, name: str) -> None:
+        """Kill one component at once (SIGKILL), as a crash would: for fault tests."""
+        pid = self._pid(name)
+        if alive(pid):
+            assert pid is not None
+            os.killpg(pid, signal.SIGKILL)
+            while alive(pid):
+                time.sleep(0.05)
+        self._pid_file(name).unlink(missing_ok=True)

@@ -1,0 +1,88 @@
+"""The Delta data products (`spark.sinks`): a Delta table with Change Data Feed per view, each feed
+snapshot MERGEd with Delta's idempotent-write confs (`txnAppId` = the sink, `txnVersion` = the feed
+snapshot's sequence number), so a repeated MERGE is skipped and Delta's log says how far a sink got."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from catalog.tables import TableNames
+from spark.faults import crash_point
+from spark.feed import FeedSnapshot, Progress, Sink, snapshot_options
+from spark.literals import q
+
+
+class DeltaSinks:
+    """Delta delivery in a session of the publisher's own (the idempotency confs are per session)."""
+
+    def __init__(self, spark: SparkSession | None, names: TableNames):
+        self.spark = spark
+        self.names = names
+
+    def progress(self, sink: Sink, history: Sequence[FeedSnapshot]) -> Progress | None:
+        """Delta's own record of the sink: the feed sequence number its last MERGE carried."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            version = DeltaTable(sink.target).transaction_version(sink.id)
+        except TableNotFoundError:
+            return None
+        if version is None:
+            return None
+        match = [s.snapshot_id for s in history if s.sequence == version]
+        if match:
+            return Progress(match[-1], version)
+        return Progress(None, version) if version == 0 else Progress(-1, version)  # -1: not in the history: resync
+
+    def ensure(self, sink: Sink) -> None:
+        if (Path(sink.target) / "_delta_log").is_dir():
+            return
+        Path(sink.target).parent.mkdir(parents=True, exist_ok=True)
+        view = self.names.view(sink.view)
+        self.spark.sql(
+            f"CREATE TABLE IF NOT EXISTS delta.`{sink.target}` USING delta "
+            "TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.appendOnly = false) "
+            f"AS SELECT * FROM {view} WHERE false"
+        )
+
+    def _merge(self, sink: Sink, source_sql: str, version: int, *, delete_missing: bool) -> None:
+        on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in sink.key)
+        values = [c for c in sink.columns if c not in sink.key]
+        columns = ", ".join(q(c) for c in sink.columns)
+        clauses = ["WHEN MATCHED AND s._lmv_op = 'delete' THEN DELETE"]
+        if values:
+            clauses.append("WHEN MATCHED THEN UPDATE SET " + ", ".join(f"t.{q(c)} = s.{q(c)}" for c in values))
+        clauses.append(f"WHEN NOT MATCHED AND s._lmv_op = 'upsert' THEN INSERT ({columns}) VALUES ({', '.join(f's.{q(c)}' for c in sink.columns)})")
+        if delete_missing:
+            clauses.append("WHEN NOT MATCHED BY SOURCE THEN DELETE")
+        conf = self.spark.conf
+        conf.set("spark.databricks.delta.write.txnAppId", sink.id)
+        conf.set("spark.databricks.delta.write.txnVersion", str(version))
+        try:
+            crash_point("delta_merging", version)
+            self.spark.sql(f"MERGE INTO delta.`{sink.target}` t USING ({source_sql}) s ON {on} " + " ".join(clauses))
+            crash_point("delta_merged", version)
+        finally:
+            conf.unset("spark.databricks.delta.write.txnAppId")
+            conf.unset("spark.databricks.delta.write.txnVersion")
+
+    def deliver_snapshot(self, sink: Sink, snapshot: FeedSnapshot) -> int:
+        feed = self.names.view_changes(sink.view)
+        options = snapshot_options(snapshot)
+        keys = ", ".join(f"{q(k)}" for k in sink.key)
+        values = ", ".join(f"row.{q(c)} AS {q(c)}" for c in sink.columns if c not in sink.key)
+        select = f"SELECT op AS _lmv_op, {keys}{', ' + values if values else ''} FROM {feed} WITH ({options})"
+        count = self.spark.sql(f"SELECT count(*) FROM ({select})").first()[0]
+        self._merge(sink, select, snapshot.sequence, delete_missing=False)
+        return int(count)
+
+    def resync(self, sink: Sink, at: FeedSnapshot | None) -> int:
+        view = self.names.view(sink.view)
+        select = f"SELECT 'upsert' AS _lmv_op, {', '.join(q(c) for c in sink.columns)} FROM {view}"
+        count = self.spark.table(view).count()
+        self._merge(sink, select, at.sequence if at else 0, delete_missing=True)
+        return int(count)
