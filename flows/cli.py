@@ -385,7 +385,11 @@ def _stream_tables(lake: Lake) -> dict:
         found["stream"] = pa.Table.from_pylist([{"source": "kafka", **json.loads(mode.read_text())}])
     sinks = declared_sinks(lake.settings, lake.plans.values())
     if sinks:
-        found["sink"] = pa.Table.from_pylist([lag.to_row() for lag in Publisher(None, lake.settings, sinks).lags()])
+        try:
+            rows = [lag.to_row() for lag in Publisher(None, lake.settings, sinks).lags()]
+        except ConfigError as exc:  # e.g. a kafka sink and no brokers set: say so, report the rest of the lake
+            rows = [{"sink": s.id, "view": s.view, "type": s.kind, "target": s.target, "error": str(exc)} for s in sinks]
+        found["sink"] = pa.Table.from_pylist(rows)
     return found
 
 

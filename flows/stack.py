@@ -108,6 +108,7 @@ class Stack(Services):
     def __init__(self, config: StackConfig):
         super().__init__(config.folder)
         self.config = config
+        self._admin = None  # one Kafka admin client for the readiness checks
 
     # ---- PostgreSQL -----------------------------------------------------------------------------
     def _pg_bin(self) -> Path:
@@ -285,8 +286,10 @@ class Stack(Services):
             return False
         from confluent_kafka.admin import AdminClient
 
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.config.bootstrap, "log_level": 3})
         try:
-            AdminClient({"bootstrap.servers": self.config.bootstrap}).list_topics(timeout=2)
+            self._admin.list_topics(timeout=2)
         except Exception:  # noqa: BLE001 - KafkaException while the broker starts
             return False
         return True
@@ -340,7 +343,24 @@ class Stack(Services):
         connector.write_text("\n".join([f"name={CONNECTOR}", *(f"{k}={v}" for k, v in self.connector_config().items()), ""]))
         main = "org.apache.kafka.connect.cli.ConnectStandalone"
         self._spawn("connect", self._java(main, str(worker), str(connector), heap=c.connect_heap))
-        self._wait("connect", lambda: self.connector_state() == "RUNNING", 120)
+        self._wait("connect", self._connector_running, 120)
+
+    def _connector_running(self) -> bool:
+        """True once the connector runs; a connector or task that failed ends the wait at once, with its trace."""
+        state = self.connector_state()
+        if state == "FAILED":
+            raise StackError(f"the Debezium connector failed: {self._connector_trace()}\n(see {self.log('connect')})")
+        return state == "RUNNING"
+
+    def _connector_trace(self) -> str:
+        try:
+            with urllib.request.urlopen(f"{self.config.connect_url}/connectors/{CONNECTOR}/status", timeout=2) as response:
+                status = json.load(response)
+        except (urllib.error.URLError, OSError, ValueError):
+            return "(no status)"
+        traces = [status.get("connector", {}).get("trace")] + [t.get("trace") for t in status.get("tasks", [])]
+        first = next((t for t in traces if t), "")
+        return first.splitlines()[0] if first else "(no trace)"
 
     def connector_state(self) -> str | None:
         """The connector's and its task's state from Connect's REST API (RUNNING, FAILED, ...)."""

@@ -94,16 +94,19 @@ def _time(column: Column, value: Any, encoding: str | None) -> str:
     if _is_int(value) and encoding != "iso":
         multiply, divide = _SCALE_TO_MICROS[encoding or "micros"]
         micros = value * multiply // divide
-        if not 0 <= micros < MICROS_PER_DAY:
+        if not 0 <= micros <= MICROS_PER_DAY:  # PostgreSQL's time allows 24:00:00 itself
             raise EnvelopeError(f"column {column.name!r}: time {value!r} is outside one day")
     elif isinstance(value, str):
         text = _LONG_FRACTION.sub(r"\1", value.strip())
         text = re.sub(r"(Z|[+-]\d{2}(:?\d{2})?)$", "", text)  # ZonedTime: the UTC time of day is kept
-        try:
-            moment = time.fromisoformat(text)
-        except ValueError:
-            raise _fail(column, value, "TIME (HH:MM:SS[.ffffff] or a number since midnight)") from None
-        micros = ((moment.hour * 60 + moment.minute) * 60 + moment.second) * 1_000_000 + moment.microsecond
+        if re.fullmatch(r"24:00(:00(\.0+)?)?", text):
+            micros = MICROS_PER_DAY
+        else:
+            try:
+                moment = time.fromisoformat(text)
+            except ValueError:
+                raise _fail(column, value, "TIME (HH:MM:SS[.ffffff] or a number since midnight)") from None
+            micros = ((moment.hour * 60 + moment.minute) * 60 + moment.second) * 1_000_000 + moment.microsecond
     else:
         raise _fail(column, value, "TIME (HH:MM:SS[.ffffff] or a number since midnight)")
     seconds, micro = divmod(micros, 1_000_000)
@@ -132,6 +135,8 @@ def _exact_decimal(column: Column, value: Any, encoding: str | None, scale: int 
             raise _fail(column, value, f"{column.spark_type} as base64 of its unscaled bytes") from None
         number = Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-(column.scale if scale is None else scale))
     elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if isinstance(value, str) and not re.fullmatch(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*", value):
+            raise _fail(column, value)  # Decimal() would also take "1_000", "NaN", "Infinity"
         try:
             number = Decimal(value) if not isinstance(value, float) else Decimal(repr(value))
         except InvalidOperation:

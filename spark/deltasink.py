@@ -9,18 +9,25 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from catalog.settings import LakeSettings
 from catalog.tables import TableNames
 from spark.faults import crash_point
-from spark.feed import FeedSnapshot, Progress, Sink, snapshot_options
+from spark.feed import FeedSnapshot, Progress, Sink, feed_uuid, snapshot_options
 from spark.literals import q
 
 
 class DeltaSinks:
     """Delta delivery in a session of the publisher's own (the idempotency confs are per session)."""
 
-    def __init__(self, spark: SparkSession | None, names: TableNames):
+    def __init__(self, spark: SparkSession | None, settings: LakeSettings):
         self.spark = spark
-        self.names = names
+        self.settings = settings
+        self.names = TableNames(settings.catalog_name)
+
+    def app_id(self, sink: Sink) -> str:
+        """Delta's `txnAppId` of a sink: per feed table, whose sequence numbers are its txnVersions
+        (a feed created again starts them again, and must not be taken for one already delivered)."""
+        return f"{sink.id}@{feed_uuid(self.settings, sink.view)}"
 
     def progress(self, sink: Sink, history: Sequence[FeedSnapshot]) -> Progress | None:
         """Delta's own record of the sink: the feed sequence number its last MERGE carried."""
@@ -28,7 +35,7 @@ class DeltaSinks:
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            version = DeltaTable(sink.target).transaction_version(sink.id)
+            version = DeltaTable(sink.target).transaction_version(self.app_id(sink))
         except TableNotFoundError:
             return None
         if version is None:
@@ -60,7 +67,7 @@ class DeltaSinks:
         if delete_missing:
             clauses.append("WHEN NOT MATCHED BY SOURCE THEN DELETE")
         conf = self.spark.conf
-        conf.set("spark.databricks.delta.write.txnAppId", sink.id)
+        conf.set("spark.databricks.delta.write.txnAppId", self.app_id(sink))
         conf.set("spark.databricks.delta.write.txnVersion", str(version))
         try:
             crash_point("delta_merging", version)

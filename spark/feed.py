@@ -77,6 +77,14 @@ def pending(history: Sequence[FeedSnapshot], progress: Progress | None) -> tuple
     return [s for s in after if s.append], False
 
 
+def feed_uuid(settings: LakeSettings, view: str) -> str:
+    """The feed table's UUID: a feed dropped and created again is another feed."""
+    from catalog.lake import pyiceberg_catalog
+
+    identifier = TableNames(settings.catalog_name).view_changes(view).split(".", 1)[1]
+    return str(pyiceberg_catalog(settings).load_table(identifier).metadata.table_uuid)
+
+
 def feed_changes(spark: SparkSession, names: TableNames, sink: Sink, snapshot: FeedSnapshot) -> pa.Table:
     """The feed rows (key columns, `op`, `row`) one append snapshot added."""
     reader = spark.read.format("iceberg")

@@ -204,8 +204,8 @@ def run_stream(
 ) -> None:
     """Run `each_batch` over the micro-batches of `stream` until it ends (`once`: what is there
     now) or is interrupted; the processor's local state is closed either way. The data products
-    catch up first (what a crash left undelivered) and last."""
-    products.deliver()
+    catch up first (what a crash left undelivered; a whole view only once the stream runs) and last."""
+    products.deliver(resync=False)
     writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", str(checkpoint)).queryName(name)
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
     if on_ready is not None:

@@ -129,9 +129,16 @@ def run_kafka_ingest(
             if topics.transaction_topic is not None and topic_of[i] == topics.transaction_topic:
                 boundaries.append(value[i])
                 continue
-            name = topics.tables[topic_of[i]]
+            name = topics.tables.get(topic_of[i], topic_of[i].rsplit(".", 1)[-1])  # a topic no longer declared: a dead letter
             records.append(Record(f"kafka:/{name}/{topic_of[i]}@{partition[i]}:{offset[i]}", name, value[i]))
         cuts = list(range(1, len(records) + 1))  # without transactions: any record ends a unit
+        if topics.transaction_topic is None and gates.is_dir():  # switched off: what was held is applied first
+            gate = TransactionGate.load(gates, batch_id, collections)
+            held = gate.drain()
+            if held:
+                records = held + records
+                cuts = list(range(1, len(records) + 1))
+            TransactionGate.save(gates, batch_id, gate)
         if topics.transaction_topic is not None:
             gate = TransactionGate.load(gates, batch_id, collections)
             records, report = gate.admit(records, boundaries)
@@ -140,6 +147,8 @@ def run_kafka_ingest(
             _record_mode(checkpoint, gate, report)
             if on_gate is not None:
                 on_gate(report)
+        if not records:  # nothing, or every change held for its transaction
+            return
         for chunk, (start, end) in enumerate(units(len(records), cuts, settings.max_events_per_batch)):
             lines = [(r.value, r.origin) for r in records[start:end]]
             outcome = processor.process(BatchRef(identity[0], batch_id, chunk), lines)
@@ -173,6 +182,7 @@ def _record_mode(checkpoint: Path, gate: TransactionGate, report: GateReport) ->
         "held_changes": report.held,
         "waiting_transactions": report.waiting,
         "oldest_waiting": report.oldest_waiting,
+        "oldest_waiting_seconds": report.oldest_seconds,
     }
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(mode), encoding="utf-8")

@@ -61,6 +61,11 @@ class KafkaSinks:
                 if "already exists" not in str(exc).lower():
                     raise
 
+    def _topic_exists(self, topic: str) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        return topic in AdminClient(self.client_conf()).list_topics(timeout=10).topics
+
     def producer(self, sink: Sink):  # noqa: ANN202 - confluent_kafka.Producer
         producer = self._producers.get(sink.id)
         if producer is None:
@@ -74,6 +79,7 @@ class KafkaSinks:
                     "enable.idempotence": True,
                     "partitioner": "murmur2_random",  # the Java client's: the same key lands where Java puts it
                     "linger.ms": 5,
+                    "transaction.timeout.ms": 600_000,  # a resync of a large view is one transaction
                 }
             )
             producer.init_transactions(30)  # fences a previous producer of this sink, aborting its open transaction
@@ -84,8 +90,11 @@ class KafkaSinks:
         """Each key's latest committed value in `topic` (None: a tombstone), read `read_committed` to its end."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+        from confluent_kafka import KafkaError
+
         consumer = Consumer({**self.client_conf(), "group.id": "lakemv-sinks-reader", "enable.auto.commit": False,
-                             "isolation.level": "read_committed", "auto.offset.reset": "earliest"})  # fmt: skip
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                             "enable.partition.eof": True})  # fmt: skip
         latest: dict[bytes, bytes | None] = {}
         try:
             for number in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
@@ -93,11 +102,13 @@ class KafkaSinks:
                 if high <= low:
                     continue
                 consumer.assign([TopicPartition(topic, number, low)])
-                while consumer.position([TopicPartition(topic, number)])[0].offset < high:
-                    message = consumer.poll(5.0)
-                    if message is None:  # only transaction markers (or an open transaction) are left
-                        break
+                while True:  # to the partition's end as read_committed sees it (markers are never returned)
+                    message = consumer.poll(30.0)
+                    if message is None:
+                        raise KafkaException(f"reading {topic}[{number}] to its end timed out (an open transaction?)")
                     if message.error():
+                        if message.error().code() == KafkaError._PARTITION_EOF:
+                            break
                         raise KafkaException(message.error())
                     if message.key() is not None:
                         latest[message.key()] = message.value()
@@ -105,9 +116,19 @@ class KafkaSinks:
             consumer.close()
         return latest
 
-    def progress(self, sinks: Sequence[Sink]) -> dict[str, Progress | None]:
-        """Each Kafka sink's last committed progress record, from the progress topic."""
-        self.ensure_topics([self.progress_topic])
+    def progress(self, sinks: Sequence[Sink], *, fence: bool = True) -> dict[str, Progress | None]:
+        """Each Kafka sink's last committed progress record, from the progress topic.
+
+        With `fence` (a deliverer), each sink's producer is made first: that fences a previous one (a
+        crashed run, a commit that timed out) and settles its open transaction, so no commit lands
+        after the progress is read. Without (`lakemv status`, beside a running stream) nothing is
+        fenced or created."""
+        if fence:
+            for sink in sinks:
+                self.producer(sink)
+            self.ensure_topics([self.progress_topic])
+        elif not self._topic_exists(self.progress_topic):
+            return {sink.id: None for sink in sinks}
         records = self.latest_by_key(self.progress_topic)
         found: dict[str, Progress | None] = {}
         for sink in sinks:
@@ -131,9 +152,9 @@ class KafkaSinks:
                 count += 1
             record = {"snapshot": progress.snapshot_id, "sequence": progress.sequence, "at": datetime.now(UTC).isoformat()}
             producer.produce(self.progress_topic, key=sink.id.encode(), value=json.dumps(record).encode())
-            producer.flush(60)
+            producer.flush(600)
             crash_point("sink_produced", progress.sequence)  # messages sent, the transaction still open
-            producer.commit_transaction(60)
+            producer.commit_transaction(600)
             crash_point("sink_committed", progress.sequence)
         except BaseException:
             try:

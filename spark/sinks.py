@@ -30,7 +30,6 @@ from pyspark.sql import SparkSession
 
 from catalog.errors import ConfigError
 from catalog.settings import LakeSettings
-from catalog.tables import TableNames
 from spark.deltasink import DeltaSinks
 from spark.feed import FeedSnapshot, Progress, Sink, feed_history, pending
 from spark.kafkasink import KafkaSinks, message_key, message_value
@@ -117,19 +116,21 @@ class Publisher:
         if any(s.kind == "kafka" for s in self.sinks) and not bootstrap:
             raise ConfigError("a view has a kafka sink but no brokers are set: LAKEMV_PRODUCT_BOOTSTRAP or LAKEMV_KAFKA_BOOTSTRAP")
         self.kafka = KafkaSinks(session, settings, bootstrap)
-        self.delta = DeltaSinks(session, TableNames(settings.catalog_name))
+        self.delta = DeltaSinks(session, settings)
 
     # ---- delivering ------------------------------------------------------------------------------
-    def _progress_of(self, sink: Sink, history: Sequence[FeedSnapshot]) -> Progress | None:
+    def _progress_of(self, sink: Sink, history: Sequence[FeedSnapshot], *, fence: bool = True) -> Progress | None:
         if sink.id not in self._progress:
             if sink.kind == "kafka":
-                self._progress.update(self.kafka.progress([s for s in self.sinks if s.kind == "kafka"]))
+                self._progress.update(self.kafka.progress([s for s in self.sinks if s.kind == "kafka"], fence=fence))
             else:
                 self._progress[sink.id] = self.delta.progress(sink, history)
         return self._progress.get(sink.id)
 
-    def deliver(self) -> list[Delivery]:
-        """Deliver every sink's pending feed snapshots; a sink that fails is reported, the others go on."""
+    def deliver(self, *, resync: bool = True) -> list[Delivery]:
+        """Deliver every sink's pending feed snapshots; a sink that fails is reported, the others go on.
+        Without `resync`, a sink that would publish its whole view waits (at start-up, the batch a crash
+        cut short may still be replayed: the view is only whole after it)."""
         done = []
         for sink in self.sinks:
             started = time.perf_counter()
@@ -140,8 +141,10 @@ class Publisher:
                     self.delta.ensure(sink)
                 history = feed_history(self.settings, sink.view)
                 progress = self._progress_of(sink, history)
-                todo, resync = pending(history, progress)
-                if resync:
+                todo, whole = pending(history, progress)
+                if whole and not resync:
+                    continue
+                if whole:
                     latest = history[-1] if history else None
                     delivery.messages += target.resync(sink, latest)
                     delivery.resynced = True
@@ -165,7 +168,7 @@ class Publisher:
         for sink in self.sinks:
             try:
                 history = feed_history(self.settings, sink.view)
-                progress = self._progress_of(sink, history)
+                progress = self._progress_of(sink, history, fence=False)
                 todo, resync = pending(history, progress)
                 if resync:
                     todo = [s for s in history if s.append]
@@ -196,10 +199,10 @@ class Products:
         sinks = declared_sinks(settings, plans)
         return cls(Publisher(spark, settings, sinks) if sinks else None, on_delivery)
 
-    def deliver(self) -> list[Delivery]:
+    def deliver(self, *, resync: bool = True) -> list[Delivery]:
         if self.publisher is None:
             return []
-        done = self.publisher.deliver()
+        done = self.publisher.deliver(resync=resync)
         self.deliveries.extend(done)
         if self.on_delivery is not None:
             for delivery in done:

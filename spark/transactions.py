@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -52,9 +53,10 @@ class Record:
 @dataclass
 class _Held:
     records: list[Record] = field(default_factory=list)
-    orders: set[int] = field(default_factory=set)  # distinct transaction.total_order values seen
-    expected: int | None = None  # changes of our tables, from the END event
+    orders: set[int | str] = field(default_factory=set)  # distinct changes seen: total_order, else the record's origin
+    counts: list[tuple[str, int]] | None = None  # the END's changes per data collection; None: no END yet
     began: bool = False
+    since: float = field(default_factory=time.time)  # when the first of its changes was held (for status)
 
 
 def _payload(value: str | None) -> dict[str, Any] | None:
@@ -69,17 +71,22 @@ def _payload(value: str | None) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
-def transaction_of(value: str | None) -> tuple[str, int] | None:
-    """(transaction id, total order) of a change, None when it carries no transaction block."""
+def transaction_of(value: str | None) -> tuple[str, int | None, tuple[str, ...]] | None:
+    """(transaction id, total order or None, the names its table may have in an END's counts) of a
+    change; None when it carries no transaction block."""
     event = _payload(value)
     block = event.get("transaction") if event is not None else None
     if not isinstance(block, dict) or block.get("id") is None:
         return None
-    order = block.get("total_order")
     try:
-        return transaction_key(block["id"]), int(order)
+        order: int | None = int(block.get("total_order"))
     except (TypeError, ValueError):
-        return transaction_key(block["id"]), -1
+        order = None
+    source = event.get("source") if isinstance(event.get("source"), dict) else {}
+    parts = [source.get(k) for k in ("db", "schema", "table")]
+    db, schema, table = (str(p) if p is not None else None for p in parts)
+    names = tuple(".".join(n) for n in ((schema, table), (db, schema, table), (db, table)) if all(n))  # type: ignore[arg-type]
+    return transaction_key(block["id"]), order, names
 
 
 @dataclass
@@ -88,6 +95,7 @@ class GateReport:
 
     released: int = 0
     held: int = 0
+    oldest_seconds: float | None = field(default=None, compare=False)  # how long the oldest held change has waited
     cuts: list[int] = field(default_factory=list, compare=False)  # places in the released records between whole transactions
     transactions: int = 0
     waiting: int = 0
@@ -107,6 +115,7 @@ class TransactionGate:
         self.order: list[str] = []  # transactions by BEGIN, in commit order, not yet released
         self.released: OrderedDict[str, None] = OrderedDict()
         self.seen_metadata = False
+        self.observed: set[str] = set()  # names of our tables as changes' source blocks spell them
 
     def _hold(self, txid: str) -> _Held:
         held = self.held.get(txid)
@@ -133,10 +142,9 @@ class TransactionGate:
                     held.began = True
                     self.order.append(txid)
             else:
-                counts = event.get("data_collections") or []
-                held.expected = sum(
-                    int(c.get("event_count") or 0) for c in counts if isinstance(c, dict) and c.get("data_collection") in self.collections
-                )
+                held.counts = [
+                    (str(c.get("data_collection")), int(c.get("event_count") or 0)) for c in event.get("data_collections") or [] if isinstance(c, dict)
+                ]
                 if not held.began:  # an END whose BEGIN was lost: it still orders the transaction
                     held.began = True
                     self.order.append(txid)
@@ -147,18 +155,23 @@ class TransactionGate:
                 report.cuts.append(len(ready))
                 continue
             self.seen_metadata = True
-            txid, total_order = tagged
+            txid, total_order, names = tagged
+            self.observed.update(names)
             if txid in self.released:
                 ready.append(record)  # a re-sent change: applying it again changes nothing
                 report.cuts.append(len(ready))
                 continue
             held = self._hold(txid)
             held.records.append(record)
-            held.orders.add(total_order)
+            held.orders.add(total_order if total_order is not None else record.origin)
         while self.order:
             txid = self.order[0]
             held = self.held[txid]
-            if held.expected is None or len(held.orders) < held.expected:
+            if held.counts is None:
+                break
+            ours = self.collections | self.observed  # an END may name a table as its source block does
+            expected = sum(n for name, n in held.counts if name in ours)
+            if len(held.orders) < expected:
                 break
             self.order.pop(0)
             del self.held[txid]
@@ -172,7 +185,18 @@ class TransactionGate:
         report.held = sum(len(h.records) for h in self.held.values())
         report.waiting = len(self.held)
         report.oldest_waiting = self.order[0] if self.order else next(iter(self.held), None)
+        if self.held:
+            report.oldest_seconds = round(time.time() - min(h.since for h in self.held.values()), 1)
         return ready, report
+
+    def drain(self) -> list[Record]:
+        """Every held change, transactions in commit order first (for a stream switched to
+        `kafka_transactions=off`: what it held must still be applied, not dropped)."""
+        ordered = [t for t in self.order if t in self.held] + [t for t in self.held if t not in self.order]
+        records = [r for t in ordered for r in self.held[t].records]
+        self.held.clear()
+        self.order.clear()
+        return records
 
     # ---- persistence ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -181,12 +205,14 @@ class TransactionGate:
             "order": self.order,
             "seen_metadata": self.seen_metadata,
             "released": list(self.released),
+            "observed": sorted(self.observed),
             "held": {
                 txid: {
                     "records": [[r.origin, r.table, r.value] for r in h.records],
-                    "orders": sorted(h.orders),
-                    "expected": h.expected,
+                    "orders": sorted(h.orders, key=str),
+                    "counts": h.counts,
                     "began": h.began,
+                    "since": h.since,
                 }
                 for txid, h in self.held.items()
             },
@@ -198,8 +224,10 @@ class TransactionGate:
         gate.order = list(data.get("order", []))
         gate.seen_metadata = bool(data.get("seen_metadata"))
         gate.released = OrderedDict((t, None) for t in data.get("released", []))
+        gate.observed = set(data.get("observed", []))
         for txid, h in data.get("held", {}).items():
-            gate.held[txid] = _Held([Record(*r) for r in h["records"]], set(h["orders"]), h["expected"], h["began"])
+            counts = [tuple(c) for c in h["counts"]] if h.get("counts") is not None else None
+            gate.held[txid] = _Held([Record(*r) for r in h["records"]], set(h["orders"]), counts, h["began"], h.get("since", time.time()))
         return gate
 
     @staticmethod

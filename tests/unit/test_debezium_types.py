@@ -303,9 +303,9 @@ def test_time_canonical_text(field, value, expected):
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        (logical("due", "io.debezium.time.MicroTime"), 86_400_000_000),  # 24:00:00, PostgreSQL allows it
+        (logical("due", "io.debezium.time.MicroTime"), 86_400_000_001),  # just after 24:00:00
         (logical("due", "io.debezium.time.MicroTime"), -1),
-        (logical("due", "io.debezium.time.Time", "int32"), 86_400_000),
+        (logical("due", "io.debezium.time.Time", "int32"), 86_400_001),
         (None, 10**12),
     ],
 )
@@ -313,6 +313,12 @@ def test_time_outside_one_day_is_a_dead_letter(field, value):
     fields = [ID, field] if field is not None else None
     with pytest.raises(EnvelopeError, match="column 'due': time .* is outside one day"):
         parsed(row(due=value), fields)
+
+
+@pytest.mark.parametrize("value", [86_400_000_000, "24:00:00", "24:00"])
+def test_postgresql_end_of_day_time_is_kept(value):
+    """PostgreSQL's `time` allows 24:00:00 itself (the end of a day): it sorts after 23:59:59.999999."""
+    assert parsed(row(due=value), [ID, logical("due", "io.debezium.time.MicroTime")] if isinstance(value, int) else None).row[DUE] == "24:00:00.000000"
 
 
 @pytest.mark.parametrize("value", ["noon", "25:00:00", True, 1.5])
@@ -559,3 +565,11 @@ def test_a_new_field_is_typed_by_its_connect_schema_not_by_its_json():
     assert columns["amount"].kind == "decimal(10,2)"
     assert (columns["paid_at"].type, columns["paid_at"].wire_encoding) == ("timestamp", "micros")
     assert (columns["due"].type, columns["slot"].type, columns["note"].type) == ("date", "time", "string")
+
+
+@pytest.mark.parametrize("text", ["1_000", "NaN", "Infinity", "0x10", "1,5", ""])
+def test_decimal_text_must_be_a_plain_number(text):
+    from spark.coerce import Wire, coerce
+
+    with pytest.raises(EnvelopeError, match="expected DECIMAL"):
+        coerce(Column(name="amount", type="decimal(12,2)"), text, Wire("string"))
