@@ -45,8 +45,6 @@ _MIN_DAYS, _MAX_DAYS = -719162, 2932896
 
 # Types only `parse_envelope` decodes (base64 decimals, times of day): their lines are never clean here.
 _PYTHON_ONLY = ("decimal", "time")
-# Types whose encoding a message's Connect schema may override (`spark.envelope.field_wires`).
-_SCHEMA_TYPED = ("timestamp", "date", "decimal", "time")
 
 
 def _kinds(column: Column) -> tuple[str, ...]:
@@ -55,6 +53,24 @@ def _kinds(column: Column) -> tuple[str, ...]:
     if column.type == "timestamp":
         return ("STRING",) if column.wire_encoding == "iso" else ("BIGINT", "STRING")
     return _KINDS[column.type]
+
+
+# The Connect logical types each declared encoding is (spark.envelope.LOGICAL_TYPES, inverted).
+_LOGICAL_NAMES = {
+    ("timestamp", "micros"): ("io.debezium.time.MicroTimestamp",),
+    ("timestamp", "millis"): ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"),
+    ("timestamp", "nanos"): ("io.debezium.time.NanoTimestamp",),
+    ("timestamp", "iso"): ("io.debezium.time.ZonedTimestamp",),
+    ("date", "days"): ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"),
+    ("date", "iso"): (),
+}
+
+
+def _schema_agrees(column: Column) -> str:
+    """SQL: the image's Connect schema gives `column` no logical type, or one meaning its declared encoding."""
+    field = f"try_element_at(filter(image_fields, x -> try_variant_get(x, '$.field', 'string') = '{column.name}'), 1)"
+    names = ", ".join(["''", *(f"'{n}'" for n in _LOGICAL_NAMES[(column.type, column.wire_encoding)])])  # type: ignore[index]
+    return f"coalesce(try_variant_get({field}, '$.name', 'string'), '') IN ({names})"
 
 
 def image_pattern(source: SourceTable) -> str:
@@ -148,9 +164,11 @@ def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None) ->
     )
     checks = " AND ".join(check for _, check in typed.values() if check != "true") or "true"
     too_long = f"length(value) > {max_line_chars}" if max_line_chars is not None else "false"
-    # A Connect schema may say a field is encoded otherwise than declared: such lines go to Python.
-    schema_typed = any(c.type in _SCHEMA_TYPED for c in source.columns)
-    unwrapped_only = "NOT wrapped" if schema_typed else "true"
+    # A Connect schema may say a field is encoded otherwise than declared (spark.envelope.field_wires):
+    # a wrapped line is clean only if its schema names, for each temporal column, no logical type or
+    # one that means the declared encoding; decimals and times are Python's anyway.
+    agreed = [_schema_agrees(c) for c in source.columns if c.type in ("timestamp", "date")]
+    unwrapped_only = "(NOT wrapped OR (" + " AND ".join(agreed) + "))" if agreed else "true"
     columns = ", ".join(
         f"{value} AS {q(c.name)}" if c.name in source.primary_key else f"CASE WHEN NOT deleted THEN {value} END AS {q(c.name)}"
         for c, (value, _) in zip(source.columns, typed.values(), strict=True)
@@ -160,11 +178,14 @@ def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None) ->
 WITH unwrapped AS (
   SELECT value, file, {SEQ},
          variant_get(v, '$.payload') IS NOT NULL AND variant_get(v, '$.schema') IS NOT NULL AS wrapped,
+         try_variant_get(v, '$.schema.fields', 'array<variant>') AS sfields,
          CASE WHEN variant_get(v, '$.payload') IS NOT NULL AND variant_get(v, '$.schema') IS NOT NULL
               THEN variant_get(v, '$.payload') ELSE v END AS e
   FROM (SELECT value, file, {SEQ}, try_parse_json(value) AS v FROM {relation})
 ), enveloped AS (
   SELECT value, file, {SEQ}, wrapped, e, op, op = 'd' AS deleted,
+         try_variant_get(try_element_at(filter(sfields, f -> try_variant_get(f, '$.field', 'string') =
+           CASE WHEN op = 'd' THEN 'before' ELSE 'after' END), 1), '$.fields', 'array<variant>') AS image_fields,
          CASE WHEN op = 'd' THEN variant_get(e, '$.before') ELSE variant_get(e, '$.after') END AS image,
          {position} AS pos, {source_ts} AS ts
   FROM (SELECT *, CASE WHEN schema_of_variant(variant_get(e, '$.op')) = 'STRING'

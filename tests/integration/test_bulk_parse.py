@@ -130,3 +130,24 @@ def envelopes(draw) -> str:  # noqa: ANN001
 def test_every_rule_gives_the_same_outcome_in_spark_and_in_the_driver(spark, sources, drawn):
     lines = [(text, at(folder)) for text, folder in drawn]
     assert_same_parse(spark, sources, lines, max_line_chars=200)
+
+
+def test_a_connect_schema_that_says_another_encoding_is_decoded_as_it_says(spark, sources):
+    """repos.created_at is declared `millis`; a message whose schema says MicroTimestamp is decoded as
+    micros by the driver, so Spark must not vouch for it."""
+    import copy
+
+    from workload.debezium import connect_schema, envelope
+
+    schema = connect_schema(sources["repos"])
+    row = {"name": "lake", "owner": "ann", "description": "d", "star_count": 1, "fork_count": 0,
+           "created_at": 1_709_294_400_000_000, "updated_at": 1_709_294_400_000_000}  # fmt: skip
+    agreeing = {"schema": schema, "payload": envelope(sources["repos"], "c", None, row, 11, 1_709_294_400_000)}
+    schema = copy.deepcopy(schema)
+    after = next(f for f in schema["fields"] if f["field"] == "after")
+    created = next(f for f in after["fields"] if f["field"] == "created_at")
+    created["name"] = "io.debezium.time.MicroTimestamp"  # the same field, now said to be micros
+    disagreeing = {"schema": schema, "payload": {**agreeing["payload"], "after": {**agreeing["payload"]["after"],
+                   "name": "lake2", "created_at": 1_709_294_400_000_123}}}  # fmt: skip
+    lines = [(json.dumps(agreeing), "file:///landing/repos/a.json"), (json.dumps(disagreeing), "file:///landing/repos/a.json")]
+    assert assert_same_parse(spark, sources, lines) == 1  # the second is the driver's: micros, as its schema says
