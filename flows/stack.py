@@ -394,6 +394,7 @@ class Stack(Services):
 
     def down(self, purge: bool = False) -> None:
         """Stop Connect, Kafka and PostgreSQL; with `purge`, drop the slot and remove the folder."""
+        self._admin = None  # its background threads would keep calling a stopped broker
         self._stop("connect")
         if purge and self._postgres_pid() is not None:
             self.drop_slot()
@@ -406,6 +407,7 @@ class Stack(Services):
 
     def restart(self, name: str) -> None:
         """Stop one component and start it again (Connect resumes from its offsets)."""
+        self._admin = None
         self._stop(name)
         {"connect": self._start_connect, "kafka": self._start_kafka}[name]()
 
