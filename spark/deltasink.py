@@ -23,11 +23,14 @@ class DeltaSinks:
         self.spark = spark
         self.settings = settings
         self.names = TableNames(settings.catalog_name)
+        self._uuids: dict[str, str] = {}
 
     def app_id(self, sink: Sink) -> str:
         """Delta's `txnAppId` of a sink: per feed table, whose sequence numbers are its txnVersions
         (a feed created again starts them again, and must not be taken for one already delivered)."""
-        return f"{sink.id}@{feed_uuid(self.settings, sink.view)}"
+        if sink.view not in self._uuids:  # a feed is replaced in place; it is created anew only between runs
+            self._uuids[sink.view] = feed_uuid(self.settings, sink.view)
+        return f"{sink.id}@{self._uuids[sink.view]}"
 
     def progress(self, sink: Sink, history: Sequence[FeedSnapshot]) -> Progress | None:
         """Delta's own record of the sink: the feed sequence number its last MERGE carried."""

@@ -132,6 +132,7 @@ class Publisher:
         Without `resync`, a sink that would publish its whole view waits (at start-up, the batch a crash
         cut short may still be replayed: the view is only whole after it)."""
         done = []
+        histories: dict[str, list[FeedSnapshot]] = {}  # one catalog read per view, however many sinks it has
         for sink in self.sinks:
             started = time.perf_counter()
             delivery = Delivery(sink.id)
@@ -139,7 +140,9 @@ class Publisher:
                 target = self.kafka if sink.kind == "kafka" else self.delta
                 if sink.kind == "delta":
                     self.delta.ensure(sink)
-                history = feed_history(self.settings, sink.view)
+                if sink.view not in histories:
+                    histories[sink.view] = feed_history(self.settings, sink.view)
+                history = histories[sink.view]
                 progress = self._progress_of(sink, history)
                 todo, whole = pending(history, progress)
                 if whole and not resync:
