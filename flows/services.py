@@ -58,13 +58,15 @@ class Services:
 
     def _pid(self, name: str) -> int | None:
         """The service's pid, if the process with that pid is still the one started from this folder
-        (after a reboot a stale pid file may name another process, which must not be signalled)."""
+        (after a reboot a stale pid file may name another process, which must not be signalled).
+        A process in the middle of exec shows an empty command line for an instant: that is not
+        another process."""
         try:
             pid = int(self._pid_file(name).read_text())
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             return None
-        return pid if str(self.folder) in command else None
+        return pid if not command.strip() or str(self.folder) in command else None
 
     def log(self, name: str) -> Path:
         return self.folder / "logs" / f"{name}.log"
