@@ -14,6 +14,17 @@ A declaration file looks like::
       { name = "balance", type = "decimal(12,2)" },
     ]
 
+An append-only event source (page views, searches, clicks: plain JSON objects, one per line, never
+updated) says so, names its event id and event time, and how late an event may arrive::
+
+    name = "page_views"
+    kind = "events"
+    event_id = "view_id"          # duplicates (a redelivery) are dropped by it; it is the table's key
+    event_time = "viewed_at"      # a timestamp column: windows, lateness and retention are on it
+    lateness = "10 minutes"       # watermark = newest event time seen - lateness; older events are late
+    late = "dead_letter"          # or "count": a late event is a dead letter with its reason, or counted
+    partition = "hour"            # the events table is partitioned by hours (or days) of event time
+
 Onboarding a new source is dropping such a file into a sources folder; no code changes.
 """
 
@@ -27,6 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from catalog.durations import format_duration, parse_duration
 from catalog.errors import ConfigError
 
 ColumnType = Literal["string", "bigint", "int", "double", "boolean", "timestamp", "date", "time", "decimal"]
@@ -122,12 +134,64 @@ class SourceTable(BaseModel):
     name: str = Field(pattern=IDENTIFIER)
     columns: tuple[Column, ...] = Field(min_length=1)
     primary_key: tuple[str, ...] = Field(min_length=1)
+    # "table": a CDC table of Debezium envelopes; "events": append-only plain JSON events (see above).
+    kind: Literal["table", "events"] = "table"
+    event_id: str | None = None
+    event_time: str | None = None
+    lateness: str = "0 seconds"  # events only: how far behind the newest event time an event may be
+    late: Literal["dead_letter", "count"] = "dead_letter"
+    partition: Literal["hour", "day"] = "day"
     # Column sets the source database keeps unique besides the primary key (SQL UNIQUE: NULLs may
     # repeat). The planner accepts a join on one as matching at most one row; ingest checks it.
     unique: tuple[tuple[str, ...], ...] = ()
     ordering: tuple[str, ...] = ("source.lsn", "source.ts_ms")
     # The Kafka topic of its changes; default Debezium's `<prefix>.<schema>.<name>` (settings).
     topic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _event_key(cls, data: Any) -> Any:
+        """An event source is keyed by its event id: `primary_key` need not be written."""
+        if isinstance(data, dict) and data.get("kind") == "events" and "primary_key" not in data:
+            if not data.get("event_id") or not data.get("event_time"):
+                raise ValueError("an event source needs event_id (the column that identifies an event) and event_time")
+            return {**data, "primary_key": [data["event_id"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _check_events(self) -> SourceTable:
+        if self.kind != "events":
+            for name in ("event_id", "event_time", "lateness", "late", "partition"):
+                if name in self.model_fields_set:
+                    raise ValueError(f"{name} applies to event sources only: add kind = \"events\"")
+            return self
+        if self.event_id is None or self.event_time is None:
+            raise ValueError("an event source needs event_id (the column that identifies an event) and event_time")
+        names = {c.name: c for c in self.columns}
+        if self.event_id not in names:
+            raise ValueError(f"event_id {self.event_id!r} is not a declared column")
+        if self.primary_key != (self.event_id,):
+            raise ValueError(f"an event source is keyed by its event id: primary_key must be [{self.event_id!r}] or left out")
+        if self.event_time not in names:
+            raise ValueError(f"event_time {self.event_time!r} is not a declared column")
+        if names[self.event_time].type != "timestamp":
+            raise ValueError(f"event_time {self.event_time!r} must be a timestamp column, not {names[self.event_time].type}")
+        if self.unique:
+            raise ValueError("an event source has no unique keys besides its event id")
+        parse_duration(self.lateness)  # ValueError names what is accepted
+        return self
+
+    @property
+    def is_events(self) -> bool:
+        return self.kind == "events"
+
+    @property
+    def lateness_micros(self) -> int:
+        """The declared allowed lateness of an event source, in microseconds."""
+        return parse_duration(self.lateness)
+
+    def describe_lateness(self) -> str:
+        return format_duration(self.lateness_micros)
 
     @model_validator(mode="after")
     def _check(self) -> SourceTable:

@@ -91,12 +91,24 @@ def _spark_array_exists(node: exp.Expression) -> exp.Expression:
     )
 
 
+def _spark_epoch_functions(node: exp.Expression) -> exp.Expression:
+    """Spark's `timestamp_micros(n)` as DuckDB's `make_timestamp(n)` read as UTC, and `pmod(a, b)` as
+    `((a % b) + b) % b` (the window starts of `spark.timewindows` use both)."""
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "TIMESTAMP_MICROS" and len(node.expressions) == 1:
+        made = exp.Anonymous(this="make_timestamp", expressions=[node.expressions[0].transform(_spark_epoch_functions)])
+        return exp.Cast(this=made, to=exp.DataType.build("TIMESTAMPTZ"))
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "PMOD" and len(node.expressions) == 2:
+        a, b = (exp.Paren(this=e.transform(_spark_epoch_functions)) for e in node.expressions)
+        return exp.Mod(this=exp.Paren(this=exp.Add(this=exp.Mod(this=a, expression=b), expression=b.copy())), expression=b.copy())
+    return node
+
+
 def duckdb_sql(spark_sql: str) -> str:
     """The view's Spark SQL as DuckDB SQL (sqlglot), with Spark's ordering, empty lists and
     three-valued `exists` made explicit."""
     try:
         tree = sqlglot.parse_one(spark_sql, read="spark")
-        tree = tree.transform(_spark_array_exists).transform(_spark_array_sort).transform(_spark_empty_lists)
+        tree = tree.transform(_spark_array_exists).transform(_spark_array_sort).transform(_spark_empty_lists).transform(_spark_epoch_functions)
         return tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as exc:
         raise QueryError(f"cannot translate the view's SQL to DuckDB: {str(exc).splitlines()[0]}") from None

@@ -9,6 +9,7 @@ from prefect import flow
 from catalog.verify import ViewMismatch, consistent_cut, verify_view
 from flows.lake import Lake
 from flows.progress import report
+from spark.planner.finality import checked_sql
 
 
 @flow(name="verify", validate_parameters=True)
@@ -32,7 +33,7 @@ def verify(view: str | None = None, sample: int = 5, warehouse: str | None = Non
         table_snapshot, mirror_snapshots = cut
         with report.status(f"recomputing {name} with DuckDB..."):
             result = verify_view(
-                lake.settings, lake.sources, name, plan.definition.sql, plan.key_names,
+                lake.settings, lake.sources, name, checked_sql(plan.definition.sql, plan.finality, lake.sources), plan.key_names,
                 table_snapshot=table_snapshot, mirror_snapshots=mirror_snapshots, sample=sample,
             )  # fmt: skip
         report.info(result.summary(), style=None if result.ok else "red")

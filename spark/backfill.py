@@ -33,8 +33,9 @@ from catalog.verify import VerifyResult, verify_view
 from catalog.viewstate import ViewState
 from spark.commits import Retries, WriteUnit, tagged
 from spark.maintain import FINGERPRINT, ViewMaintainer
-from spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace, live_rows_sql
+from spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace, event_watermarks, live_rows_sql
 from spark.planner import ViewPlan, over
+from spark.planner.finality import checked_sql
 from spark.viewstate import mirror_snapshots, read_state, ref_snapshot, write_state
 
 STEPS = ("pause", "write", "catch up", "audit", "publish", "resume")
@@ -119,6 +120,7 @@ class Backfill:
         self.plan = plan
         self.names = TableNames(settings.catalog_name)
         self.maintainer = ViewMaintainer(spark, self.names, sources, plan)
+        self.maintainer.watermarks = event_watermarks(spark, self.names, sources)
         self.table, self.feed = self.maintainer.table, self.maintainer.feed
         self.max_catch_ups = max_catch_ups
         self.attempts = attempts
@@ -260,7 +262,7 @@ class Backfill:
             self.settings,
             self.sources,
             self.plan.name,
-            self.plan.definition.sql,
+            checked_sql(self.plan.definition.sql, self.plan.finality, self.sources),
             self.plan.key_names,
             table_snapshot=ref_snapshot(self.spark, self.table, self.branch),
             mirror_snapshots=snapshots,

@@ -34,6 +34,7 @@ from spark.changeset import ChangeSet, build_changeset, changes_to_arrow
 from spark.commits import Retries, WriteUnit, append_once, committed, tagged
 from spark.deadletters import dead_letters_to_arrow, ensure_dead_letters
 from spark.directwrite import DirectWriter
+from spark.events import STORED_DUPLICATE, watermark
 from spark.delta import effective_delta
 from spark.faults import crash_point
 from spark.indexed import IndexedView
@@ -45,6 +46,7 @@ from spark.mirror import (
     ensure_mirror,
     ensure_namespaces,
     ensure_view_namespace,
+    event_clocks,
     evolved_source,
     matching_rows,
     merge_changes,
@@ -52,6 +54,7 @@ from spark.mirror import (
 )
 from spark.parallel import concurrently
 from spark.planner import ViewPlan
+from spark.planner.finality import lookback
 from spark.state.codec import rows_of, to_arrow
 from spark.state.store import Store
 from spark.state.sync import StoreSync, SyncReport
@@ -101,6 +104,12 @@ class BatchProcessor(StoreSteps):
         if views:
             ensure_view_namespace(spark, names)
         self.maintainers = [ViewMaintainer(spark, names, self.sources, plan) for plan in views]
+        # Per event source, the newest event time admitted: its watermark trails it by the lateness.
+        self.clocks: dict[str, int | None] = event_clocks(spark, names, self.sources)
+        for maintainer in self.maintainers:
+            maintainer.watermarks = self.watermarks()
+        # Per event source, how far behind its watermark the views need its events (None: all of them).
+        self.lookbacks = {t: _lookback(t, views) for t in self.clocks}
         # Tables written with direct commits (spark.directwrite): appends everywhere, and the mirrors
         # and views whose replaced rows the store knows (set when the store attaches).
         self.direct_tables: set[str] = set()
@@ -130,9 +139,13 @@ class BatchProcessor(StoreSteps):
         started = time.perf_counter()
         started_at = _now_micros()
         plans = None
+        marks = None
         if self.journal is not None:
             self.journal.forget_before(ref)
             plans = self.journal.load(ref)
+            marks = self.journal.watermarks(ref) if plans is not None else None
+        if marks is None:  # a replay judges lateness by the watermarks its first attempt used
+            marks = self.watermarks()
         unit = WriteUnit(ref.write_id, replay=plans is not None, retries=Retries(), batch_id=ref.batch)
         if unit.replay and committed(self.spark, self.names.ledger, ref.write_id):
             crash_point("batch_end", ref.batch)
@@ -144,10 +157,10 @@ class BatchProcessor(StoreSteps):
         if self.sync is not None:  # another writer (compaction's purge, a backfill's publish, a crash) moved a table
             self.sync.check({ref.write_id} if unit.replay else ())
             clock.lap("state check")
-        changeset = self._parse(lines, ref.batch, started_at)
+        changeset = self._parse(lines, ref.batch, started_at, marks)
         notes: list[str] = []
         if changeset.new_fields and self._evolve(changeset.new_fields, notes):
-            changeset = self._parse(lines, ref.batch, started_at)  # again, with the new columns
+            changeset = self._parse(lines, ref.batch, started_at, marks)  # again, with the new columns
             if self.store is not None:
                 self._attach_store()  # a mirror's columns changed: its part reloads
         notes += self._absent_notes(changeset.absent)
@@ -158,9 +171,10 @@ class BatchProcessor(StoreSteps):
             plans = self._plan(changeset, ref.batch, started_at)
             clock.lap("plan")
             if self.journal is not None:
-                self.journal.save(ref, plans)
+                self.journal.save(ref, plans, marks)
                 clock.lap("journal")
         crash_point("journaled", ref.batch)
+        clocks = self._event_step(changeset, plans)
         violations = self._unique_check(plans)
         if violations:
             changeset.dead_letters.extend(l for t in sorted(violations) for l in violation_letters(self.sources[t], violations[t]))
@@ -186,14 +200,41 @@ class BatchProcessor(StoreSteps):
             self._append(self.names.ledger, entry.to_arrow(), unit)
             clock.lap("ledger")
             crash_point("ledger", ref.batch)
+        self.clocks.update(clocks)
+        if self.store is not None and self._retain():
+            clock.lap("retention")
         crash_point("batch_end", ref.batch)
         seconds = time.perf_counter() - started
         return replace(result, seconds=seconds, conflicts_retried=unit.retries.count, steps=clock.rounded())
 
-    def _parse(self, lines: list[tuple[str, str]] | Lines, batch_id: int, now: int) -> ChangeSet:
+    def _parse(self, lines: list[tuple[str, str]] | Lines, batch_id: int, now: int, marks: Mapping[str, int | None]) -> ChangeSet:
         if isinstance(lines, Lines):
-            return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars)
-        return build_changeset(lines, self.sources, self.max_line_chars)
+            return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars, marks)
+        return build_changeset(lines, self.sources, self.max_line_chars, marks)
+
+    # ---- event time --------------------------------------------------------------------------------
+    def watermarks(self) -> dict[str, int | None]:
+        """Each event source's watermark now: its newest admitted event time minus its lateness."""
+        return {t: watermark(c, self.sources[t]) for t, c in self.clocks.items()}
+
+    def _event_step(self, changeset: ChangeSet, plans: Mapping[str, TablePlan]) -> dict[str, int | None]:
+        """The event sources' clocks once the unit is applied; counts the events already stored, and
+        gives each view the watermarks its windows are judged final by."""
+        clocks = dict(self.clocks)
+        for table, plan in plans.items():
+            source = self.sources[table]
+            if not source.is_events:
+                continue
+            stored = len(changeset.changes.get(table, ())) - plan.rows.num_rows
+            if stored > 0:
+                changeset.skipped[STORED_DUPLICATE] += stored
+            newest = _column_max(plan.rows, source.event_time)
+            if newest is not None and (clocks[table] is None or newest > clocks[table]):
+                clocks[table] = newest
+        marks = {t: watermark(c, self.sources[t]) for t, c in clocks.items()}
+        for maintainer in self.maintainers:
+            maintainer.watermarks = marks
+        return clocks
 
     def _append(self, table: str, rows: pa.Table, unit: WriteUnit) -> None:
         """Append `rows` once per unit: a direct commit where it can, else a Spark write (tagged)."""
@@ -264,9 +305,9 @@ class BatchProcessor(StoreSteps):
     # ---- steps -------------------------------------------------------------------------------------
     def _plan(self, changeset: ChangeSet, batch_id: int, now: int) -> dict[str, TablePlan]:
         """Per table: the change rows that will apply and, for tables views read, their images."""
-        rows = dict(sorted(changeset.rows.items())) or {
-            t: changes_to_arrow(self.sources[t], c, batch_id, now) for t, c in sorted(changeset.changes.items())
-        }
+        rows = dict(changeset.rows)  # a unit Spark parsed has its rows in Arrow; an event source's are changes
+        rows.update({t: changes_to_arrow(self.sources[t], c, batch_id, now) for t, c in changeset.changes.items() if t not in rows})
+        rows = dict(sorted(rows.items()))
         kept = self.store.mirrors if self.store is not None else {}
         scanned = [t for t in rows if t in self.watched and t not in kept]
         stored = dict(zip(scanned, concurrently(self.spark, lambda t: stored_rows(self.spark, self.names, self.sources[t], rows[t]), scanned)))
@@ -332,6 +373,10 @@ class BatchProcessor(StoreSteps):
                     deltas[table] = relation
                 views.update({m.plan.name: m.apply(deltas, unit, position) for m in scanned})
             clock.lap("views")
+            for maintainer in self.maintainers:
+                result = views.get(maintainer.plan.name)
+                if result is not None and not result.paused:
+                    maintainer.judged()
             return views
         finally:
             for relation in deltas.values():
@@ -360,6 +405,13 @@ class BatchProcessor(StoreSteps):
             started_at_micros=started_at,
             finished_at_micros=_now_micros(),
         )
+
+
+def _lookback(table: str, views: Sequence[ViewPlan]) -> int | None:
+    """How far behind its watermark the views need event source `table`'s events (micros), None for
+    all of them; with no view, none are needed but those a redelivery may repeat (the watermark's)."""
+    needs = [lookback(v.tables, v.finality, table) for v in views if table in v.tables]
+    return None if None in needs else max(needs, default=0)
 
 
 class _Clock:

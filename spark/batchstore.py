@@ -17,6 +17,7 @@ from spark.delta import effective_delta
 from spark.directwrite import DirectWriter
 from spark.indexed import IndexedView
 from spark.journal import Journal, TablePlan
+from spark.literals import q
 from spark.maintain import ViewMaintainer, ViewResult
 from spark.state.codec import rows_of
 from spark.state.layout import ViewPart, mirror_parts, route
@@ -39,6 +40,9 @@ class StoreSteps:
     synced: SyncReport | None
     direct: DirectWriter | None
     direct_tables: set[str]
+    lookbacks: dict[str, int | None]
+
+    def watermarks(self) -> dict[str, int | None]: ...  # spark.batch.BatchProcessor
 
     def _attach_store(self) -> None:
         """Derive the store's layout from the views, attach it, and bring it in step with the tables."""
@@ -50,6 +54,7 @@ class StoreSteps:
             if located:  # the store judges which rows win and knows where the rows they replace live
                 self.direct_tables.add(self.names.mirror(table))
         self.sync = StoreSync(self.spark, self.store, self.names)
+        self.sync.retained = self._retained()
         self.indexed = {}
         for m in self.maintainers:
             if routes[m.plan.name].indexed:
@@ -62,6 +67,34 @@ class StoreSteps:
         # A unit still in the journal may be replayed next: its commits are not foreign (the replay
         # applies its rows to the store again, and diffs its views against what the store holds).
         self.synced = self.sync.check(self.journal.write_ids() if self.journal is not None else ())
+
+    # ---- retention of events --------------------------------------------------------------------
+    def _horizons(self) -> dict[str, int]:
+        """Per event source whose views need only recent events, the event time before which the
+        store drops them: its watermark less the longest window a view still fills (spark.planner.finality)."""
+        horizons = {}
+        for table, need in self.lookbacks.items():
+            mark = self.watermarks().get(table)
+            if need is not None and mark is not None:
+                horizons[table] = mark - need
+        return horizons
+
+    def _retained(self) -> dict[str, str]:
+        """The predicate a reload of each such event source keeps its events by."""
+        return {
+            t: f"{q(self.sources[t].event_time or '')} >= timestamp_micros({horizon})" for t, horizon in self._horizons().items()
+        }
+
+    def _retain(self) -> int:
+        """Drop from the store the events no view needs any more (after a unit commits); how many went."""
+        if self.store is None or self.sync is None:
+            return 0
+        dropped = 0
+        for table, horizon in self._horizons().items():
+            if table in self.store.mirrors:
+                dropped += self.store.purge(table, self.sources[table].event_time or "", horizon)
+        self.sync.retained = self._retained()
+        return dropped
 
     def _stored_delta(self, table: str, changes: pa.Table):  # noqa: ANN202 - spark.delta.Delta
         """effective_delta against the store's rows, every value in the store's form."""

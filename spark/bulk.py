@@ -22,7 +22,7 @@ from pyspark.sql.window import Window
 
 from catalog.declarations import SourceTable
 from catalog.tables import BATCH_ID, INGESTED_AT, POSITION, mirror_arrow_schema
-from spark.changeset import ChangeSet, changes_to_arrow, parse_line
+from spark.changeset import ChangeSet, changes_to_arrow, dedupe, parse_line
 from spark.envelope import Change
 from spark.envelopesql import CLEAN, SEQ, parse_sql
 
@@ -48,10 +48,12 @@ def bulk_changeset(
     batch_id: int,
     ingested_at_micros: int,
     max_line_chars: int | None,
+    watermarks: Mapping[str, int | None] | None = None,
 ) -> ChangeSet:
     """The unit's change set, parsed and deduplicated by Spark (see the module docstring).
 
     Runs in the session of `lines.frame` (a streaming batch's frame lives in a session of its own).
+    Event sources' lines are parsed in the driver (`spark.events`), as in a small unit.
     """
     spark = lines.frame.sparkSession
     relation = f"_lmv_bulk_{batch_id}"
@@ -67,10 +69,12 @@ def bulk_changeset(
     parsed: dict[str, DataFrame] = {}
     try:
         for table, source in sources.items():
+            if source.is_events:
+                continue
             # A view of its own per table: replacing a temp view uncaches every plan that read it.
             numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(f"{relation}_{table}")
             parsed[table] = spark.sql(parse_sql(source, f"{relation}_{table}", max_line_chars)).persist()
-        stray = numbered.where(~F.col(_TABLE).isin(list(sources))).select("value", "file", SEQ)
+        stray = numbered.where(~F.col(_TABLE).isin(list(parsed))).select("value", "file", SEQ)
         rest = stray
         for frame in parsed.values():
             rest = rest.unionByName(frame.where(~F.col(CLEAN)).select("value", "file", SEQ))
@@ -80,9 +84,11 @@ def bulk_changeset(
         result.events += result.set_wise  # every clean line is an event; parse_line counts the rest
         python: dict[str, list[tuple[int, Change]]] = {}
         for text, file, seq in zip(*(fallback.column(c).to_pylist() for c in ("value", "file", SEQ)), strict=True):
-            change = parse_line(text, file, sources, result, max_line_chars)
+            change = parse_line(text, file, sources, result, max_line_chars, watermarks)
             if change is not None:
                 python.setdefault(change.table, []).append((seq, change))
+        for table in [t for t in python if sources[t].is_events]:
+            result.changes[table] = dedupe(sources[table], [c for _, c in sorted(python.pop(table), key=lambda p: p[0])], result)
         for table, frame in parsed.items():
             source = sources[table]
             columns = list(mirror_arrow_schema(source).names)
@@ -101,7 +107,7 @@ def bulk_changeset(
                 result.rows[table] = rows.select(columns).cast(mirror_arrow_schema(source))
         return result
     finally:
-        for table in sources:
+        for table in parsed:
             spark.catalog.dropTempView(f"{relation}_{table}")
         for frame in parsed.values():
             frame.unpersist()

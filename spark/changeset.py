@@ -20,6 +20,7 @@ from catalog.declarations import SourceTable
 from catalog.errors import ConfigError, EnvelopeError
 from catalog.tables import mirror_arrow_schema
 from spark.envelope import Change, Skip, parse_envelope
+from spark.events import DUPLICATE, LATE_COUNTED, first_per_key, late_reason, parse_event
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +82,17 @@ def latest_per_key(changes: Iterable[Change]) -> list[Change]:
 
 
 def parse_line(
-    text: str | None, file: str, sources: Mapping[str, SourceTable], result: ChangeSet, max_line_chars: int | None = None
+    text: str | None,
+    file: str,
+    sources: Mapping[str, SourceTable],
+    result: ChangeSet,
+    max_line_chars: int | None = None,
+    watermarks: Mapping[str, int | None] | None = None,
 ) -> Change | None:
     """Parse one `(line, file)` pair: its change, or None after recording its dead letter or skip in
-    `result` (which also counts the event and notes fields the declaration lacks or misses)."""
+    `result` (which also counts the event and notes fields the declaration lacks or misses).
+
+    An event older than its source's watermark in `watermarks` is late: a dead letter or counted."""
     table = table_of(file)
     if text is not None and max_line_chars is not None and len(text) > max_line_chars:
         reason = f"line of {len(text):,} characters is over the limit of {max_line_chars:,} (LAKEMV_MAX_LINE_CHARS)"
@@ -96,13 +104,21 @@ def parse_line(
         result.dead_letters.append(DeadLetter(text or "", file, table, f"unknown table folder {table!r}: declared sources are {known}"))
         return None
     try:
-        outcome = parse_envelope(text, source)
+        outcome = parse_event(text, source) if source.is_events else parse_envelope(text, source)
     except EnvelopeError as exc:
         result.dead_letters.append(DeadLetter(text or "", file, table, str(exc)))
         return None
     if isinstance(outcome, Skip):
         result.skipped[outcome.reason] += 1
         return None
+    if source.is_events and watermarks:
+        late = late_reason(outcome, source, watermarks.get(table))
+        if late is not None:
+            if source.late == "count":
+                result.skipped[LATE_COUNTED] += 1
+            else:
+                result.dead_letters.append(DeadLetter(text or "", file, table, late))
+            return None
     result.events += 1
     if outcome.unknown:
         fields = result.new_fields.setdefault(table, {})
@@ -115,17 +131,31 @@ def parse_line(
 
 
 def build_changeset(
-    lines: Iterable[tuple[str | None, str]], sources: Mapping[str, SourceTable], max_line_chars: int | None = None
+    lines: Iterable[tuple[str | None, str]],
+    sources: Mapping[str, SourceTable],
+    max_line_chars: int | None = None,
+    watermarks: Mapping[str, int | None] | None = None,
 ) -> ChangeSet:
     """Parse `(line, file)` pairs and dedupe them per table; a line over `max_line_chars` is not parsed."""
     result = ChangeSet()
     parsed: dict[str, list[Change]] = {}
     for text, file in lines:
-        change = parse_line(text, file, sources, result, max_line_chars)
+        change = parse_line(text, file, sources, result, max_line_chars, watermarks)
         if change is not None:
             parsed.setdefault(change.table, []).append(change)
-    result.changes = {table: latest_per_key(changes) for table, changes in parsed.items()}
+    result.changes = {table: dedupe(sources[table], changes, result) for table, changes in parsed.items()}
     return result
+
+
+def dedupe(source: SourceTable, changes: list[Change], result: ChangeSet) -> list[Change]:
+    """A table's changes, one per key: the latest change of a row, the first line of an event id
+    (its repeats are counted in `result`)."""
+    if not source.is_events:
+        return latest_per_key(changes)
+    kept, repeats = first_per_key(changes)
+    if repeats:
+        result.skipped[DUPLICATE] += repeats
+    return kept
 
 
 def changes_to_arrow(source: SourceTable, changes: list[Change], batch_id: int, ingested_at_micros: int) -> pa.Table:

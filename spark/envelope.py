@@ -111,18 +111,25 @@ def field_wires(schema: Any, image: str) -> dict[str, Wire]:
     return wires
 
 
-def _unwrap(text: str | None) -> tuple[dict[str, Any], Any] | Skip:
-    """(payload, Connect schema or None), or a Skip."""
+def json_line(text: str | None) -> Any:
+    """One line's JSON value, or a Skip for a tombstone (None) or a blank line; EnvelopeError if malformed."""
     if text is None:
         return Skip("tombstone (null value)")
     if not text.strip():
         return Skip("blank line")
     try:
-        envelope = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise EnvelopeError(f"malformed JSON: {exc}") from None
     except RecursionError:
         raise EnvelopeError("malformed JSON: nested too deeply") from None
+
+
+def _unwrap(text: str | None) -> tuple[dict[str, Any], Any] | Skip:
+    """(payload, Connect schema or None), or a Skip."""
+    envelope = json_line(text)
+    if isinstance(envelope, Skip):
+        return envelope
     if envelope is None:
         return Skip("tombstone (null value)")
     schema = None

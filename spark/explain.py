@@ -71,6 +71,15 @@ def explain(
     if windows:
         lines += ["", "windows - each partition is whole in a key's rows, so a change recomputes its partition with its key:"]
         lines += [f"  {w}" for w in windows]
+    if plan.finality is not None:
+        final = plan.finality
+        lines += [
+            "",
+            f"event time - `{final.column}` is a window of {final.source}'s event time, ending at "
+            f"{final.end.format(start=final.column)}:",
+            f"  window_final = the window ends at or before {final.source}'s watermark (newest event time minus its lateness);",
+            "  when the watermark passes a window's end, its row is recomputed once and turns final.",
+        ]
     lines += ["", *_state_lines(plan, order, width)]
     if isinstance(stats, Statistics):
         stats = [(plan, stats)]

@@ -26,6 +26,7 @@ from spark.literals import q
 from spark import maintain
 from spark.maintain import ViewMaintainer, ViewResult, Writing
 from spark.planner import over
+from spark.planner.finality import final_rows_sql
 from spark.state.codec import Values, rows_of, to_arrow
 from spark.state.layout import MirrorPart, Route
 from spark.state.store import Location
@@ -54,6 +55,7 @@ class IndexedView:
         self.name = f"view:{self.plan.name}"
         self._prefix = f"_lmv_{self.plan.name}_occ_"
         self._body = _OCCURRENCE.sub(lambda m: f"{self._prefix}{m.group(1)}", self.plan.body)
+        self._final = self.plan.finality
         self._schema: pa.Schema | None = None
 
     def _view_schema(self) -> pa.Schema:
@@ -74,6 +76,9 @@ class IndexedView:
         keys, anchor_rows = reach(self.plan, self.route, parts, self.store, images)
         if anchor_rows:
             keys |= self._evaluate_keys(anchor_rows)
+        closing = self.maintainer.closing_query()
+        if closing is not None:  # windows the watermark closed: their rows turn final
+            keys |= set(rows_of(self.spark.sql(closing).toArrow(), self.plan.key_names))
         steps = {"keys": time.perf_counter() - started}
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
         if not keys:
@@ -160,7 +165,8 @@ class IndexedView:
                 frame.createOrReplaceTempView(relation)
                 relations.append(relation)
             digest = digest_sql(list(self.plan.columns), "b")
-            return self.spark.sql(f"SELECT b.*, {digest} AS {DIGEST} FROM ({self._body}) AS b").toArrow()
+            body = final_rows_sql(self._body, self._final, self.maintainer.watermarks)
+            return self.spark.sql(f"SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b").toArrow()
         finally:
             for relation in relations:
                 self.spark.catalog.dropTempView(relation)

@@ -92,8 +92,17 @@ class Journal:
             plans[table] = TablePlan(_read(entry / f"{table}.rows.arrow"), images)
         return plans
 
-    def save(self, ref: BatchRef, plans: Mapping[str, TablePlan]) -> None:
-        """Make `plans` durable for `ref` (atomically: a crash leaves the whole entry or none)."""
+    def watermarks(self, ref: BatchRef) -> dict[str, int | None] | None:
+        """The event sources' watermarks `ref`'s first attempt judged lateness by (None: no entry)."""
+        manifest = self._entry(ref) / "manifest.json"
+        if not manifest.exists():
+            return None
+        meta = json.loads(manifest.read_text(encoding="utf-8"))
+        return dict(meta.get("watermarks", {})) if meta["write_id"] == ref.write_id else None
+
+    def save(self, ref: BatchRef, plans: Mapping[str, TablePlan], watermarks: Mapping[str, int | None] | None = None) -> None:
+        """Make `plans` durable for `ref` (atomically: a crash leaves the whole entry or none), with the
+        watermarks its events were judged by, so a replay finds the same events late."""
         self.root.mkdir(parents=True, exist_ok=True)
         final = self._entry(ref)
         temporary = self.root / f".tmp-{ref.entry_name}-{os.getpid()}"
@@ -103,7 +112,11 @@ class Journal:
             _write(temporary / f"{table}.rows.arrow", plan.rows)
             if plan.images is not None:
                 _write(temporary / f"{table}.images.arrow", plan.images)
-        meta = {"write_id": ref.write_id, "tables": {t: p.images is not None for t, p in plans.items()}}
+        meta = {
+            "write_id": ref.write_id,
+            "tables": {t: p.images is not None for t, p in plans.items()},
+            "watermarks": dict(watermarks or {}),
+        }
         (temporary / "manifest.json").write_text(json.dumps(meta), encoding="utf-8")
         for path in temporary.iterdir():
             with open(path, "rb") as handle:

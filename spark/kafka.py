@@ -50,7 +50,8 @@ class KafkaTopics:
     def of(cls, settings: LakeSettings, sources: Mapping[str, SourceTable]) -> KafkaTopics:
         tables, collections = {}, {}
         for name, source in sorted(sources.items()):
-            topic = source.topic or f"{settings.kafka_topic_prefix}.{settings.kafka_schema}.{name}"
+            # Debezium names a table's topic `<prefix>.<schema>.<table>`; an event stream's is its name
+            topic = source.topic or (name if source.is_events else f"{settings.kafka_topic_prefix}.{settings.kafka_schema}.{name}")
             if topic in tables:
                 raise ConfigError(f"topic {topic!r} is declared for both {tables[topic]} and {name}", "sources")
             tables[topic] = name
@@ -140,9 +141,15 @@ def run_kafka_ingest(
                 cuts = list(range(1, len(records) + 1))
             TransactionGate.save(gates, batch_id, gate)
         if topics.transaction_topic is not None:
+            # An event stream has no source transactions (and an event's own `transaction` field is
+            # not Debezium's): its records pass the gate, after the changes it releases.
+            events = [r for r in records if r.table in sources and sources[r.table].is_events]
+            if events:
+                records = [r for r in records if not (r.table in sources and sources[r.table].is_events)]
             gate = TransactionGate.load(gates, batch_id, collections)
             records, report = gate.admit(records, boundaries)
-            cuts = report.cuts
+            cuts = [*report.cuts, *range(len(records) + 1, len(records) + len(events) + 1)]
+            records = records + events
             TransactionGate.save(gates, batch_id, gate)  # before any unit: a replay recomputes the same
             _record_mode(checkpoint, gate, report)
             if on_gate is not None:

@@ -26,6 +26,7 @@ from spark.contentdiff import content_diff  # noqa: F401 - re-exported (the unit
 from spark.faults import crash_point
 from spark.mirror import live_rows_sql
 from spark.planner import ViewPlan
+from spark.planner.finality import finalizing_sql
 from spark.parallel import concurrently
 from spark.viewstate import changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
 from spark.viewsql import affected_key_queries, recompute_sql
@@ -59,6 +60,8 @@ class ViewMaintainer(ViewWriter):
         self.on_main = True  # writes the view's main branch, which a backfill may pause
         self._temp = f"_lmv_{plan.name}"
         self.direct = None  # a DirectWriter, when the batch writes this view's diffs by direct commits
+        self.watermarks: dict[str, int | None] = {}  # set by the batch (spark.events); a backfill reads the tables'
+        self.final_since: int | None = None  # the watermark this view's windows were last judged final by
 
     def at(self, snapshots: Mapping[str, int | None] | None = None, branch: str | None = None) -> ViewMaintainer:
         """The same view, reading the mirrors as of `snapshots` and/or writing `branch` (a backfill's)."""
@@ -74,7 +77,7 @@ class ViewMaintainer(ViewWriter):
     # ---- tables ------------------------------------------------------------------------------------
     def recompute(self) -> DataFrame:
         """The view's full recompute over the live mirrors (what the view table must equal)."""
-        return self.spark.sql(recompute_sql(self.plan, self.live))
+        return self.spark.sql(recompute_sql(self.plan, self.live, watermarks=self.watermarks))
 
     def _exists(self, table: str) -> bool:
         return self.spark.catalog.tableExists(table)
@@ -183,6 +186,7 @@ class ViewMaintainer(ViewWriter):
         The batches that skipped the view while it was paused are covered, this one included.
         """
         current = mirror_snapshots(self.spark, self.names, self.plan.tables)
+        self.final_since = None  # the backfill judged windows by its own watermark: look at every open one
         try:
             result = self.catch_up(state.since, current, unit, position, state)
         except Exception as exc:
@@ -220,9 +224,10 @@ class ViewMaintainer(ViewWriter):
     def _apply(self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None, state: ViewState) -> ViewResult:
         started = time.perf_counter()
         queries = affected_key_queries(self.plan, self.live, {t: r for t, r in deltas.items() if t in self.live})
-        if not queries:
+        closing = self.closing_query()
+        if not queries and closing is None:
             return ViewResult(self.plan.name, 0)
-        reached = concurrently(self.spark, lambda sql: self.spark.sql(sql).toArrow(), queries)
+        reached = concurrently(self.spark, lambda sql: self.spark.sql(sql).toArrow(), [*queries, *([closing] if closing else [])])
         keys = pa.concat_tables(reached, promote_options="permissive").group_by(list(self.plan.key_names)).aggregate([])  # distinct
         steps = {"keys": time.perf_counter() - started}
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
@@ -237,6 +242,20 @@ class ViewMaintainer(ViewWriter):
             return self.write(relation, Writing(keys.num_rows, position, unit, started, steps, state))
         finally:
             self.spark.catalog.dropTempView(relation)
+
+    def closing_query(self) -> str | None:
+        """SQL of the keys whose windows the watermark closed since the last batch (their rows turn
+        final), or None when the view has no window or its source's watermark has not moved."""
+        final = self.plan.finality
+        mark = None if final is None else self.watermarks.get(final.source)
+        if final is None or mark is None or mark == self.final_since or not self.on_main:
+            return None
+        return finalizing_sql(final, self.table, self.plan.key_names, mark, self.final_since)
+
+    def judged(self) -> None:
+        """The batch's rows are written: its watermark is the one the view's windows were judged by."""
+        if self.plan.finality is not None:
+            self.final_since = self.watermarks.get(self.plan.finality.source)
 
     def _recompute_all(self, keys: int) -> bool:
         """Whether `keys` affected keys are enough of the view that a full recompute costs less.

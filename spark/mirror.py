@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -34,11 +34,31 @@ def ensure_view_namespace(spark: SparkSession, names: TableNames) -> None:
 
 
 def ensure_mirror(spark: SparkSession, names: TableNames, source: SourceTable) -> None:
-    """Create the mirror table of `source` if it does not exist (format v2, merge-on-read)."""
+    """Create the mirror table of `source` if it does not exist (format v2, merge-on-read); an event
+    source's table is partitioned by hours or days of its event time."""
+    partitioned = f" PARTITIONED BY ({source.partition}s(`{source.event_time}`))" if source.is_events else ""
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {names.mirror(source.name)} ({mirror_ddl_columns(source)}) "
-        f"USING iceberg TBLPROPERTIES ({tblproperties_sql()})"
+        f"USING iceberg{partitioned} TBLPROPERTIES ({tblproperties_sql()})"
     )
+
+
+def event_clocks(spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable]) -> dict[str, int | None]:
+    """Per event source, the newest event time its table holds (epoch micros; None when empty): the
+    clock its watermark follows (spark.events). Iceberg answers max() from its file statistics."""
+    clocks = {}
+    for name, source in sorted(sources.items()):
+        if source.is_events:
+            row = spark.sql(f"SELECT unix_micros(max(`{source.event_time}`)) FROM {names.mirror(name)}").collect()[0]
+            clocks[name] = row[0]
+    return clocks
+
+
+def event_watermarks(spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable]) -> dict[str, int | None]:
+    """Per event source, the watermark its table's events give (what a backfill judges windows by)."""
+    from spark.events import watermark
+
+    return {t: watermark(c, sources[t]) for t, c in event_clocks(spark, names, sources).items()}
 
 
 TIME_COMMENT = "lakemv:time"

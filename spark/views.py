@@ -38,6 +38,7 @@ from sqlglot.errors import ParseError
 from catalog.declarations import IDENTIFIER
 from catalog.errors import ConfigError, ViewDefinitionError
 from catalog.tables import CHANGES_SUFFIX
+from spark.timewindows import rename_calls, rewrite_windows
 
 DIRECTIVE = re.compile(r"^--\s*@(?P<name>[A-Za-z_]+)\s*:?\s*(?P<value>.*?)\s*$")
 DIRECTIVES = ("key", "description", "sink")
@@ -98,7 +99,7 @@ def parse_view(text: str, name: str, location: str | None = None) -> ViewDefinit
     if "key" not in directives:
         raise ViewDefinitionError(name, "no key: add a header line such as `-- @key: email` (comma-separate several)")
     try:
-        statements = [s for s in sqlglot.parse(text, dialect="spark") if s is not None]
+        statements = [s for s in sqlglot.parse(rename_calls(text), dialect="spark") if s is not None]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         detail = first.get("description") or str(exc).splitlines()[0]
@@ -109,6 +110,9 @@ def parse_view(text: str, name: str, location: str | None = None) -> ViewDefinit
     if not isinstance(statements[0], exp.Query):
         raise ViewDefinitionError(name, "the body must be a SELECT query", statements[0].sql(dialect="spark")[:80])
     body = "\n".join(line for line in text.splitlines() if not DIRECTIVE.match(line.strip())).strip().rstrip(";")
+    rewritten = rewrite_windows(name, statements[0])
+    if rewritten.sql(dialect="spark") != statements[0].sql(dialect="spark"):
+        body = rewritten.sql(dialect="spark", comments=False)  # window() as arithmetic (spark.timewindows)
     key = tuple(part.strip().lower() for part in directives["key"].split(",") if part.strip())
     sinks = tuple(part.strip().lower() for part in directives.get("sink", "").split(",") if part.strip())
     unknown = [s for s in sinks if s not in SINK_KINDS]

@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 
 from spark.literals import q
 from spark.planner import OCCURRENCE, KeyColumn, ViewPlan, over
+from spark.planner.finality import final_rows_sql
+
+Watermarks = Mapping[str, "int | None"]
 
 OP = "_lmv_op"
 NEW_MARK = "_lmv_n"
@@ -59,9 +62,14 @@ def _with(ctes: Sequence[tuple[str, str]]) -> str:
     return "WITH " + ",\n".join(f"{name} AS ({sql})" for name, sql in ctes)
 
 
-def recompute_sql(plan: ViewPlan, live: Mapping[str, str], keys: str | None = None) -> str:
+def rows_sql(plan: ViewPlan, watermarks: Watermarks | None = None) -> str:
+    """The view's planned body, with `window_final` judged by `watermarks` when it has a window."""
+    return final_rows_sql(plan.body, plan.finality, watermarks or {})
+
+
+def recompute_sql(plan: ViewPlan, live: Mapping[str, str], keys: str | None = None, watermarks: Watermarks | None = None) -> str:
     """The view's rows for the keys in relation `keys` (all rows when None)."""
-    return f"{_with(filtered_ctes(plan, live, keys))}\n{plan.body}"
+    return f"{_with(filtered_ctes(plan, live, keys))}\n{rows_sql(plan, watermarks)}"
 
 
 def chain_sql(plan: ViewPlan, occ_id: int, delta: str, live: Mapping[str, str]) -> str:
@@ -107,12 +115,12 @@ def affected_keys_sql(plan: ViewPlan, live: Mapping[str, str], deltas: Mapping[s
     return "\nUNION\n".join(parts) if parts else None
 
 
-def diff_sql(plan: ViewPlan, live: Mapping[str, str], view_table: str, keys: str | None) -> str:
+def diff_sql(plan: ViewPlan, live: Mapping[str, str], view_table: str, keys: str | None, watermarks: Watermarks | None = None) -> str:
     """Rows to upsert (content differs or new) and keys to delete, for `keys` (all when None)."""
     ctes = filtered_ctes(plan, live, keys)
     partition = ", ".join(q(k) for k in plan.key_names)
     ctes.append(
-        (q("_lmv_new"), f"SELECT *, TRUE AS {NEW_MARK}, count(*) OVER (PARTITION BY {partition}) AS {ROWS_MARK} FROM ({plan.body}) AS _lmv_body")
+        (q("_lmv_new"), f"SELECT *, TRUE AS {NEW_MARK}, count(*) OVER (PARTITION BY {partition}) AS {ROWS_MARK} FROM ({rows_sql(plan, watermarks)}) AS _lmv_body")
     )
     old = f"SELECT v.* FROM {view_table} AS v" if keys is None else old_rows_sql(plan, view_table, keys)
     ctes.append((q("_lmv_old"), f"SELECT o.*, TRUE AS {OLD_MARK} FROM ({old}) AS o"))

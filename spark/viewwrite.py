@@ -25,7 +25,7 @@ from spark.literals import key_columns, key_filter
 from spark.parallel import concurrently
 from spark.state.store import Location
 from spark.viewstate import read_state
-from spark.viewsql import OP, diff_sql, feed_insert_sql, filtered_ctes, merge_sql, old_rows_sql
+from spark.viewsql import OP, Watermarks, diff_sql, feed_insert_sql, filtered_ctes, merge_sql, old_rows_sql, rows_sql
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ class ViewWriter:
     on_main: bool
     _temp: str
     direct: DirectWriter | None
+    watermarks: Watermarks  # the event sources' watermarks the batch judges windows final by
 
     def write(self, keys: str | None, w: Writing) -> ViewResult:
         """Recompute the keys in relation `keys` (every key when None) and write what differs."""
@@ -98,7 +99,7 @@ class ViewWriter:
         # Materialised once, because the MERGE below changes the view table the diff is computed against:
         # in executor memory for a backfill of every key (a batch's few keys are diffed in the driver).
         clock = time.perf_counter()
-        diff = self.spark.sql(diff_sql(self.plan, self.live, self.table, None)).localCheckpoint(eager=True)
+        diff = self.spark.sql(diff_sql(self.plan, self.live, self.table, None, self.watermarks)).localCheckpoint(eager=True)
         counts = {row[OP]: row["n"] for row in diff.groupBy(OP).count().withColumnRenamed("count", "n").collect()}
         if counts.pop("held", 0):  # keys with several recomputed rows: left as they are
             w.held = diff.filter(f"{OP} = 'held'").select(*self.plan.key_names).distinct().count()
@@ -194,9 +195,10 @@ class ViewWriter:
         steps["rows"] = time.perf_counter() - clock
         clock = time.perf_counter()
         try:
-            schema = to_arrow_schema(self.spark.sql(self.plan.body).schema)
+            body = rows_sql(self.plan, self.watermarks)
+            schema = to_arrow_schema(self.spark.sql(body).schema)
             new, old = concurrently(
-                self.spark, lambda sql: self.spark.sql(sql).toArrow(), [self.plan.body, old_rows_sql(self.plan, self.table, keys)]
+                self.spark, lambda sql: self.spark.sql(sql).toArrow(), [body, old_rows_sql(self.plan, self.table, keys)]
             )
         finally:
             for relation in prefiltered:

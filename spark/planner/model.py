@@ -9,6 +9,7 @@ import sqlglot
 from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
 
+from spark.planner.finality import Finality
 from spark.views import ViewDefinition
 
 SELF = "_lmv_self"  # qualifier of the columns in a stored expression; replaced by an alias when rendered
@@ -73,6 +74,7 @@ class ViewPlan(BaseModel):
     columns: tuple[str, ...]  # output columns, in order
     body: str  # qualified Spark SQL, CTEs inlined, each source read as OCCURRENCE.format(id)
     branches: tuple[Branch, ...] = ()  # a UNION ALL's branches (empty: one SELECT)
+    finality: Finality | None = None  # keyed by an event-time window: `window_final` ends `columns`
 
     @property
     def anchors(self) -> tuple[Branch, ...]:

@@ -14,6 +14,7 @@ from sqlglot.optimizer.scope import build_scope
 from catalog.declarations import SourceTable
 from spark.planner.ctes import inline_ctes
 from spark.planner.edges import _Edges
+from spark.planner.finality import FINAL, finality
 from spark.planner.keys import _Keys
 from catalog.errors import ViewDefinitionError
 from spark.planner.model import OCCURRENCE, Branch, KeyColumn, ViewPlan
@@ -64,6 +65,11 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
                 table.set("this", exp.to_identifier(OCCURRENCE.format(occ)))
                 table.set("db", None)
                 table.set("catalog", None)
+        final = finality({k.name: k.expr for k in keys}, self.occurrences[anchor].table, self.sources)
+        if final is not None:
+            if FINAL in columns:
+                raise self.fail(f"a view keyed by an event-time window gets a column {FINAL!r} of its own: rename yours")
+            columns = (*columns, FINAL)
         return ViewPlan(
             definition=self.definition,
             anchor=anchor,
@@ -72,6 +78,7 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
             links=links,
             columns=columns,
             body=tree.sql(dialect="spark"),
+            finality=final,
         )
 
 

@@ -195,6 +195,8 @@ def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route], lo
             indexes.setdefault(lookup.table, set()).add(tuple(sorted(lookup.columns)))
     for table, source in sources.items():  # ingest checks declared unique keys against the live rows (spark.unique)
         indexes[table] |= {tuple(sorted(u)) for u in source.unique}
+        if source.is_events and source.event_time is not None:  # events are dropped by event time (retention)
+            indexes[table].add((source.event_time,))
     parts = {}
     for table, sets in sorted(indexes.items()):
         source = sources[table]

@@ -291,6 +291,12 @@ class Store:
             self._db.execute(f"DELETE FROM {_q(f'm_{table}')}")
             self._forget_files(f"mirror:{table}")
 
+    def purge(self, table: str, column: str, before: int) -> int:
+        """Drop the rows of `table` whose `column` (an indexed event time, epoch micros) is before
+        `before`: events no view needs any more. Returns how many went."""
+        with self.transaction():
+            return self._db.execute(f"DELETE FROM {_q(f'm_{table}')} WHERE {_q(column)} < ?", (before,)).rowcount
+
     def rebuild_indexes(self, table: str) -> None:
         """Drop and recreate a part's indexes (a bulk load inserts first, then indexes once)."""
         part = self._mirrors[table]

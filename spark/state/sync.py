@@ -148,6 +148,7 @@ class StoreSync:
         self.store = store
         self.names = names
         self.snapshots = Snapshots(spark)
+        self.retained: dict[str, str] = {}  # event source -> SQL predicate of the events a reload keeps
 
     def identifier(self, part: str) -> str:
         kind, name = part.split(":", 1)
@@ -226,7 +227,8 @@ class StoreSync:
         return True
 
     def reload(self, name: str) -> int:
-        """Reload one part from the current snapshot of its table; returns the rows loaded."""
+        """Reload one part from the current snapshot of its table; returns the rows loaded (for an
+        event source, only the events its `retained` predicate keeps)."""
         kind, table = name.split(":", 1)
         identifier = self.identifier(name)
         snapshot = self.snapshots.current(identifier)
@@ -234,7 +236,8 @@ class StoreSync:
         if kind == "mirror":
             part = self.store.mirrors[table]
             columns = [q(c) for c in (*part.column_names, POSITION, DELETED)] + (["_file", "_pos AS _lmv_at"] if part.located else [])
-            frame = self.spark.sql(f"SELECT {', '.join(columns)} FROM {identifier}{travel}")
+            where = f" WHERE {self.retained[table]}" if table in self.retained else ""
+            frame = self.spark.sql(f"SELECT {', '.join(columns)} FROM {identifier}{travel}{where}")
             data = frame.toArrow() if snapshot is not None else None
             with self.store.transaction():
                 self.store.clear_rows(table)

@@ -1,0 +1,217 @@
+"""Append-only event sources and windowed views on event time, on real Spark + Iceberg + DuckDB.
+
+`page_views` is an event source (plain JSON events, deduplicated by `view_id`, 10 minutes of allowed
+lateness). Rounds of landing files go through the real streaming ingest (`spark.ingest.run_ingest`),
+with the local state and by scans. A Python model of the semantics (spark.events) says, round by
+round, which events are admitted, late (a dead letter naming the watermark) or duplicates, and
+what each windowed view must hold - its counts and whether each window is final. DuckDB's
+independent recompute (`lakemv verify`'s) must agree, `window_final` included.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import pytest
+
+from catalog.declarations import parse_source
+from catalog.duck import lake_connection
+from catalog.verify import verify_view
+from spark.events import STORED_DUPLICATE, DUPLICATE
+from spark.ingest import checkpoint_dir, run_ingest, state_path
+from spark.planner import plan_view
+from spark.planner.finality import checked_sql
+from spark.views import parse_view
+
+PAGE_VIEWS = parse_source(
+    """
+name = "page_views"
+kind = "events"
+event_id = "view_id"
+event_time = "viewed_at"
+lateness = "10 minutes"
+partition = "hour"
+columns = [
+  { name = "view_id", type = "string" },
+  { name = "repo", type = "string" },
+  { name = "viewer", type = "string" },
+  { name = "viewed_at", type = "timestamp" },
+]
+""",
+    "tests/integration/test_event_windows.py",
+)
+SOURCES = {"page_views": PAGE_VIEWS}
+LATENESS = 10 * 60_000_000
+HOUR, QUARTER = 3_600_000_000, 900_000_000
+
+VIEWS = {
+    # tumbling hours with date_trunc
+    "hourly": """-- @key: repo, hour
+SELECT repo, date_trunc('hour', viewed_at) AS hour, count(*) AS views, count(DISTINCT viewer) AS viewers
+FROM page_views GROUP BY repo, date_trunc('hour', viewed_at)""",
+    # tumbling quarter hours with Spark's window()
+    "quarterly": """-- @key: repo, window_start
+SELECT repo, window.start AS window_start, window.end AS window_end, count(*) AS views
+FROM page_views GROUP BY repo, window(viewed_at, '15 minutes')""",
+}
+
+
+def at(hh_mm: str) -> str:
+    return f"2026-11-24T{hh_mm}:00Z"
+
+
+def micros(text: str) -> int:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // datetime.resolution
+
+
+def event(view_id: str, repo: str, viewer: str, hh_mm: str) -> dict:
+    return {"view_id": view_id, "repo": repo, "viewer": viewer, "viewed_at": at(hh_mm)}
+
+
+ROUNDS: list[list[dict | str]] = [
+    # out of order within the round; the clock ends at 10:50, the watermark at 10:40
+    [event("v1", "a", "ann", "10:05"), event("v2", "a", "bob", "10:50"), event("v3", "b", "ann", "10:20"),
+     event("v4", "a", "ann", "10:14")],  # fmt: skip
+    # 10:45 is on time (watermark 10:40), 10:35 is late; v2 again (stored), v6 twice in the round;
+    # 11:20 moves the watermark to 11:10: the 10:00 hour and the quarters up to 11:00 turn final
+    [event("v5", "a", "cy", "10:45"), event("v9", "b", "dee", "10:35"), event("v2", "a", "bob", "10:50"),
+     event("v6", "b", "bob", "11:05"), event("v6", "b", "bob", "11:05"), event("v7", "a", "ann", "11:20")],  # fmt: skip
+    # exactly at the watermark is on time, a minute before is late; a line that is no event, one
+    # without an event time; 12:30 closes the 11:00 hour
+    [event("v8", "a", "eve", "11:10"), "not json", {"view_id": "v10", "repo": "a", "viewer": "x"},
+     event("v11", "b", "ann", "12:30"), event("v12", "b", "bob", "11:09")],  # fmt: skip
+]
+
+
+class Model:
+    """The semantics spark.events promises, written out plainly."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, dict] = {}
+        self.clock: int | None = None
+
+    @property
+    def watermark(self) -> int | None:
+        return None if self.clock is None else self.clock - LATENESS
+
+    def round(self, lines: list[dict | str]) -> tuple[list[str], dict[str, int]]:
+        """Apply one round: (reasons of its dead letters, skip counts)."""
+        mark, reasons, skips, seen = self.watermark, [], defaultdict(int), set()
+        admitted = []
+        for line in lines:
+            if isinstance(line, str):
+                reasons.append("malformed JSON")
+                continue
+            if "viewed_at" not in line:
+                reasons.append("missing event time field 'viewed_at'")
+                continue
+            t = micros(line["viewed_at"])
+            if mark is not None and t < mark:
+                reasons.append("late event: viewed_at")
+                continue
+            if line["view_id"] in seen:
+                skips[DUPLICATE] += 1
+                continue
+            seen.add(line["view_id"])
+            if line["view_id"] in self.events:
+                skips[STORED_DUPLICATE] += 1
+                continue
+            admitted.append(line)
+        for line in admitted:
+            self.events[line["view_id"]] = line
+            t = micros(line["viewed_at"])
+            self.clock = t if self.clock is None else max(self.clock, t)
+        return reasons, dict(skips)
+
+    def windows(self, size: int) -> dict[tuple[str, int], tuple[int, set[str], bool]]:
+        groups: dict[tuple[str, int], list[dict]] = defaultdict(list)
+        for line in self.events.values():
+            t = micros(line["viewed_at"])
+            groups[(line["repo"], t - t % size)].append(line)
+        mark = self.watermark
+        return {
+            key: (len(rows), {r["viewer"] for r in rows}, mark is not None and key[1] + size <= mark)
+            for key, rows in groups.items()
+        }
+
+
+def line_of(item: dict | str) -> str:
+    return item if isinstance(item, str) else json.dumps(item)
+
+
+MODES = {
+    "scan": {"local_state": False, "direct_writes": False},
+    "state": {"local_state": True, "direct_writes": True},
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path, mode):
+    plans = [plan_view(parse_view(sql, name), SOURCES) for name, sql in VIEWS.items()]
+    assert all(p.finality is not None for p in plans)
+    landing = tmp_path / "landing"
+    (landing / "page_views").mkdir(parents=True)
+    model = Model()
+    settings = lake.settings.model_copy(update=MODES[mode])
+    for number, lines in enumerate(ROUNDS):
+        (landing / "page_views" / f"round-{number}.json").write_text("".join(line_of(i) + "\n" for i in lines))
+        result = run_ingest(lake.spark, settings, SOURCES, landing, once=True, views=plans)
+        reasons, skips = model.round(lines)
+        (batch,) = result.batches
+        assert batch.dead_letters == len(reasons), batch
+        assert {k: v for k, v in batch.skip_reasons.items() if "duplicate" in k} == skips
+        letters = lake.spark.sql(
+            f"SELECT reason FROM {lake.names.dead_letters} WHERE batch_id = {number} ORDER BY reason"
+        ).collect()
+        for expected in reasons:
+            assert any(expected in r.reason for r in letters), (expected, letters)
+        for view in batch.views.values():
+            assert "recomputed in full" not in (view.note or ""), view
+        assert_views(lake, model)
+        if mode == "state":  # the store keeps the events of windows not yet final, and no more
+            assert_retained(state_path(checkpoint_dir(settings, landing)), model)
+        for plan in plans:
+            verified = verify_view(settings, SOURCES, plan.name, checked_sql(plan.definition.sql, plan.finality, SOURCES), plan.key_names)
+            assert verified.ok, verified.summary()
+    late = lake.spark.sql(f"SELECT reason FROM {lake.names.dead_letters} WHERE reason LIKE 'late event%' ORDER BY batch_id").collect()
+    assert [r.reason for r in late] == [
+        f"late event: viewed_at 2026-11-24T{seen}:00Z is older than the watermark 2026-11-24T{mark}:00Z "
+        "(newest event time seen minus the allowed lateness of 10 minutes)"
+        for seen, mark in (("10:35", "10:40"), ("11:09", "11:10"))
+    ]
+    partitions = lake.spark.table(f"{lake.names.mirror('page_views')}.partitions").schema["partition"].dataType.fieldNames()
+    assert partitions == ["viewed_at_hour"]
+    with lake_connection(settings, SOURCES) as con:  # DuckDB reads the events table as any mirror
+        assert con.execute("SELECT count(*) FROM page_views").fetchone()[0] == len(model.events)
+
+
+def assert_retained(path, model: Model) -> None:
+    horizon = model.watermark - HOUR  # the longest window of the views reading page_views
+    con = sqlite3.connect(path)
+    try:
+        kept = sorted(r[0] for r in con.execute("SELECT view_id FROM m_page_views"))
+    finally:
+        con.close()
+    assert kept == sorted(k for k, e in model.events.items() if micros(e["viewed_at"]) >= horizon)
+
+
+def assert_views(lake, model: Model) -> None:
+    hourly = {
+        (r.repo, r.start): (r.views, r.viewers, r.window_final)
+        for r in lake.spark.sql(
+            f"SELECT repo, unix_micros(hour) AS start, views, viewers, window_final FROM {lake.names.view('hourly')}"
+        ).collect()
+    }
+    assert hourly == {k: (n, len(v), f) for k, (n, v, f) in model.windows(HOUR).items()}
+    quarterly = {
+        (r.repo, r.start): (r.views, r.length, r.window_final)
+        for r in lake.spark.sql(
+            f"SELECT repo, unix_micros(window_start) AS start, unix_micros(window_end) - unix_micros(window_start) AS length, "
+            f"views, window_final FROM {lake.names.view('quarterly')}"
+        ).collect()
+    }
+    assert quarterly == {k: (n, QUARTER, f) for k, (n, _, f) in model.windows(QUARTER).items()}

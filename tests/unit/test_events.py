@@ -1,0 +1,438 @@
+"""Event sources: durations, declarations, event parsing, lateness, time windows and window finality. Pure Python."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import duckdb
+import pytest
+
+from catalog.declarations import parse_source
+from catalog.durations import format_duration, parse_duration
+from catalog.errors import ConfigError, EnvelopeError, ViewDefinitionError
+from catalog.verify import duckdb_sql
+from spark import events
+from spark.changeset import build_changeset
+from spark.envelope import Change, Skip
+from spark.planner import plan_view
+from spark.planner.finality import FINAL, Finality, checked_sql, final_rows_sql, finality, finalizing_sql, lookback, window_of
+from spark.views import parse_view
+
+MIN = 60_000_000
+HOUR = 60 * MIN
+COLUMNS = """columns = [
+  { name = "view_id", type = "string" },
+  { name = "repo", type = "string" },
+  { name = "viewed_at", type = "timestamp", encoding = "%s" },
+  { name = "day", type = "date" },
+]"""
+EVENTS_HEAD = 'name = "page_views"\nkind = "events"\nevent_id = "view_id"\nevent_time = "viewed_at"\n'
+
+
+def source(extra: str = 'lateness = "10 minutes"', encoding: str = "iso", head: str = EVENTS_HEAD):
+    return parse_source(f"{head}{extra}\n{COLUMNS % encoding}", "sources/page_views.toml")
+
+
+def micros(text: str) -> int:
+    return int((datetime.fromisoformat(text).replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1_000_000)
+
+
+def view_line(view_id: str, at: str, repo: str = "lakemv", **extra) -> str:
+    return json.dumps({"view_id": view_id, "repo": repo, "viewed_at": at, "day": 19723, **extra})
+
+
+PV = source()
+USERS = parse_source(
+    'name = "users"\nprimary_key = ["email"]\ncolumns = [{ name = "email", type = "string" }, { name = "n", type = "bigint" }]',
+    "sources/users.toml",
+)
+SOURCES = {"page_views": PV, "users": USERS}
+
+
+# --- catalog.durations ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("10 minutes", 10 * MIN),
+        ("1 hour 30 minutes", 90 * MIN),
+        ("500 ms", 500_000),
+        ("3 mins", 3 * MIN),
+        ("interval 5 min", 5 * MIN),
+        ("  2 Days ", 2 * 24 * HOUR),
+        ("1 week", 7 * 24 * HOUR),
+        ("1 second", 1_000_000),
+        ("7 us", 7),
+    ],
+)
+def test_parse_duration(text, expected):
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "is not a duration"),
+        ("ten minutes", "is not a duration"),
+        ("5", "is not a duration"),
+        ("5 minutes and a bit", "is not a duration"),
+        ("-5 minutes", "is not a duration"),
+        ("5 fortnights", "unknown unit 'fortnights'"),
+    ],
+)
+def test_parse_duration_rejects(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "spelled"),
+    [
+        (HOUR, "1 hour"),
+        (90 * MIN, "1 hour 30 minutes"),
+        (14 * 24 * HOUR, "2 weeks"),
+        (8 * 24 * HOUR, "8 days"),  # not "1 week 1 day": weeks only when exact
+        (1_500, "1 millisecond 500 microseconds"),
+        (25 * HOUR + 1, "1 day 1 hour 1 microsecond"),
+        (0, "0 seconds"),
+    ],
+)
+def test_format_duration_is_shortest_and_round_trips(value, spelled):
+    assert format_duration(value) == spelled
+    assert parse_duration(spelled) == value
+
+
+# --- catalog.declarations ------------------------------------------------------------------------
+
+
+def test_event_source_is_keyed_by_its_event_id():
+    assert PV.is_events and PV.primary_key == ("view_id",)
+    assert (PV.event_id, PV.event_time, PV.late, PV.partition) == ("view_id", "viewed_at", "dead_letter", "day")
+    assert PV.lateness_micros == 10 * MIN and PV.describe_lateness() == "10 minutes"
+    custom = source('lateness = "interval 90 min"\nlate = "count"\npartition = "hour"\nprimary_key = ["view_id"]')
+    assert (custom.late, custom.partition, custom.lateness_micros, custom.describe_lateness()) == ("count", "hour", 90 * MIN, "1 hour 30 minutes")
+    assert source("").lateness_micros == 0 and not USERS.is_events
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        (EVENTS_HEAD.replace('"viewed_at"', '"day"'), "event_time 'day' must be a timestamp column, not date"),
+        (EVENTS_HEAD.replace('"viewed_at"', '"repo"'), "must be a timestamp column, not string"),
+        (EVENTS_HEAD.replace('"viewed_at"', '"nope"'), "event_time 'nope' is not a declared column"),
+        (EVENTS_HEAD.replace('event_id = "view_id"', 'event_id = "nope"'), "event_id 'nope' is not a declared column"),
+        (EVENTS_HEAD.replace('event_id = "view_id"', 'primary_key = ["view_id"]'), "needs event_id"),
+        (EVENTS_HEAD + 'primary_key = ["repo"]\n', "primary_key must be ['view_id'] or left out"),
+        (EVENTS_HEAD + 'unique = [["repo"]]\n', "no unique keys besides its event id"),
+        (EVENTS_HEAD + 'lateness = "soon"\n', "'soon' is not a duration"),
+        (EVENTS_HEAD + 'lateness = "5 fortnights"\n', "unknown unit 'fortnights'"),
+        (EVENTS_HEAD + 'late = "drop"\n', "late:"),
+        ('name = "page_views"\nprimary_key = ["view_id"]\nevent_id = "view_id"\n', 'event_id applies to event sources only: add kind = "events"'),
+        ('name = "page_views"\nprimary_key = ["view_id"]\nevent_time = "viewed_at"\n', "event_time applies to event sources only"),
+    ],
+)
+def test_bad_event_declarations(head, message):
+    with pytest.raises(ConfigError, match="^sources/page_views.toml: ") as caught:
+        source("", head=head)
+    assert message in str(caught.value)
+
+
+def test_event_source_without_event_id_or_key_is_refused():
+    # Without event_id there is no key: refused, saying what an event source needs.
+    with pytest.raises(ConfigError, match="an event source needs event_id"):
+        source("", head=EVENTS_HEAD.replace('event_id = "view_id"\n', ""))
+
+
+# --- spark.events: parsing -----------------------------------------------------------------------
+
+
+def test_parse_event_iso():
+    change = events.parse_event(view_line("v1", "2024-01-01T10:00:00Z"), PV)
+    at = micros("2024-01-01T10:00:00")
+    assert change == Change("page_views", "c", ("v1",), 0, at // 1000, ("v1", "lakemv", at, 19723), (), ())
+    assert not change.is_delete
+
+
+def test_parse_event_epoch_micros_records_unknown_and_absent_fields():
+    at = 1_700_000_000_123_456
+    change = events.parse_event(json.dumps({"view_id": "v2", "viewed_at": at, "referrer": "hn"}), source(encoding="micros"))
+    assert change.row == ("v2", None, at, None) and change.key == ("v2",)
+    assert change.source_ts_ms == 1_700_000_000_123 and change.position == 0 and change.op == "c"
+    assert change.unknown == (("referrer", "hn"),) and change.absent == ("repo", "day")
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (json.dumps({"repo": "x", "viewed_at": "2024-01-01T10:00:00Z"}), "missing event id field 'view_id'"),
+        (json.dumps({"view_id": None, "viewed_at": "2024-01-01T10:00:00Z"}), "missing event id field 'view_id'"),
+        (json.dumps({"view_id": "v", "repo": "x"}), "missing event time field 'viewed_at'"),
+        ("[1, 2]", "expected a JSON object, found list"),
+        ('"v1"', "expected a JSON object, found str"),
+        ('{"view_id": "v1",', "malformed JSON"),
+    ],
+)
+def test_parse_event_rejects(text, reason):
+    with pytest.raises(EnvelopeError, match=reason):
+        events.parse_event(text, PV)
+
+
+@pytest.mark.parametrize(("text", "reason"), [(None, "tombstone (null value)"), ("", "blank line"), ("  \t ", "blank line")])
+def test_parse_event_skips(text, reason):
+    assert events.parse_event(text, PV) == Skip(reason)
+
+
+# --- spark.events: watermark and lateness --------------------------------------------------------
+
+
+def test_watermark_is_clock_minus_lateness():
+    assert events.watermark(None, PV) is None
+    assert events.watermark(micros("2024-01-01T10:30:00"), PV) == micros("2024-01-01T10:20:00")
+    assert events.watermark(123, source("")) == 123
+
+
+def test_late_reason_boundary_and_message():
+    mark = micros("2024-01-01T10:20:00")
+    on_time = events.parse_event(view_line("a", "2024-01-01T10:20:00Z"), PV)
+    late = events.parse_event(view_line("b", "2024-01-01T10:19:59.999999Z"), PV)
+    assert events.late_reason(on_time, PV, mark) is None
+    assert events.late_reason(late, PV, None) is None
+    reason = events.late_reason(late, PV, mark)
+    assert reason == (
+        "late event: viewed_at 2024-01-01T10:19:59.999999Z is older than the watermark 2024-01-01T10:20:00Z "
+        "(newest event time seen minus the allowed lateness of 10 minutes)"
+    )
+
+
+def test_first_per_key_keeps_the_first_and_counts_repeats():
+    a1, b, a2, a3 = (Change("page_views", "c", (k,), 0, 0, (k, n)) for k, n in (("a", 1), ("b", 2), ("a", 3), ("a", 4)))
+    assert events.first_per_key([a1, b, a2, a3]) == ([a1, b], 2)
+    assert events.first_per_key([]) == ([], 0)
+
+
+# --- spark.changeset with events -----------------------------------------------------------------
+
+PV_FILE, USERS_FILE = "/landing/page_views/a.json", "file:///landing/users/b.json"
+
+
+def cdc(email: str, lsn: int, n: int) -> str:
+    return json.dumps({"op": "u", "before": None, "after": {"email": email, "n": n}, "source": {"lsn": lsn, "ts_ms": 1000}})
+
+
+def batch_lines():
+    return [
+        (view_line("v1", "2024-01-01T10:25:00Z", repo="first"), PV_FILE),
+        (view_line("late", "2024-01-01T10:19:00Z"), PV_FILE),
+        (cdc("a@x.io", 2, 20), USERS_FILE),
+        (view_line("v1", "2024-01-01T10:26:00Z", repo="second"), PV_FILE),
+        (view_line("edge", "2024-01-01T10:20:00Z"), PV_FILE),
+        (cdc("a@x.io", 1, 10), USERS_FILE),
+        (view_line("v1", "2024-01-01T10:27:00Z", repo="third"), PV_FILE),
+    ]
+
+
+WATERMARKS = {"page_views": micros("2024-01-01T10:20:00"), "users": None}
+
+
+def test_late_event_is_a_dead_letter_and_duplicates_keep_the_first_line():
+    batch = build_changeset(batch_lines(), SOURCES, None, WATERMARKS)
+    views = {c.key[0]: c.row[1] for c in batch.changes["page_views"]}
+    assert views == {"v1": "first", "edge": "lakemv"}
+    (dead,) = batch.dead_letters
+    assert (dead.table, dead.source_file) == ("page_views", PV_FILE) and json.loads(dead.raw)["view_id"] == "late"
+    assert dead.reason.startswith("late event: viewed_at 2024-01-01T10:19:00Z is older than the watermark 2024-01-01T10:20:00Z")
+    assert batch.skipped == {events.DUPLICATE: 2}
+    assert batch.events == 6  # every parsed line but the late one, before dedupe
+    (user,) = batch.changes["users"]  # CDC: the highest position wins, no lateness, no event dedupe
+    assert (user.position, user.row) == (2, ("a@x.io", 20))
+
+
+def test_late_event_counted_when_declared():
+    counting = {**SOURCES, "page_views": source('lateness = "10 minutes"\nlate = "count"')}
+    batch = build_changeset(batch_lines(), counting, None, WATERMARKS)
+    assert batch.dead_letters == []
+    assert batch.skipped == {events.LATE_COUNTED: 1, events.DUPLICATE: 2}
+    assert sorted(c.key[0] for c in batch.changes["page_views"]) == ["edge", "v1"]
+
+
+def test_no_watermark_admits_every_event():
+    for marks in (None, {"page_views": None}):
+        batch = build_changeset(batch_lines(), SOURCES, None, marks)
+        assert batch.dead_letters == [] and sorted(c.key[0] for c in batch.changes["page_views"]) == ["edge", "late", "v1"]
+
+
+# --- spark.timewindows via parse_view ------------------------------------------------------------
+
+START15 = "TIMESTAMP_MICROS(UNIX_MICROS(viewed_at) - PMOD(UNIX_MICROS(viewed_at) - 0, 900000000))"
+
+
+def test_tumbling_window_rewritten_to_arithmetic():
+    view = parse_view(
+        "-- @key: repo, w\nSELECT repo, window.start AS w, window.end AS e, count(*) AS n "
+        "FROM page_views GROUP BY repo, window(viewed_at, '15 minutes')",
+        "views",
+    )
+    assert "window" not in view.sql.lower()
+    assert view.sql == (
+        f"SELECT repo, {START15} AS w, TIMESTAMP_MICROS(UNIX_MICROS({START15}) + 900000000) AS e, COUNT(*) AS n "
+        f"FROM page_views GROUP BY repo, {START15}"
+    )
+    called = parse_view(
+        "-- @key: repo, w\nSELECT repo, window(viewed_at, '15 minutes').start AS w, window(viewed_at, '15 minutes').end AS e, "
+        "count(*) AS n FROM page_views GROUP BY repo, window(viewed_at, '15 minutes')",
+        "views",
+    )
+    assert called.sql == view.sql
+
+
+def test_window_start_offset_is_in_the_arithmetic():
+    view = parse_view("-- @key: repo, w\nSELECT repo, window.start AS w FROM pv GROUP BY repo, window(viewed_at, '1 hour', '1 hour', '15 minutes')", "v")
+    assert "PMOD(UNIX_MICROS(viewed_at) - 900000000, 3600000000)" in view.sql
+
+
+@pytest.mark.parametrize(
+    ("group", "message"),
+    [
+        ("window(viewed_at, '1 hour', '15 minutes')", "hopping window"),
+        ("window(viewed_at, '1 hour'), window(viewed_at, '2 hours')", "may group by one window(); found 2"),
+        ("window(viewed_at, size_col)", "the size must be a string literal"),
+        ("window(viewed_at, '1 fortnight')", "unknown unit 'fortnight'"),
+        ("window(viewed_at, '0 seconds')", "the size must be positive"),
+        ("window(viewed_at)", "takes a time column, a size"),
+    ],
+)
+def test_unsupported_windows_are_refused(group, message):
+    with pytest.raises(ViewDefinitionError) as caught:
+        parse_view(f"-- @key: repo, w\nSELECT repo, window.start AS w, count(*) AS n FROM pv GROUP BY repo, {group}", "hops")
+    assert caught.value.view == "hops" and message in caught.value.reason
+
+
+# --- spark.planner.finality ----------------------------------------------------------------------
+
+HOURLY = Finality(source="page_views", column="hour", end="{start} + INTERVAL '1' HOUR", size=3_600_000_000)
+
+
+@pytest.mark.parametrize(
+    ("expression", "end"),
+    [
+        ("date_trunc('hour', viewed_at)", ("{start} + INTERVAL '1' HOUR", 3_600_000_000)),
+        ("date_trunc('DAY', _lmv_self.viewed_at)", ("{start} + INTERVAL '1' DAY", 86_400_000_000)),
+        ("date_trunc('month', viewed_at)", ("{start} + INTERVAL '1' MONTH", 31 * 86_400_000_000)),
+        (START15, ("timestamp_micros(unix_micros({start}) + 900000000)", 900_000_000)),
+        ("date_trunc('hour', repo)", None),
+        ("viewed_at", None),
+        ("date_trunc('millisecond', viewed_at)", None),
+        (START15.replace("viewed_at", "other"), None),
+    ],
+)
+def test_window_of(expression, end):
+    assert window_of(expression, "viewed_at") == end
+
+
+def test_lookback_bounds_only_views_that_read_nothing_but_the_windowed_source():
+    assert lookback(("page_views",), HOURLY, "page_views") == 3_600_000_000
+    assert lookback(("page_views", "users"), HOURLY, "page_views") is None  # a users change reaches final windows
+    assert lookback(("page_views",), None, "page_views") is None  # not windowed: any event may be read again
+
+
+def test_finality_needs_an_event_source_anchor():
+    keys = {"repo": "_lmv_self.repo", "hour": "date_trunc('hour', _lmv_self.viewed_at)"}
+    assert finality(keys, "page_views", SOURCES) == HOURLY
+    assert finality(keys, "users", SOURCES) is None
+    assert finality({"repo": "_lmv_self.repo"}, "page_views", SOURCES) is None
+
+
+
+
+@pytest.fixture
+def duck():
+    con = duckdb.connect()
+    con.execute("SET TimeZone='UTC'")
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize(
+    ("mark", "flags"),
+    [(None, [False, False]), ("2024-01-01T10:59:59.999999", [False, False]), ("2024-01-01T11:00:00", [True, False]), ("2024-01-01T12:00:00", [True, True])],
+)
+def test_final_rows_sql_judges_window_end_against_watermark(duck, mark, flags):
+    body = "SELECT CAST('2024-01-01 10:00:00' AS TIMESTAMP) AS hour UNION ALL SELECT CAST('2024-01-01 11:00:00' AS TIMESTAMP) AS hour"
+    assert final_rows_sql(body, None, {"page_views": 1}) == body
+    sql = final_rows_sql(body, HOURLY, {"page_views": None if mark is None else micros(mark)})
+    assert [row[1] for row in duck.execute(duckdb_sql(sql) + " ORDER BY hour").fetchall()] == flags
+
+
+def test_finalizing_sql_selects_newly_final_keys(duck):
+    duck.execute("CREATE TABLE vt (repo VARCHAR, hour TIMESTAMP, window_final BOOLEAN)")
+    duck.execute("INSERT INTO vt VALUES ('r', '2024-01-01 09:00', false), ('r', '2024-01-01 10:00', false), ('r', '2024-01-01 11:00', false), ('s', '2024-01-01 09:00', true)")
+    mark, since = micros("2024-01-01T11:00:00"), micros("2024-01-01T10:00:00")
+    rows = duck.execute(duckdb_sql(finalizing_sql(HOURLY, "vt", ("repo", "hour"), mark, None)) + " ORDER BY 2").fetchall()
+    assert [(r, h.hour) for r, h in rows] == [("r", 9), ("r", 10)]
+    rows = duck.execute(duckdb_sql(finalizing_sql(HOURLY, "vt", ("repo", "hour"), mark, since))).fetchall()
+    assert [(r, h.hour) for r, h in rows] == [("r", 10)]
+
+
+def test_checked_sql_derives_watermark_from_the_table(duck):
+    duck.execute("CREATE TABLE page_views (view_id VARCHAR, viewed_at TIMESTAMP)")
+    # newest 11:10, lateness 10 minutes: watermark 11:00 closes the 10:00 hour exactly, not the 11:00 one
+    duck.execute("INSERT INTO page_views VALUES ('a', '2024-01-01 10:05'), ('b', '2024-01-01 10:55'), ('c', '2024-01-01 11:10')")
+    view = "SELECT date_trunc('hour', viewed_at) AS hour, count(*) AS n FROM page_views GROUP BY date_trunc('hour', viewed_at)"
+    assert checked_sql(view, None, SOURCES) == view
+    rows = duck.execute(duckdb_sql(checked_sql(view, HOURLY, SOURCES)) + " ORDER BY hour").fetchall()
+    assert [(h.hour, n, final) for h, n, final in rows] == [(10, 2, True), (11, 1, False)]
+
+
+HOURLY_VIEW = "-- @key: repo, hour\nSELECT repo, date_trunc('hour', {col}) AS hour, count(*) AS {n} FROM {table} GROUP BY repo, date_trunc('hour', {col})"
+
+
+def test_plan_of_windowed_view_over_events_gets_window_final():
+    plan = plan_view(parse_view(HOURLY_VIEW.format(col="viewed_at", n="n", table="page_views"), "hourly"), SOURCES)
+    assert plan.columns == ("repo", "hour", "n", FINAL)
+    assert plan.finality == HOURLY
+
+
+def test_plan_of_tumbling_window_view_gets_window_final():
+    text = "-- @key: repo, w\nSELECT repo, window.start AS w, count(*) AS n FROM page_views GROUP BY repo, window(viewed_at, '15 minutes')"
+    plan = plan_view(parse_view(text, "quarterly"), SOURCES)
+    assert plan.columns[-1] == FINAL
+    assert plan.finality == Finality(source="page_views", column="w", end="timestamp_micros(unix_micros({start}) + 900000000)", size=900_000_000)
+
+
+def test_plan_without_event_time_window_has_no_finality():
+    tables = {**SOURCES, "page_table": source("", head='name = "page_table"\nprimary_key = ["view_id"]\n')}
+    over_table = plan_view(parse_view(HOURLY_VIEW.format(col="viewed_at", n="n", table="page_table"), "t"), tables)
+    assert over_table.finality is None and FINAL not in over_table.columns
+    by_day = plan_view(parse_view("-- @key: repo, day\nSELECT repo, day, count(*) AS n FROM page_views GROUP BY repo, day", "d"), SOURCES)
+    assert by_day.finality is None and by_day.columns == ("repo", "day", "n")
+
+
+def test_user_column_named_window_final_is_refused_on_windowed_view():
+    with pytest.raises(ViewDefinitionError, match="gets a column 'window_final' of its own"):
+        plan_view(parse_view(HOURLY_VIEW.format(col="viewed_at", n=FINAL, table="page_views"), "clash"), SOURCES)
+    tables = {**SOURCES, "page_table": source("", head='name = "page_table"\nprimary_key = ["view_id"]\n')}
+    plain = plan_view(parse_view(HOURLY_VIEW.format(col="viewed_at", n=FINAL, table="page_table"), "ok"), tables)
+    assert plain.columns == ("repo", "hour", FINAL) and plain.finality is None
+
+
+# --- catalog.verify: window arithmetic on DuckDB -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("at", "start"),
+    [
+        ("2024-05-01 10:37:12", datetime(2024, 5, 1, 10, 30, tzinfo=UTC)),
+        ("2024-05-01 10:45:00", datetime(2024, 5, 1, 10, 45, tzinfo=UTC)),
+        ("2024-05-01 10:44:59.999999", datetime(2024, 5, 1, 10, 30, tzinfo=UTC)),
+        ("1969-12-31 23:59:00", datetime(1969, 12, 31, 23, 45, tzinfo=UTC)),
+        ("1969-12-31 23:45:00", datetime(1969, 12, 31, 23, 45, tzinfo=UTC)),
+    ],
+)
+def test_duckdb_runs_spark_window_start(duck, at, start):
+    spark = "SELECT timestamp_micros(unix_micros(t) - pmod(unix_micros(t) - 0, 900000000)) AS w FROM (SELECT CAST('{at}' AS TIMESTAMP) AS t) AS x"
+    sql = duckdb_sql(spark.format(at=at))
+    assert "pmod" not in sql.lower() and "timestamp_micros" not in sql.lower()
+    ((got,),) = duck.execute(sql).fetchall()
+    assert got == start
