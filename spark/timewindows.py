@@ -7,8 +7,12 @@ in. The same start is `timestamp_micros(unix_micros(t) - pmod(unix_micros(t) - o
 expression over the row, like `date_trunc`, so a changed event maps to exactly one key and a key
 reads exactly its window's events. The rewrite replaces the GROUP BY call with that start, and
 `window.start`, `window.end` and `window` in the SELECT with the start, the end and the struct.
-DuckDB (`lakemv verify`) runs the same arithmetic. A hopping window (a slide shorter than the size)
-puts one event in several windows: it is refused for now with the rewrite that works today.
+DuckDB (`lakemv verify`) runs the same arithmetic.
+
+A hopping window (`window(t, '1 hour', '20 minutes')`: a slide shorter than the size, which divides
+it) puts each event in size/slide windows. It is the UNION ALL of the tumbling windows of its size
+at each multiple of the slide as start offset: each branch is key-local, and the branches' window
+starts never meet, so each key is one branch's (the planner checks that).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def _micros(view: str, node: exp.Expression, what: str) -> int:
 
 
 def rewrite_windows(view: str, tree: exp.Expression) -> exp.Expression:
-    """`tree` (a parsed view) with its tumbling `window()` rewritten (see the module docstring)."""
+    """`tree` (a parsed view) with its `window()` rewritten (see the module docstring)."""
     calls = [node for node in tree.find_all(exp.Anonymous) if _is_window_call(node)]
     if not calls:
         return tree
@@ -67,15 +71,36 @@ def rewrite_windows(view: str, tree: exp.Expression) -> exp.Expression:
         raise ViewDefinitionError(view, "window(): the size must be positive", _shown(call))
     if not 0 <= offset < slide:
         raise ViewDefinitionError(view, "window(): the start offset must be smaller than the slide", _shown(call))
-    if slide != size:
-        raise ViewDefinitionError(
-            view,
-            "a hopping window (a slide shorter than its size) is not supported yet: group by the tumbling window of "
-            "the slide, and add up consecutive windows when you read the view",
-            _shown(call),
-        )
+    if slide > size:
+        raise ViewDefinitionError(view, "window(): a slide longer than the size leaves events in no window; not supported", _shown(call))
+    if size % slide:
+        raise ViewDefinitionError(view, "window(): a hopping window's size must be a whole number of slides", _shown(call))
     column = time.sql(dialect="spark")
-    start = f"timestamp_micros(unix_micros({column}) - pmod(unix_micros({column}) - {offset}, {size}))"
+    if slide == size:
+        return _tumbling(tree, column, size, offset)
+    # Hopping: an event is in size/slide windows, one of each tumbling window of `size` whose start
+    # offset is a multiple of the slide. Their union is the hopping window's rows; the branches' keys
+    # differ in the window start's offset, so each key is one branch's (spark.planner's UNION ALL).
+    with_ = tree.args.get("with_") or tree.args.get("with")
+    body = tree.copy()
+    body.set("with_" if "with_" in tree.args else "with", None)
+    branches = [_tumbling(body, column, size, (offset + j * slide) % size) for j in range(size // slide)]
+    union: exp.Expression = branches[0]
+    for branch in branches[1:]:
+        union = exp.union(union, branch, distinct=False)
+    if with_ is not None:
+        union.set("with_" if "with_" in tree.args else "with", with_.copy())
+    return union
+
+
+def window_start(column: str, size: int, offset: int) -> str:
+    """Spark SQL of the start of the tumbling window of `size` (micros, starting at `offset`) `column` is in."""
+    return f"timestamp_micros(unix_micros({column}) - pmod(unix_micros({column}) - {offset}, {size}))"
+
+
+def _tumbling(tree: exp.Expression, column: str, size: int, offset: int) -> exp.Expression:
+    """`tree` with its window() call and `window` references as the tumbling window of `size` at `offset`."""
+    start = window_start(column, size, offset)
     end = f"timestamp_micros(unix_micros({start}) + {size})"  # over the start, which Spark finds among the GROUP BY
     start_node, end_node = (exp.maybe_parse(s, dialect="spark") for s in (start, end))
 

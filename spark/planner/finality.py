@@ -58,16 +58,28 @@ def window_of(expression: str, event_time: str) -> tuple[str, int] | None:
 
 def tumbling_size(tree: exp.Expression, event_time: str) -> int | None:
     """The size in micros of `timestamp_micros(unix_micros(t) - pmod(unix_micros(t) - offset, size))`."""
+    found = tumbling_window(tree)
+    return found[2] if found is not None and found[0] == event_time else None
+
+
+def tumbling_window(tree: exp.Expression) -> tuple[str, int, int] | None:
+    """(column, offset, size) of a tumbling window start as `spark.timewindows` writes it, else None."""
     if not (isinstance(tree, exp.Anonymous) and tree.name.upper() == "TIMESTAMP_MICROS" and len(tree.expressions) == 1):
         return None
     sub = tree.expressions[0]
-    if not (isinstance(sub, exp.Sub) and isinstance(sub.this, exp.UnixMicros) and _is_column(sub.this.this, event_time)):
+    if not (isinstance(sub, exp.Sub) and isinstance(sub.this, exp.UnixMicros) and isinstance(sub.this.this, exp.Column)):
         return None
     pmod = sub.expression
     if not (isinstance(pmod, exp.Anonymous) and pmod.name.upper() == "PMOD" and len(pmod.expressions) == 2):
         return None
-    size = pmod.expressions[1]
-    return int(size.name) if isinstance(size, exp.Literal) and not size.is_string else None
+    shifted, size = pmod.expressions
+    if not (isinstance(shifted, exp.Sub) and shifted.this == sub.this and _is_number(shifted.expression) and _is_number(size)):
+        return None
+    return sub.this.this.name, int(shifted.expression.name), int(size.name)
+
+
+def _is_number(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Literal) and not node.is_string
 
 
 def _is_column(node: exp.Expression | None, name: str) -> bool:
@@ -127,3 +139,13 @@ def lookback(plan_tables: tuple[str, ...], final: Finality | None, source: str) 
     if final is not None and final.source == source and plan_tables == (source,):
         return final.size
     return None
+
+
+def disjoint_windows(starts: list[exp.Expression]) -> bool:
+    """Whether the window starts of UNION ALL branches are tumbling windows of one column and size
+    at different offsets (a hopping window, `spark.timewindows`): no start is in two branches."""
+    found = [tumbling_window(s) for s in starts]
+    if any(f is None for f in found):
+        return False
+    columns, offsets, sizes = zip(*found, strict=True)  # type: ignore[misc]
+    return len(set(columns)) == 1 and len(set(sizes)) == 1 and len({o % sizes[0] for o in offsets}) == len(offsets)

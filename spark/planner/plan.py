@@ -14,7 +14,7 @@ from sqlglot.optimizer.scope import build_scope
 from catalog.declarations import SourceTable
 from spark.planner.ctes import inline_ctes
 from spark.planner.edges import _Edges
-from spark.planner.finality import FINAL, finality
+from spark.planner.finality import FINAL, disjoint_windows, finality
 from spark.planner.keys import _Keys
 from catalog.errors import ViewDefinitionError
 from spark.planner.model import OCCURRENCE, Branch, KeyColumn, ViewPlan
@@ -135,14 +135,15 @@ def _plan_union(planner: _Planner, union: exp.Union) -> ViewPlan:
         if all(_is_constant(b.selects[i].unalias()) for b in branches)
         and len({b.selects[i].unalias().sql(dialect="spark") for b in branches}) == len(branches)
     ]  # fmt: skip
-    if not constants:
+    windows = [i for i in positions if disjoint_windows([b.selects[i].unalias() for b in branches])]
+    if not constants and not windows:
         raise planner.fail(
             "the branches of a UNION ALL could produce the same key: give every branch a constant of its own in a key "
             f"column, e.g. `'pr' AS kind` in one and `'star' AS kind` in the other, with `-- @key: kind, {', '.join(definition.key)}`",
             union,
         )
     with_ = union.args.get("with_") or union.args.get("with")
-    occurrences, links, bodies, planned = [], [], [], []
+    occurrences, links, bodies, planned, finals = [], [], [], [], []
     for number, branch in enumerate(branches, start=1):
         select = branch.copy()
         for projection, name in zip(select.selects, names, strict=True):  # the first branch names the columns
@@ -158,6 +159,7 @@ def _plan_union(planner: _Planner, union: exp.Union) -> ViewPlan:
             plan = _Planner(sub, planner.sources).plan()
         except ViewDefinitionError as exc:
             raise ViewDefinitionError(definition.name, f"UNION ALL branch {number}: {exc.reason}", exc.fragment) from None
+        finals.append(plan.finality)
         offset = len(occurrences)
         occurrences += [o.model_copy(update={"id": o.id + offset, "context": f"branch {number}, {o.context}"}) for o in plan.occurrences]
         links += [l.model_copy(update={"child": l.child + offset, "parent": l.parent + offset}) for l in plan.links]
@@ -171,7 +173,8 @@ def _plan_union(planner: _Planner, union: exp.Union) -> ViewPlan:
         keys=planned[0].keys,
         occurrences=tuple(occurrences),
         links=tuple(links),
-        columns=tuple(names),
+        columns=(*names, FINAL) if finals[0] is not None and len(set(finals)) == 1 else tuple(names),
         body=" UNION ALL ".join(f"({b})" if " UNION ALL " in b else b for b in bodies),
         branches=tuple(planned),
+        finality=finals[0] if len(set(finals)) == 1 else None,  # a hopping window's branches: one window
     )

@@ -52,6 +52,10 @@ VIEWS = {
     "hourly": """-- @key: repo, hour
 SELECT repo, date_trunc('hour', viewed_at) AS hour, count(*) AS views, count(DISTINCT viewer) AS viewers
 FROM page_views GROUP BY repo, date_trunc('hour', viewed_at)""",
+    # hopping: hours that start every 20 minutes (an event is in three of them)
+    "sliding": """-- @key: repo, window_start
+SELECT repo, window.start AS window_start, count(*) AS views, max(viewed_at) AS last_view
+FROM page_views GROUP BY repo, window(viewed_at, '1 hour', '20 minutes')""",
     # tumbling quarter hours with Spark's window()
     "quarterly": """-- @key: repo, window_start
 SELECT repo, window.start AS window_start, window.end AS window_end, count(*) AS views
@@ -127,11 +131,14 @@ class Model:
             self.clock = t if self.clock is None else max(self.clock, t)
         return reasons, dict(skips)
 
-    def windows(self, size: int) -> dict[tuple[str, int], tuple[int, set[str], bool]]:
+    def windows(self, size: int, slide: int | None = None) -> dict[tuple[str, int], tuple[int, set[str], bool]]:
+        """Per (repo, window start): views, viewers, final; windows of `size` starting every `slide`."""
+        slide = slide or size
         groups: dict[tuple[str, int], list[dict]] = defaultdict(list)
         for line in self.events.values():
             t = micros(line["viewed_at"])
-            groups[(line["repo"], t - t % size)].append(line)
+            for start in range(t - t % slide, t - size, -slide):
+                groups[(line["repo"], start)].append(line)
         mark = self.watermark
         return {
             key: (len(rows), {r["viewer"] for r in rows}, mark is not None and key[1] + size <= mark)
@@ -153,6 +160,7 @@ MODES = {
 def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path, mode):
     plans = [plan_view(parse_view(sql, name), SOURCES) for name, sql in VIEWS.items()]
     assert all(p.finality is not None for p in plans)
+    assert [p.name for p in plans if p.branches] == ["sliding"]  # a hopping window: tumbling ones at three offsets
     landing = tmp_path / "landing"
     (landing / "page_views").mkdir(parents=True)
     model = Model()
@@ -215,3 +223,8 @@ def assert_views(lake, model: Model) -> None:
         ).collect()
     }
     assert quarterly == {k: (n, QUARTER, f) for k, (n, _, f) in model.windows(QUARTER).items()}
+    sliding = {
+        (r.repo, r.start): (r.views, r.window_final)
+        for r in lake.spark.sql(f"SELECT repo, unix_micros(window_start) AS start, views, window_final FROM {lake.names.view('sliding')}").collect()
+    }
+    assert sliding == {k: (n, f) for k, (n, _, f) in model.windows(HOUR, 20 * 60_000_000).items()}

@@ -292,10 +292,22 @@ def test_window_start_offset_is_in_the_arithmetic():
     assert "PMOD(UNIX_MICROS(viewed_at) - 900000000, 3600000000)" in view.sql
 
 
+def test_hopping_window_is_a_union_of_tumbling_windows_at_each_slide():
+    text = "-- @key: repo, w\nSELECT repo, window.start AS w, count(*) AS n FROM page_views GROUP BY repo, window(viewed_at, '1 hour', '20 minutes')"
+    view = parse_view(text, "hop")
+    offsets = [f"PMOD(UNIX_MICROS(viewed_at) - {o}, 3600000000)" for o in (0, 1_200_000_000, 2_400_000_000)]
+    assert view.sql.count(" UNION ALL ") == 2 and all(o in view.sql for o in offsets)
+    plan = plan_view(view, SOURCES)
+    assert len(plan.branches) == 3 and plan.columns[-1] == FINAL and plan.finality is not None
+    assert plan.finality.size == 3_600_000_000
+
+
 @pytest.mark.parametrize(
     ("group", "message"),
     [
-        ("window(viewed_at, '1 hour', '15 minutes')", "hopping window"),
+        ("window(viewed_at, '1 hour', '25 minutes')", "size must be a whole number of slides"),
+        ("window(viewed_at, '1 hour', '2 hours')", "a slide longer than the size"),
+        ("window(viewed_at, '1 hour', '1 hour', '1 hour')", "start offset must be smaller than the slide"),
         ("window(viewed_at, '1 hour'), window(viewed_at, '2 hours')", "may group by one window(); found 2"),
         ("window(viewed_at, size_col)", "the size must be a string literal"),
         ("window(viewed_at, '1 fortnight')", "unknown unit 'fortnight'"),
