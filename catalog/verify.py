@@ -141,6 +141,7 @@ class VerifyResult:
     duplicate_keys: int
     samples: tuple[Difference, ...] = field(default_factory=tuple)
     seconds: float = 0.0
+    not_compared: tuple[str, ...] = ()  # columns left out (enriched as of processing)
 
     @property
     def ok(self) -> bool:
@@ -153,6 +154,7 @@ class VerifyResult:
             f"{self.view} {verdict} (DuckDB): {self.matching} matching, {self.mismatching} mismatching, "
             f"{self.missing} missing, {self.extra} extra{duplicates}; "
             f"{self.table_rows} rows in the table, {self.expected_rows} expected ({self.seconds:.1f}s)"
+            + (f"; as of processing, not compared: {', '.join(self.not_compared)}" if self.not_compared else "")
         )
 
 
@@ -240,8 +242,12 @@ def verify_view(
     table_snapshot: int | None = None,
     mirror_snapshots: Mapping[str, int | None] | None = None,
     sample: int = 5,
+    compare: Sequence[str] | None = None,
 ) -> VerifyResult:
     """Recompute `view` in DuckDB and diff it with its table, by `key`.
+
+    `compare` narrows the columns compared beyond the key (a view enriched as of processing: its
+    tables' columns held what they held then, which no recompute of today's tables can give).
 
     `table_snapshot` reads the view table at that snapshot (a backfill's branch head), and
     `mirror_snapshots` the mirrors at theirs (the state the backfill computed from).
@@ -267,7 +273,7 @@ def verify_view(
         missing_columns = [c for c in columns if c not in present]
         if missing_columns:
             raise QueryError(f"view table {view} lacks column(s) {', '.join(missing_columns)}: run lakemv backfill {view}")
-        values = [c for c in columns if c not in key]
+        values = [c for c in columns if c not in key and (compare is None or c in compare)]
         keys = ", ".join(_q(k) for k in key)
         # DISTINCT over the rows (not count(DISTINCT ...), which skips NULLs): a NULL group is one key
         duplicates = con.execute(f"SELECT (SELECT count(*) FROM actual) - (SELECT count(*) FROM (SELECT DISTINCT {keys} FROM actual))").fetchone()[0]
@@ -289,4 +295,5 @@ def verify_view(
         duplicate_keys=int(duplicates),
         samples=tuple(samples),
         seconds=time.perf_counter() - started,
+        not_compared=tuple(c for c in columns if c not in key and c not in values),
     )

@@ -410,7 +410,9 @@ class BatchProcessor(StoreSteps):
 def _lookback(table: str, views: Sequence[ViewPlan]) -> int | None:
     """How far behind its watermark the views need event source `table`'s events (micros), None for
     all of them; with no view, none are needed but those a redelivery may repeat (the watermark's)."""
-    needs = [lookback(v.tables, v.finality, table) for v in views if table in v.tables]
+    needs = [
+        lookback(v.tables, v.finality, table, v.occurrence(v.anchor).table if v.as_of_processing else None) for v in views if table in v.tables
+    ]
     return None if None in needs else max(needs, default=0)
 
 

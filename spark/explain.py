@@ -55,7 +55,8 @@ def explain(
     width = max(len(_occurrence(plan, o)) for o in order)
     for occ_id in order:
         occ = plan.occurrence(occ_id)
-        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  [{occ.context}]  {_chain_text(plan, occ_id)}")
+        reach = _chain_text(plan, occ_id) if plan.reached_by(occ.table) else "not followed (enriched as of processing)"
+        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  [{occ.context}]  {reach}")
     lines += ["", "recompute of the affected keys - each table pre-filtered by its parent's rows:"]
     for occ_id in order:
         link = plan.link_of(occ_id)
@@ -71,6 +72,14 @@ def explain(
     if windows:
         lines += ["", "windows - each partition is whole in a key's rows, so a change recomputes its partition with its key:"]
         lines += [f"  {w}" for w in windows]
+    if plan.as_of_processing:
+        anchor = plan.occurrence(plan.anchor).table
+        others = ", ".join(t for t in plan.tables if t != anchor)
+        lines += [
+            "",
+            f"enrichment as of processing - each {anchor} event's row is computed once, in the batch that ingests it,",
+            f"  with the rows {others or 'it joins'} held then; their later changes reach no row of this view.",
+        ]
     if plan.finality is not None:
         final = plan.finality
         lines += [

@@ -73,6 +73,7 @@ class IndexedView:
         """Recompute the keys the images reach and write what changed (inside the batch's tagged block)."""
         started = time.perf_counter()
         parts = self.store.mirrors
+        images = {t: rows for t, rows in images.items() if self.plan.reached_by(t)}
         keys, anchor_rows = reach(self.plan, self.route, parts, self.store, images)
         if anchor_rows:
             keys |= self._evaluate_keys(anchor_rows)
@@ -129,7 +130,7 @@ class IndexedView:
 
     def _recompute_all(self, keys: int) -> bool:
         """Past INDEXED_FULL_RECOMPUTE_SHARE of the view's rows a whole recompute is cheaper (spark.maintain)."""
-        if keys < maintain.FULL_RECOMPUTE_MIN_KEYS:
+        if keys < maintain.FULL_RECOMPUTE_MIN_KEYS or self.plan.as_of_processing:
             return False
         return keys >= maintain.INDEXED_FULL_RECOMPUTE_SHARE * self.store.view_count(self.plan.name)
 

@@ -16,6 +16,10 @@ A definition file looks like::
 * `@sink` (optional) publishes the view as data products, fed from its change feed: `kafka` (a
   compacted topic `<prefix>.<view>`, exactly once) and/or `delta` (a Delta table with Change Data
   Feed), e.g. `-- @sink: kafka, delta` (`spark.sinks`; settings can declare sinks too).
+* `@enrich` (optional) chooses how a view of events joined with tables follows those tables:
+  `table_table` (the default) re-enriches an event's row whenever a row it joins changes;
+  `as_of_processing` enriches each event once, with the table rows current when its batch is
+  processed, and never again (DDIA's stream-table join; `spark.planner` checks the key is the event's).
 * The body is one SELECT (CTEs allowed) over declared source tables by plain name; it sees live rows
   only. The planner (`spark.planner`) decides whether it can be maintained incrementally.
 
@@ -29,6 +33,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Literal
 
 import sqlglot
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -41,7 +46,8 @@ from catalog.tables import CHANGES_SUFFIX
 from spark.timewindows import rename_calls, rewrite_windows
 
 DIRECTIVE = re.compile(r"^--\s*@(?P<name>[A-Za-z_]+)\s*:?\s*(?P<value>.*?)\s*$")
-DIRECTIVES = ("key", "description", "sink")
+DIRECTIVES = ("key", "description", "sink", "enrich")
+ENRICHMENTS = ("table_table", "as_of_processing")
 SINK_KINDS = ("kafka", "delta")
 
 
@@ -56,6 +62,7 @@ class ViewDefinition(BaseModel):
     description: str | None = None
     location: str | None = None
     sinks: tuple[str, ...] = ()  # data products: `kafka`, `delta` (spark.sinks)
+    enrich: Literal["table_table", "as_of_processing"] = "table_table"
 
     @field_validator("name")
     @classmethod
@@ -78,7 +85,8 @@ class ViewDefinition(BaseModel):
     def fingerprint(self) -> str:
         """Identifies the definition's meaning: a new fingerprint means the view is rebuilt."""
         normal = sqlglot.parse_one(self.sql, dialect="spark").sql(dialect="spark")
-        return hashlib.sha256(f"{self.key}|{normal}".encode()).hexdigest()[:16]
+        semantics = "" if self.enrich == "table_table" else f"|{self.enrich}"
+        return hashlib.sha256(f"{self.key}|{normal}{semantics}".encode()).hexdigest()[:16]
 
 
 def parse_view(text: str, name: str, location: str | None = None) -> ViewDefinition:
@@ -118,10 +126,13 @@ def parse_view(text: str, name: str, location: str | None = None) -> ViewDefinit
     unknown = [s for s in sinks if s not in SINK_KINDS]
     if unknown:
         raise ViewDefinitionError(name, f"@sink: unknown sink {unknown[0]!r}; known: {', '.join(SINK_KINDS)}")
+    enrich = directives.get("enrich", "table_table").strip().lower()
+    if enrich not in ENRICHMENTS:
+        raise ViewDefinitionError(name, f"@enrich: unknown semantics {enrich!r}; known: {', '.join(ENRICHMENTS)}")
     try:
         return ViewDefinition(
             name=name, key=key, sql=body, description=directives.get("description") or None, location=location,
-            sinks=tuple(dict.fromkeys(sinks)),
+            sinks=tuple(dict.fromkeys(sinks)), enrich=enrich,
         )  # fmt: skip
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -75,6 +75,7 @@ class ViewPlan(BaseModel):
     body: str  # qualified Spark SQL, CTEs inlined, each source read as OCCURRENCE.format(id)
     branches: tuple[Branch, ...] = ()  # a UNION ALL's branches (empty: one SELECT)
     finality: Finality | None = None  # keyed by an event-time window: `window_final` ends `columns`
+    event_columns: tuple[str, ...] = ()  # as of processing: the output columns only the event gives
 
     @property
     def anchors(self) -> tuple[Branch, ...]:
@@ -93,6 +94,16 @@ class ViewPlan(BaseModel):
     @property
     def name(self) -> str:
         return self.definition.name
+
+    @property
+    def as_of_processing(self) -> bool:
+        """Each event's row is computed once, with the tables as they were then (`-- @enrich`)."""
+        return self.definition.enrich == "as_of_processing"
+
+    def reached_by(self, table: str) -> bool:
+        """Whether a change to `table` can change the view's rows: an as-of-processing view follows
+        only its anchor's events, never the tables they were enriched from."""
+        return not self.as_of_processing or self.occurrence(self.anchor).table == table
 
     @property
     def key_names(self) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from spark.planner.edges import _Edges
 from spark.planner.finality import FINAL, disjoint_windows, finality
 from spark.planner.keys import _Keys
 from catalog.errors import ViewDefinitionError
-from spark.planner.model import OCCURRENCE, Branch, KeyColumn, ViewPlan
+from spark.planner.model import OCCURRENCE, SELF, Branch, KeyColumn, ViewPlan
 from spark.planner.refusals import _Refusals
 from spark.planner.windows import _Windows
 from spark.views import ViewDefinition
@@ -66,6 +66,14 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
                 table.set("db", None)
                 table.set("catalog", None)
         final = finality({k.name: k.expr for k in keys}, self.occurrences[anchor].table, self.sources)
+        event_columns: tuple[str, ...] = ()
+        if self.definition.enrich == "as_of_processing":
+            self._check_as_of(anchor, keys, final)
+            alias = self.occurrences[anchor].alias
+            event_columns = tuple(
+                p.alias_or_name for p in root.expression.selects
+                if not p.find(exp.Subquery, exp.Select) and all(c.table == alias for c in p.find_all(exp.Column))
+            )  # fmt: skip
         if final is not None:
             if FINAL in columns:
                 raise self.fail(f"a view keyed by an event-time window gets a column {FINAL!r} of its own: rename yours")
@@ -79,7 +87,20 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
             columns=columns,
             body=tree.sql(dialect="spark"),
             finality=final,
+            event_columns=event_columns,
         )
+
+    def _check_as_of(self, anchor: int, keys: tuple[KeyColumn, ...], final: object) -> None:
+        """An as-of-processing view enriches each event once: one row per event of its anchor, which
+        must be an event source, keyed by the event id; a window (recomputed when it closes) is not."""
+        table = self.occurrences[anchor].table
+        source = self.sources.get(table)
+        if source is None or not source.is_events:
+            raise self.fail(f"@enrich: as_of_processing enriches events: its key must come from an event source, not {table}")
+        if [k.expr for k in keys] != [f"{SELF}.{source.event_id}"]:
+            raise self.fail(f"@enrich: as_of_processing keeps one row per event: key it by {table}'s event id {source.event_id!r} alone")
+        if final is not None:
+            raise self.fail("@enrich: as_of_processing does not apply to a windowed view (its rows are recomputed when a window closes)")
 
 
 def _distinct_as_group(tree: exp.Expression) -> exp.Expression:
@@ -115,6 +136,8 @@ def _plan_union(planner: _Planner, union: exp.Union) -> ViewPlan:
     columns that are not constant in it; a key column that is a different constant in every branch
     keeps the branches' keys apart, so each key is one branch's row."""
     definition = planner.definition
+    if definition.enrich == "as_of_processing":
+        raise planner.fail("@enrich: as_of_processing applies to a single SELECT over an event source, not a UNION ALL")
     for clause in ("order", "limit", "offset"):
         if union.args.get(clause):
             raise planner.fail(f"{clause.upper()} over a whole UNION ALL view is not supported: order or limit when you read it", union.args[clause])

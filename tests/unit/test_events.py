@@ -448,3 +448,37 @@ def test_duckdb_runs_spark_window_start(duck, at, start):
     assert "pmod" not in sql.lower() and "timestamp_micros" not in sql.lower()
     ((got,),) = duck.execute(sql).fetchall()
     assert got == start
+
+
+# --- enrichment: as of processing ----------------------------------------------------------------
+
+AS_OF = "-- @key: {key}\n-- @enrich: {enrich}\nSELECT pv.view_id, pv.repo, pv.viewed_at, u.n FROM page_views pv LEFT JOIN users u ON u.email = pv.repo"
+
+
+def test_as_of_processing_view_follows_only_its_events():
+    plan = plan_view(parse_view(AS_OF.format(key="view_id", enrich="as_of_processing"), "seen"), SOURCES)
+    assert plan.as_of_processing and [plan.reached_by(t) for t in ("page_views", "users")] == [True, False]
+    assert plan.event_columns == ("view_id", "repo", "viewed_at")
+    twin = plan_view(parse_view(AS_OF.format(key="view_id", enrich="table_table"), "seen"), SOURCES)
+    assert not twin.as_of_processing and twin.reached_by("users") and twin.event_columns == ()
+    assert plan.definition.fingerprint != twin.definition.fingerprint  # switching semantics rebuilds the view
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (AS_OF.format(key="repo, view_id", enrich="as_of_processing"), "key it by page_views's event id 'view_id' alone"),
+        ("-- @key: email\n-- @enrich: as_of_processing\nSELECT u.email, u.n FROM users u", "its key must come from an event source, not users"),
+        ("-- @key: repo, hour\n-- @enrich: as_of_processing\nSELECT repo, date_trunc('hour', viewed_at) AS hour, count(*) AS n "
+         "FROM page_views GROUP BY repo, date_trunc('hour', viewed_at)", "key it by page_views's event id"),
+        (AS_OF.format(key="view_id", enrich="as_of_arrival"), "@enrich: unknown semantics 'as_of_arrival'"),
+    ],
+)
+def test_as_of_processing_refusals(text, message):
+    with pytest.raises(ViewDefinitionError) as caught:
+        plan_view(parse_view(text, "seen"), SOURCES)
+    assert message in str(caught.value)
+
+
+def test_as_of_processing_needs_no_events_kept():
+    assert lookback(("page_views", "users"), None, "page_views", as_of_anchor="page_views") == 0
