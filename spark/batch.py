@@ -54,7 +54,7 @@ from spark.mirror import (
 )
 from spark.parallel import concurrently
 from spark.planner import ViewPlan
-from spark.planner.finality import lookback
+from spark.planner.retention import source_needs
 from spark.state.codec import rows_of, to_arrow
 from spark.state.store import Store
 from spark.state.sync import StoreSync, SyncReport
@@ -108,8 +108,8 @@ class BatchProcessor(StoreSteps):
         self.clocks: dict[str, int | None] = event_clocks(spark, names, self.sources)
         for maintainer in self.maintainers:
             maintainer.watermarks = self.watermarks()
-        # Per event source, how far behind its watermark the views need its events (None: all of them).
-        self.lookbacks = {t: _lookback(t, views) for t in self.clocks}
+        # Per event source, which events the views may read again (spark.planner.retention).
+        self.needs = {t: source_needs(t, views) for t in self.clocks}
         # Tables written with direct commits (spark.directwrite): appends everywhere, and the mirrors
         # and views whose replaced rows the store knows (set when the store attaches).
         self.direct_tables: set[str] = set()
@@ -340,6 +340,8 @@ class BatchProcessor(StoreSteps):
             source, rows = self.sources[table], plans[table].rows
             if self.names.mirror(table) in self.direct_tables:  # rows the store has judged newer, and knows the places of
                 self._commit_mirror(table, rows, unit)
+            elif source.is_events and self.store is not None and table in self.store.mirrors:
+                self._append(self.names.mirror(table), rows, unit)  # events the store has judged new: nothing to replace
             else:
                 unit.retries.run(f"MERGE into mirror {table}", lambda: merge_changes(self.spark, self.names, source, rows))
             crash_point(f"mirror:{table}", unit.batch_id)
@@ -405,15 +407,6 @@ class BatchProcessor(StoreSteps):
             started_at_micros=started_at,
             finished_at_micros=_now_micros(),
         )
-
-
-def _lookback(table: str, views: Sequence[ViewPlan]) -> int | None:
-    """How far behind its watermark the views need event source `table`'s events (micros), None for
-    all of them; with no view, none are needed but those a redelivery may repeat (the watermark's)."""
-    needs = [
-        lookback(v.tables, v.finality, table, v.occurrence(v.anchor).table if v.as_of_processing else None) for v in views if table in v.tables
-    ]
-    return None if None in needs else max(needs, default=0)
 
 
 class _Clock:

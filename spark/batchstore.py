@@ -18,6 +18,7 @@ from spark.directwrite import DirectWriter
 from spark.indexed import IndexedView
 from spark.journal import Journal, TablePlan
 from spark.literals import q
+from spark.planner.retention import Need, horizon
 from spark.maintain import ViewMaintainer, ViewResult
 from spark.state.codec import rows_of
 from spark.state.layout import ViewPart, mirror_parts, route
@@ -40,7 +41,7 @@ class StoreSteps:
     synced: SyncReport | None
     direct: DirectWriter | None
     direct_tables: set[str]
-    lookbacks: dict[str, int | None]
+    needs: dict[str, list[Need] | None]
 
     def watermarks(self) -> dict[str, int | None]: ...  # spark.batch.BatchProcessor
 
@@ -51,7 +52,9 @@ class StoreSteps:
         located = bool(self.direct_tables)  # direct commits delete replaced rows by their place in the table's files
         for table, part in mirror_parts(self.sources, list(routes.values()), located).items():
             self.store.attach_mirror(part)
-            if located:  # the store judges which rows win and knows where the rows they replace live
+            # the store judges which rows win and knows where the rows they replace live; a direct
+            # commit writes unpartitioned tables only (an event source's is partitioned by event time)
+            if located and self.direct is not None and self.direct.supports(self.names.mirror(table)):
                 self.direct_tables.add(self.names.mirror(table))
         self.sync = StoreSync(self.spark, self.store, self.names)
         self.sync.retained = self._retained()
@@ -70,19 +73,16 @@ class StoreSteps:
 
     # ---- retention of events --------------------------------------------------------------------
     def _horizons(self) -> dict[str, int]:
-        """Per event source whose views need only recent events, the event time before which the
-        store drops them: its watermark less the longest window a view still fills (spark.planner.finality)."""
-        horizons = {}
-        for table, need in self.lookbacks.items():
-            mark = self.watermarks().get(table)
-            if need is not None and mark is not None:
-                horizons[table] = mark - need
-        return horizons
+        """Per event source whose views need only some of its events, the event time before which
+        the store drops them (spark.planner.retention)."""
+        marks = self.watermarks()
+        found = {t: horizon(wanted, marks) for t, wanted in self.needs.items()}
+        return {t: h for t, h in found.items() if h is not None}
 
     def _retained(self) -> dict[str, str]:
         """The predicate a reload of each such event source keeps its events by."""
         return {
-            t: f"{q(self.sources[t].event_time or '')} >= timestamp_micros({horizon})" for t, horizon in self._horizons().items()
+            t: f"{q(self.sources[t].event_time or '')} >= timestamp_micros({before})" for t, before in self._horizons().items()
         }
 
     def _retain(self) -> int:
@@ -90,9 +90,9 @@ class StoreSteps:
         if self.store is None or self.sync is None:
             return 0
         dropped = 0
-        for table, horizon in self._horizons().items():
+        for table, before in self._horizons().items():
             if table in self.store.mirrors:
-                dropped += self.store.purge(table, self.sources[table].event_time or "", horizon)
+                dropped += self.store.purge(table, self.sources[table].event_time or "", before)
         self.sync.retained = self._retained()
         return dropped
 

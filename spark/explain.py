@@ -10,6 +10,7 @@ from sqlglot import exp
 from spark.cost import Statistics, cost_lines, predict
 from spark.planner import OCCURRENCE, SELF, ViewPlan, over
 from spark.state.layout import Lookup, route
+from catalog.durations import format_duration
 from spark.viewsql import recompute_sql
 
 ARROW = " -> "
@@ -79,6 +80,15 @@ def explain(
             "",
             f"enrichment as of processing - each {anchor} event's row is computed once, in the batch that ingests it,",
             f"  with the rows {others or 'it joins'} held then; their later changes reach no row of this view.",
+        ]
+    if plan.bound is not None:
+        b = plan.bound
+        lines += [
+            "",
+            f"time bound - {b.first}'s event time minus {b.second}'s is within [{format_duration(b.low) if b.low >= 0 else '-' + format_duration(-b.low)}, "
+            f"{format_duration(b.high) if b.high >= 0 else '-' + format_duration(-b.high)}]:",
+            f"  the local state keeps a {b.first} event while {b.second}'s watermark plus the lower bound has not passed it,",
+            f"  and a {b.second} event while {b.first}'s watermark minus the upper bound has not; then they are purged.",
         ]
     if plan.finality is not None:
         final = plan.finality

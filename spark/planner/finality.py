@@ -130,20 +130,6 @@ def checked_sql(sql: str, final: Finality | None, sources: Mapping[str, SourceTa
     return f"SELECT _lmv_w.*, coalesce({final.end_over('_lmv_w')} <= {mark}, FALSE) AS {FINAL} FROM ({sql}) AS _lmv_w"
 
 
-def lookback(plan_tables: tuple[str, ...], final: Finality | None, source: str, as_of_anchor: str | None = None) -> int | None:
-    """How far behind its watermark a view needs `source`'s events kept (micros), or None: all of them.
-
-    A windowed view over the one event source needs the events of windows not yet final: those
-    within a window's size of the watermark. Any other view that reads the source may reach any of
-    its events again (a change of a table it joins), so it needs them all - except a view that
-    enriches `as_of_anchor`'s events as of processing, which never reads an event again."""
-    if as_of_anchor == source:
-        return 0
-    if final is not None and final.source == source and plan_tables == (source,):
-        return final.size
-    return None
-
-
 def disjoint_windows(starts: list[exp.Expression]) -> bool:
     """Whether the window starts of UNION ALL branches are tumbling windows of one column and size
     at different offsets (a hopping window, `spark.timewindows`): no start is in two branches."""

@@ -9,6 +9,7 @@ import sqlglot
 from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
 
+from spark.planner.bounds import TimeBound
 from spark.planner.finality import Finality
 from spark.views import ViewDefinition
 
@@ -76,6 +77,7 @@ class ViewPlan(BaseModel):
     branches: tuple[Branch, ...] = ()  # a UNION ALL's branches (empty: one SELECT)
     finality: Finality | None = None  # keyed by an event-time window: `window_final` ends `columns`
     event_columns: tuple[str, ...] = ()  # as of processing: the output columns only the event gives
+    bound: TimeBound | None = None  # two event streams joined within a time bound
 
     @property
     def anchors(self) -> tuple[Branch, ...]:

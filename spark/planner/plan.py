@@ -13,6 +13,7 @@ from sqlglot.optimizer.scope import build_scope
 
 from catalog.declarations import SourceTable
 from spark.planner.ctes import inline_ctes
+from spark.planner.bounds import time_bound
 from spark.planner.edges import _Edges
 from spark.planner.finality import FINAL, disjoint_windows, finality
 from spark.planner.keys import _Keys
@@ -88,6 +89,7 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
             body=tree.sql(dialect="spark"),
             finality=final,
             event_columns=event_columns,
+            bound=time_bound(tree.sql(dialect="spark"), {o.alias: o.table for o in self.occurrences}, self.sources),
         )
 
     def _check_as_of(self, anchor: int, keys: tuple[KeyColumn, ...], final: object) -> None:

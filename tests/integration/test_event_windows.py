@@ -193,8 +193,14 @@ def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path
     ]
     partitions = lake.spark.table(f"{lake.names.mirror('page_views')}.partitions").schema["partition"].dataType.fieldNames()
     assert partitions == ["viewed_at_hour"]
+    since = micros(at("11:00"))
+    recent = len([e for e in model.events.values() if micros(e["viewed_at"]) >= since])
     with lake_connection(settings, SOURCES) as con:  # DuckDB reads the events table as any mirror
         assert con.execute("SELECT count(*) FROM page_views").fetchone()[0] == len(model.events)
+        # a filter on event time prunes partitions: each file must sit in its hour's partition
+        assert con.execute(f"SELECT count(*) FROM page_views WHERE viewed_at >= make_timestamp({since})::TIMESTAMPTZ").fetchone()[0] == recent
+    pruned = lake.spark.sql(f"SELECT count(*) FROM {lake.names.mirror('page_views')} WHERE viewed_at >= timestamp_micros({since})")
+    assert pruned.first()[0] == recent
 
 
 def assert_retained(path, model: Model) -> None:

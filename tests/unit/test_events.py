@@ -16,7 +16,8 @@ from spark import events
 from spark.changeset import build_changeset
 from spark.envelope import Change, Skip
 from spark.planner import plan_view
-from spark.planner.finality import FINAL, Finality, checked_sql, final_rows_sql, finality, finalizing_sql, lookback, window_of
+from spark.planner.retention import horizon, needs, source_needs
+from spark.planner.finality import FINAL, Finality, checked_sql, final_rows_sql, finality, finalizing_sql, window_of
 from spark.views import parse_view
 
 MIN = 60_000_000
@@ -343,12 +344,6 @@ def test_window_of(expression, end):
     assert window_of(expression, "viewed_at") == end
 
 
-def test_lookback_bounds_only_views_that_read_nothing_but_the_windowed_source():
-    assert lookback(("page_views",), HOURLY, "page_views") == 3_600_000_000
-    assert lookback(("page_views", "users"), HOURLY, "page_views") is None  # a users change reaches final windows
-    assert lookback(("page_views",), None, "page_views") is None  # not windowed: any event may be read again
-
-
 def test_finality_needs_an_event_source_anchor():
     keys = {"repo": "_lmv_self.repo", "hour": "date_trunc('hour', _lmv_self.viewed_at)"}
     assert finality(keys, "page_views", SOURCES) == HOURLY
@@ -481,4 +476,60 @@ def test_as_of_processing_refusals(text, message):
 
 
 def test_as_of_processing_needs_no_events_kept():
-    assert lookback(("page_views", "users"), None, "page_views", as_of_anchor="page_views") == 0
+    plan = plan_view(parse_view(AS_OF.format(key="view_id", enrich="as_of_processing"), "seen"), SOURCES)
+    assert needs(plan, "page_views") == [("page_views", 0)]
+    twin = plan_view(parse_view(AS_OF.format(key="view_id", enrich="table_table"), "seen"), SOURCES)
+    assert needs(twin, "page_views") is None  # a users change may reach any event's row
+
+
+# --- stream-stream joins: time bounds and retention ----------------------------------------------
+
+SEARCHES = parse_source(
+    'name = "searches"\nkind = "events"\nevent_id = "search_id"\nevent_time = "searched_at"\nlateness = "5 minutes"\n'
+    'columns = [{ name = "search_id", type = "string" }, { name = "query", type = "string" }, { name = "searched_at", type = "timestamp" }]',
+    "sources/searches.toml",
+)
+CLICKS = parse_source(
+    'name = "clicks"\nkind = "events"\nevent_id = "click_id"\nevent_time = "clicked_at"\n'
+    'columns = [{ name = "click_id", type = "string" }, { name = "search_id", type = "string" }, { name = "clicked_at", type = "timestamp" }]',
+    "sources/clicks.toml",
+)
+STREAMS = {"searches": SEARCHES, "clicks": CLICKS, **SOURCES}
+JOIN = "-- @key: click_id\nSELECT c.click_id, s.query FROM clicks c JOIN searches s ON s.search_id = c.search_id AND {condition}"
+
+
+@pytest.mark.parametrize(
+    ("condition", "bound"),
+    [
+        ("c.clicked_at BETWEEN s.searched_at AND s.searched_at + INTERVAL '1' HOUR", (0, HOUR)),
+        ("c.clicked_at >= s.searched_at - INTERVAL 5 MINUTES AND s.searched_at + INTERVAL '30' MINUTE > c.clicked_at", (-5 * MIN, 30 * MIN)),
+        ("s.searched_at <= c.clicked_at AND c.clicked_at <= s.searched_at + INTERVAL '2' HOUR AND c.clicked_at <= s.searched_at + INTERVAL '1' HOUR", (0, HOUR)),
+    ],
+)
+def test_time_bound_between_two_event_streams(condition, bound):
+    plan = plan_view(parse_view(JOIN.format(condition=condition), "clicked"), STREAMS)
+    assert plan.bound is not None and (plan.bound.first, plan.bound.second) == ("clicks", "searches")
+    assert (plan.bound.low, plan.bound.high) == bound
+
+
+@pytest.mark.parametrize(
+    "condition",
+    ["c.clicked_at >= s.searched_at", "c.clicked_at <= s.searched_at + INTERVAL '1' HOUR", "s.query <> ''"],
+)
+def test_a_join_bounded_on_one_side_only_keeps_every_event(condition):
+    plan = plan_view(parse_view(JOIN.format(condition=condition), "clicked"), STREAMS)
+    assert plan.bound is None and needs(plan, "clicks") is None and needs(plan, "searches") is None
+
+
+def test_retention_of_a_bounded_join_follows_the_other_streams_watermark():
+    plan = plan_view(parse_view(JOIN.format(condition="c.clicked_at BETWEEN s.searched_at AND s.searched_at + INTERVAL '1' HOUR"), "j"), STREAMS)
+    # a click can meet a search until the searches' watermark passes it; a search, a click within the hour
+    assert needs(plan, "clicks") == [("searches", 0)] and needs(plan, "searches") == [("clicks", -HOUR)]
+    wanted = source_needs("searches", [plan])
+    assert wanted == [("searches", 0), ("clicks", -HOUR)]
+    assert horizon(wanted, {"searches": 10 * HOUR, "clicks": 10 * HOUR + 20 * MIN}) == 9 * HOUR + 20 * MIN
+    assert horizon(wanted, {"searches": 10 * HOUR, "clicks": None}) is None  # no click yet: keep every search
+    windowed = plan_view(parse_view(HOURLY_VIEW.format(col="viewed_at", n="n", table="page_views"), "h"), SOURCES)
+    assert needs(windowed, "page_views") == [("page_views", -HOUR)]
+    assert source_needs("page_views", [windowed, plan]) == [("page_views", 0), ("page_views", -HOUR)]
+    assert source_needs("page_views", []) == [("page_views", 0)]  # no view: what a redelivery may repeat
