@@ -99,6 +99,32 @@ def generate(
     console.print(f"wrote {events} events in {files} files to {out} ({time.perf_counter() - started:.1f}s); live rows: {live}")
 
 
+@app.command("generate-events")
+def generate_events(
+    out: Annotated[Path | None, typer.Option(help="Landing directory to write <stream>/*.json files into.")] = None,
+    kafka: Annotated[str | None, typer.Option(help="Or produce to Kafka (HOST:PORT), a topic per stream.")] = None,
+    events: Annotated[int, typer.Option(min=1, help="Page views; profile views and searches are a quarter each.")] = 10_000,
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds of arrivals (a file per stream each).")] = 5,
+    seed: Annotated[int, typer.Option(help="Random seed: same seed, same events.")] = 7,
+    late_share: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of events that arrive an hour late.")] = 0.01,
+    duplicate_share: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of events delivered twice.")] = 0.01,
+) -> None:
+    """Write event streams (page views, profile views, searches, clicks) with out-of-order, late and
+    repeated arrivals, for the sources in catalog/sources/events."""
+    from spark.kafka import check_bootstrap
+    from workload.events import EventConfig, EventWorkload, produce_round, write_round
+
+    if (out is None) == (kafka is None):
+        raise ConfigError("give either --out DIR or --kafka HOST:PORT", "generate-events")
+    started = time.perf_counter()
+    config = EventConfig(events=events, rounds=rounds, seed=seed, late_share=late_share, duplicate_share=duplicate_share)
+    total = 0
+    for number, lines in enumerate(EventWorkload(config).rounds()):
+        total += write_round(out, number, lines) if out is not None else produce_round(check_bootstrap(kafka or ""), lines)
+    where = str(out) if out is not None else f"Kafka at {kafka}"
+    console.print(f"wrote {total:,} events in {rounds} rounds to {where} ({time.perf_counter() - started:.1f}s)")
+
+
 def _check_landing(ctx: typer.Context, landing: Path, once: bool) -> None:
     """A landing folder that cannot be what the user meant is a usage error, before anything starts."""
     from spark.changeset import check_landing
