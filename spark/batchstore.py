@@ -72,17 +72,24 @@ class StoreSteps:
         self.synced = self.sync.check(self.journal.write_ids() if self.journal is not None else ())
 
     # ---- retention of events --------------------------------------------------------------------
-    def _horizons(self) -> dict[str, int]:
+    def _horizons(self, marks: Mapping[str, int | None] | None = None) -> dict[str, int]:
         """Per event source whose views need only some of its events, the event time before which
-        the store drops them (spark.planner.retention)."""
-        marks = self.watermarks()
+        the store drops them (spark.planner.retention), by the watermarks `marks` (default: now)."""
+        marks = self.watermarks() if marks is None else marks
         found = {t: horizon(wanted, marks) for t, wanted in self.needs.items()}
         return {t: h for t, h in found.items() if h is not None}
 
     def _retained(self) -> dict[str, str]:
-        """The predicate a reload of each such event source keeps its events by."""
+        """The predicate a reload of each such event source keeps its events by. A unit still in the
+        journal may be replayed: it judges windows from the watermark it started with, which the
+        tables' newest events (its own among them, if it crashed after appending them) overstate."""
+        marks: dict[str, int | None] = dict(self.watermarks())
+        if self.journal is not None:
+            for source, mark in self.journal.pending_watermarks().items():
+                if source in marks:
+                    marks[source] = None if mark is None or marks[source] is None else min(mark, marks[source])  # type: ignore[type-var]
         return {
-            t: f"{q(self.sources[t].event_time or '')} >= timestamp_micros({before})" for t, before in self._horizons().items()
+            t: f"{q(self.sources[t].event_time or '')} >= timestamp_micros({before})" for t, before in self._horizons(marks).items()
         }
 
     def _retain(self) -> int:

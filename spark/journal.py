@@ -126,6 +126,20 @@ class Journal:
         os.rename(temporary, final)
         _fsync_dir(self.root)
 
+    def pending_watermarks(self) -> dict[str, int | None]:
+        """Per event source, the lowest watermark a unit still in the journal was judged by (None: one
+        was judged before the source had a watermark): what a replay may need events back to."""
+        lowest: dict[str, int | None] = {}
+        if not self.root.is_dir():
+            return lowest
+        for manifest in self.root.glob("[0-9]*/manifest.json"):
+            for source, mark in json.loads(manifest.read_text(encoding="utf-8")).get("watermarks", {}).items():
+                if source not in lowest:
+                    lowest[source] = mark
+                elif lowest[source] is not None:
+                    lowest[source] = None if mark is None else min(lowest[source], mark)  # type: ignore[type-var]
+        return lowest
+
     def write_ids(self) -> set[str]:
         """Write ids of the units with an entry: the last batch's, which a restart may replay."""
         if not self.root.is_dir():

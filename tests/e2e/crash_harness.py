@@ -92,9 +92,23 @@ def schedule_for(seed: int, batches: int, points: Sequence[str] = POINTS) -> lis
     return [(point, 1 + (index // per_batch + shift) % spans) for index, point in enumerate(points)]
 
 
+_STEPS = ("keys", "feed", "view", "state")
+
+
+def _rank(point: str) -> tuple[int, str, int]:
+    """Where a point comes in a unit: parse, journal, dead letters, mirrors, the store, then the
+    views one by one in name order (LAKEMV_VIEW_WORKERS=1), each through its steps, then the ledger."""
+    step, _, name = point.partition(":")
+    fixed = {"parsed": 0, "journaled": 1, "dead_letters": 2, "mirror": 3, "ledger": 6, "batch_end": 7}
+    if point == "state:mirrors":
+        return 4, "", 0
+    if step in _STEPS:
+        return 5, name, _STEPS.index(step)
+    return fixed[step], name, 0
+
+
 def _ordered_schedule(schedule: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    order = {p: i for i, p in enumerate(POINTS)}
-    return sorted(schedule, key=lambda pair: (pair[1], order[pair[0]]))
+    return sorted(schedule, key=lambda pair: (pair[1], _rank(pair[0])))
 
 
 def prepare_landing(out: Path, seed: int, users: int, rounds: int, sources: SourceRegistry) -> tuple[dict, int]:
@@ -110,6 +124,64 @@ def prepare_landing(out: Path, seed: int, users: int, rounds: int, sources: Sour
         os.utime(path, (base + index, base + index))
     per_round = len(files) // rounds
     return workload.state, per_round
+
+
+# ---- event streams ---------------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+EVENT_VIEWS = ("page_views_hourly", "profile_viewers", "search_clicks")
+# The event views' own steps, and the steps every unit takes (their full set: `--events` on the CLI).
+EVENT_POINTS = (
+    "journaled",
+    "dead_letters",
+    "mirror:clicks",
+    "mirror:page_views",
+    "state:mirrors",
+    *(f"{step}:{v}" for v in EVENT_VIEWS for step in ("keys", "feed", "view", "state")),
+    "ledger",
+    "batch_end",
+)
+
+
+def event_env() -> dict[str, str]:
+    """The GitHub sources and views plus the event ones (catalog/sources/events, views/events)."""
+    return {
+        "LAKEMV_SOURCES_DIRS": json.dumps([str(ROOT / "catalog/sources"), str(ROOT / "catalog/sources/events")]),
+        "LAKEMV_EXTRA_VIEWS_DIR": str(ROOT / "views/events"),
+    }
+
+
+def prepare_events(out: Path, seed: int, events: int, rounds: int) -> tuple[list[dict[str, list[str]]], int]:
+    """Generated event streams, a file per stream and round plus a bad line, in round order."""
+    from workload.events import EventConfig, EventWorkload, write_round
+
+    cut = [r for r in EventWorkload(EventConfig(events=events, rounds=rounds, seed=seed, late_share=0.03, duplicate_share=0.05)).rounds()]
+    streams = sorted({s for lines in cut for s in lines})
+    for number, lines in enumerate(cut):
+        write_round(out, number, {s: lines.get(s, []) for s in streams})
+        (out / "page_views" / f"events-{number:05d}.json").open("a").write('{"view_id": "bad", "viewed_at": "yesterday"}\n')
+    files = sorted(out.glob("*/*.json"), key=lambda p: (p.name, p.parent.name))
+    base = time.time() - 10_000
+    for index, path in enumerate(files):
+        os.utime(path, (base + index, base + index))
+    return cut, len(streams)
+
+
+def assert_events_match_model(lake: Mapping[str, list[dict]], rounds: list[dict[str, list[str]]], context: str) -> None:
+    """The crashed lake's windowed and joined views equal the event model fed the same rounds."""
+    from tests.eventmodel import HOUR, EventModel
+
+    sources = load_sources([ROOT / "catalog/sources/events"])
+    model = EventModel({n: sources[n] for n in ("page_views", "searches", "clicks")})
+    for lines in rounds:
+        model.round({s: [l for l in rows if '"bad"' not in l] for s, rows in lines.items() if s in model.sources})
+    hourly = {
+        (*k, len(v), len({e["viewer"] for e in v} - {None}), model.final("page_views", k[-1], HOUR))
+        for k, v in model.windows("page_views", ("repo_owner", "repo_name"), HOUR).items()
+    }
+    got = {(r["repo_owner"], r["repo_name"], r["hour"], r["views"], r["viewers"], r["window_final"]) for r in lake["views.page_views_hourly"]}
+    assert got == hourly, f"page_views_hourly differs from the model{context}"
+    pairs = {(c["click_id"], s["query"]) for c, s in model.joined("clicks", "searches", "search_id", 0, HOUR)}
+    assert {(r["click_id"], r["query"]) for r in lake["views.search_clicks"]} == pairs, f"search_clicks differs from the model{context}"
 
 
 def copy_landing(source: Path, target: Path) -> None:
@@ -180,7 +252,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def read_lake(warehouse: Path, sources: SourceRegistry) -> dict[str, list[dict[str, Any]]]:
+def read_lake(warehouse: Path, sources: SourceRegistry, views: Sequence[str] = VIEWS) -> dict[str, list[dict[str, Any]]]:
     """Every table a crash could corrupt, as rows without run-dependent columns (times, stream ids)."""
     settings = LakeSettings(warehouse=warehouse)
     con = connect_duckdb(threads=2)
@@ -188,7 +260,7 @@ def read_lake(warehouse: Path, sources: SourceRegistry) -> dict[str, list[dict[s
     for name, source in sources.items():
         columns = ", ".join(f'"{c}"' for c in source.column_names)
         tables[f"mirror.{name}"] = (MIRROR_NAMESPACE, name, f"{columns}, _lmv_position, _lmv_op, _lmv_deleted, _lmv_source_ts, _lmv_batch_id")
-    for view in VIEWS:
+    for view in views:
         tables[f"views.{view}"] = (VIEW_NAMESPACE, view, "*")
         tables[f"views.{view}__changes"] = (VIEW_NAMESPACE, f"{view}__changes", "* EXCLUDE (changed_at)")
     tables["dead_letters"] = (
@@ -246,13 +318,21 @@ def run_trial(
     sources: SourceRegistry | None = None,
     points: Sequence[str] = POINTS,
     set_wise: bool = False,
+    events: int = 0,
 ) -> Trial:
     """Reference run and crashed run of one generated input; raises AssertionError on any difference.
-    `points`: where to kill (every point by default); `set_wise`: every batch parsed by Spark."""
+    `points`: where to kill (every point by default); `set_wise`: every batch parsed by Spark;
+    `events`: feed generated event streams (that many page views) to the event views instead."""
     started = time.monotonic()
-    sources = sources or load_sources(LakeSettings().sources_dirs)
     generated = root / "generated"
-    state, per_round = prepare_landing(generated, seed, users, rounds, sources)
+    extra: dict[str, str] = {}
+    if events:
+        extra = event_env()
+        sources = load_sources([ROOT / "catalog/sources", ROOT / "catalog/sources/events"])
+        cut, per_round = prepare_events(generated, seed, events, rounds)
+    else:
+        sources = sources or load_sources(LakeSettings().sources_dirs)
+        state, per_round = prepare_landing(generated, seed, users, rounds, sources)
     trial = Trial(seed, _ordered_schedule(schedule_for(seed, rounds, points)))
     lakes = {}
     for name in ("reference", "crashed"):
@@ -262,7 +342,7 @@ def run_trial(
             signal_file = root / "crash-signal"
             for point, batch in trial.schedule:
                 arm = {"LAKEMV_CRASH_AT": f"{point}@{batch}", "LAKEMV_CRASH_SIGNAL": str(signal_file)}
-                env = ingest_env(per_round, arm, set_wise)
+                env = ingest_env(per_round, {**extra, **arm}, set_wise)
                 trial.runs += 1
                 reached = ingest(warehouse, landing, env, signal_file)
                 if reached is None:
@@ -274,11 +354,14 @@ def run_trial(
                             shutil.rmtree(folder)
                             trial.states_lost += 1
         trial.runs += 1
-        assert ingest(warehouse, landing, ingest_env(per_round, set_wise=set_wise)) is None
-        lakes[name] = read_lake(warehouse, sources)
+        assert ingest(warehouse, landing, ingest_env(per_round, extra, set_wise=set_wise)) is None
+        lakes[name] = read_lake(warehouse, sources, (*VIEWS, *EVENT_VIEWS) if events else VIEWS)
     context = f"seed {seed}"
     trial.compared = assert_same_lake(lakes["reference"], lakes["crashed"], context)
-    assert_views_match_model(lakes["crashed"], state, f" ({context}, after crashes)")
+    if events:
+        assert_events_match_model(lakes["crashed"], cut, f" ({context}, after crashes)")
+    else:
+        assert_views_match_model(lakes["crashed"], state, f" ({context}, after crashes)")
     trial.seconds = time.monotonic() - started
     return trial
 
@@ -290,13 +373,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--root", type=Path, default=Path("/tmp/lakemv-crash"))
     parser.add_argument("--set-wise", action="store_true", help="every batch parsed by Spark (spark.bulk)")
+    parser.add_argument("--events", type=int, default=0, help="feed the event views this many generated page views instead")
     args = parser.parse_args(argv)
     total_kills = 0
     for seed in args.seeds:
         root = args.root / f"seed-{seed}"
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        trial = run_trial(root, seed, users=args.users, rounds=args.rounds, set_wise=args.set_wise)
+        points = EVENT_POINTS if args.events else POINTS
+        trial = run_trial(root, seed, users=args.users, rounds=args.rounds, set_wise=args.set_wise, events=args.events, points=points)
         total_kills += len(trial.kills)
         print(
             f"seed {seed}: {len(trial.kills)} kills ({', '.join(trial.kills)}), not reached: {trial.not_reached or 'none'}; "

@@ -31,3 +31,17 @@ def test_set_wise_units_recover_to_the_crash_free_result(tmp_path, sources):
     assert not trial.not_reached, trial.not_reached
     assert sorted(k.split("@")[0] for k in trial.kills) == sorted(SET_WISE_POINTS)
     assert trial.compared["views.user_profile__changes"] > 0 and trial.compared["dead_letters"] > 0
+
+
+# Event views (windows with lateness, enrichment as of processing, a join within a time bound): a
+# kill at each kind of step. `python -m tests.e2e.crash_harness --events 300` kills at every one.
+EVENT_POINTS = ("journaled", "mirror:page_views", "state:mirrors", "keys:page_views_hourly", "view:profile_viewers", "state:search_clicks", "ledger")
+
+
+@pytest.mark.slow(240)
+def test_event_views_recover_to_the_crash_free_result(tmp_path):
+    trial = run_trial(tmp_path, seed=3, rounds=4, events=200, points=EVENT_POINTS)
+    assert not trial.not_reached, trial.not_reached
+    assert sorted(k.split("@")[0] for k in trial.kills) == sorted(EVENT_POINTS)
+    assert trial.compared["views.search_clicks__changes"] > 0 and trial.compared["views.page_views_hourly"] > 0
+    assert trial.compared["dead_letters"] > 0  # bad lines and late events

@@ -156,6 +156,7 @@ MODES = {
 }
 
 
+@pytest.mark.slow(90)
 @pytest.mark.parametrize("mode", list(MODES))
 def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path, mode):
     plans = [plan_view(parse_view(sql, name), SOURCES) for name, sql in VIEWS.items()]

@@ -533,3 +533,24 @@ def test_retention_of_a_bounded_join_follows_the_other_streams_watermark():
     assert needs(windowed, "page_views") == [("page_views", -HOUR)]
     assert source_needs("page_views", [windowed, plan]) == [("page_views", 0), ("page_views", -HOUR)]
     assert source_needs("page_views", []) == [("page_views", 0)]  # no view: what a redelivery may repeat
+
+
+# --- the journal keeps the watermarks a replay judges by ------------------------------------------
+
+
+def test_journal_keeps_the_watermarks_of_units_it_may_replay(tmp_path):
+    import pyarrow as pa
+
+    from spark.journal import BatchRef, Journal, TablePlan
+
+    journal = Journal(tmp_path / "journal")
+    assert journal.pending_watermarks() == {}
+    plan = {"page_views": TablePlan(pa.table({"x": [1]}), None)}
+    journal.save(BatchRef("s", 4), plan, {"page_views": 40 * MIN, "clicks": None})
+    journal.save(BatchRef("s", 5), plan, {"page_views": 30 * MIN, "clicks": 7})
+    assert journal.watermarks(BatchRef("s", 4)) == {"page_views": 40 * MIN, "clicks": None}
+    assert journal.watermarks(BatchRef("other", 4)) is None  # another stream's folder
+    # the lowest per source; None wins: a unit judged before the source had a watermark needs every event
+    assert journal.pending_watermarks() == {"page_views": 30 * MIN, "clicks": None}
+    journal.forget_before(BatchRef("s", 5))
+    assert journal.pending_watermarks() == {"page_views": 30 * MIN, "clicks": 7}
