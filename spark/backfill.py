@@ -251,7 +251,7 @@ class Backfill:
         write_state(self.spark, self.table, ViewState("paused", snapshots, by=state.by, branch=self.branch, published=True))
         if not self._fast_forward(self.feed):
             self._cherry_pick(self.feed, feed_base)
-        fingerprint = self.plan.definition.fingerprint
+        fingerprint = self.plan.fingerprint
         self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{fingerprint}')")
         timings["publish"] = time.perf_counter() - clock
         step(f"published: main of {self.plan.name} fast-forwarded to {self.branch}")

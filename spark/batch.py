@@ -106,6 +106,7 @@ class BatchProcessor(StoreSteps):
         self.maintainers = [ViewMaintainer(spark, names, self.sources, plan) for plan in views]
         # Per event source, the newest event time admitted: its watermark trails it by the lateness.
         self.clocks: dict[str, int | None] = event_clocks(spark, names, self.sources)
+        self._pinned: tuple[tuple[str, int], dict[str, int | None]] | None = None  # a batch's watermarks
         for maintainer in self.maintainers:
             maintainer.watermarks = self.watermarks()
         # Per event source, which events the views may read again (spark.planner.retention).
@@ -145,7 +146,7 @@ class BatchProcessor(StoreSteps):
             plans = self.journal.load(ref)
             marks = self.journal.watermarks(ref) if plans is not None else None
         if marks is None:  # a replay judges lateness by the watermarks its first attempt used
-            marks = self.watermarks()
+            marks = self._batch_watermarks(ref)
         unit = WriteUnit(ref.write_id, replay=plans is not None, retries=Retries(), batch_id=ref.batch)
         if unit.replay and committed(self.spark, self.names.ledger, ref.write_id):
             crash_point("batch_end", ref.batch)
@@ -213,6 +214,21 @@ class BatchProcessor(StoreSteps):
         return build_changeset(lines, self.sources, self.max_line_chars, marks)
 
     # ---- event time --------------------------------------------------------------------------------
+    def _batch_watermarks(self, ref: BatchRef) -> dict[str, int | None]:
+        """The watermarks a unit judges lateness by: for every unit of one batch, those its first
+        unit started with. The order of a batch's records (Kafka's partitions one after the other,
+        files) says nothing of event time, so a later unit must not find events late that the
+        batch's first unit advanced the watermark past."""
+        if ref.chunk > 0:
+            first = self.journal.watermarks(BatchRef(ref.stream, ref.batch, 0)) if self.journal is not None else None
+            if first is not None:
+                return first
+            if self._pinned is not None and self._pinned[0] == (ref.stream, ref.batch):
+                return dict(self._pinned[1])
+        marks = self.watermarks()
+        self._pinned = ((ref.stream, ref.batch), marks)
+        return dict(marks)
+
     def watermarks(self) -> dict[str, int | None]:
         """Each event source's watermark now: its newest admitted event time minus its lateness."""
         return {t: watermark(c, self.sources[t]) for t, c in self.clocks.items()}

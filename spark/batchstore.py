@@ -5,6 +5,7 @@ Mixed into `spark.batch.BatchProcessor`, which runs them when it was given a sto
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -50,7 +51,8 @@ class StoreSteps:
         assert self.store is not None
         routes = {m.plan.name: route(m.plan) for m in self.maintainers}
         located = bool(self.direct_tables)  # direct commits delete replaced rows by their place in the table's files
-        for table, part in mirror_parts(self.sources, list(routes.values()), located).items():
+        retention = {t: json.dumps([self.needs[t], self.sources[t].lateness_micros]) for t in self.needs}
+        for table, part in mirror_parts(self.sources, list(routes.values()), located, retention).items():
             self.store.attach_mirror(part)
             # the store judges which rows win and knows where the rows they replace live; a direct
             # commit writes unpartitioned tables only (an event source's is partitioned by event time)
@@ -62,7 +64,7 @@ class StoreSteps:
         for m in self.maintainers:
             if routes[m.plan.name].indexed:
                 self.store.attach_view(
-                    ViewPart(view=m.plan.name, key=m.plan.key_names, definition=m.plan.definition.fingerprint, located=located)
+                    ViewPart(view=m.plan.name, key=m.plan.key_names, definition=m.plan.fingerprint, located=located)
                 )
                 self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync)
                 if self.direct_tables:

@@ -114,7 +114,7 @@ class ViewMaintainer(ViewWriter):
         if _signature(self.spark.table(self.table).schema) != _signature(schema):
             self._create(schema, replace=True)
             return False
-        return self._fingerprint() == self.plan.definition.fingerprint
+        return self._fingerprint() == self.plan.fingerprint
 
     def ensure(self) -> ViewResult | None:
         """Create the view's tables if needed and build the view when it is new or its SQL changed.
@@ -140,7 +140,7 @@ class ViewMaintainer(ViewWriter):
         if not prepared:
             self.prepare()
         result = self.backfill()
-        fingerprint = self.plan.definition.fingerprint
+        fingerprint = self.plan.fingerprint
         self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{fingerprint}')")
         return result
 
@@ -162,7 +162,7 @@ class ViewMaintainer(ViewWriter):
         a crash between the change-feed append and the view MERGE, the rerun finds its feed rows and
         does not append them again.
         """
-        fingerprint = self.plan.definition.fingerprint[:16]
+        fingerprint = self.plan.fingerprint[:24]
         unit = WriteUnit(f"build:{self.plan.name}:{fingerprint}@{self._current_snapshot()}", replay=True)
         with tagged(self.spark, unit.write_id):
             return self.write_all(unit)

@@ -37,6 +37,7 @@ class Finality(BaseModel):
     column: str  # the view's key column holding the window's start
     end: str  # Spark SQL of the window's end over `{start}`, the start column's reference
     size: int  # the longest a window lasts, in micros: its events are needed until it is final
+    lateness: int = 0  # the source's allowed lateness when planned: another one judges windows anew
 
     def end_over(self, alias: str) -> str:
         return self.end.format(start=f"{alias}.{q(self.column)}")
@@ -95,7 +96,7 @@ def finality(keys: Mapping[str, str], anchor_table: str, sources: Mapping[str, S
     for name, expression in keys.items():
         window = window_of(expression, source.event_time)
         if window is not None:
-            return Finality(source=source.name, column=name, end=window[0], size=window[1])
+            return Finality(source=source.name, column=name, end=window[0], size=window[1], lateness=source.lateness_micros)
     return None
 
 

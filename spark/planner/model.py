@@ -98,6 +98,14 @@ class ViewPlan(BaseModel):
         return self.definition.name
 
     @property
+    def fingerprint(self) -> str:
+        """What the view table was built from: the definition, and for a windowed view the lateness
+        its windows are judged final by (a new lateness rebuilds it: flags set by the old one go)."""
+        if self.finality is None:
+            return self.definition.fingerprint
+        return f"{self.definition.fingerprint[:16]}-l{self.finality.lateness}"
+
+    @property
     def as_of_processing(self) -> bool:
         """Each event's row is computed once, with the tables as they were then (`-- @enrich`)."""
         return self.definition.enrich == "as_of_processing"

@@ -13,7 +13,7 @@ from sqlglot.optimizer.scope import build_scope
 
 from catalog.declarations import SourceTable
 from spark.planner.ctes import inline_ctes
-from spark.planner.bounds import time_bound
+from spark.planner.bounds import TimeBound, time_bound
 from spark.planner.edges import _Edges
 from spark.planner.finality import FINAL, disjoint_windows, finality
 from spark.planner.keys import _Keys
@@ -89,8 +89,26 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
             body=tree.sql(dialect="spark"),
             finality=final,
             event_columns=event_columns,
-            bound=time_bound(tree.sql(dialect="spark"), {o.alias: o.table for o in self.occurrences}, self.sources),
+            bound=self._pair_bound(tree, anchor, keys, links),
         )
+
+    def _pair_bound(self, tree: exp.Expression, anchor: int, keys: tuple[KeyColumn, ...], links: tuple) -> TimeBound | None:
+        """The time bound of a view whose rows are event pairs: keyed by its anchor's event id and
+        joined to one other stream's event by that event's id (so a row is one event of each, and
+        an event no longer met by the other stream is never read again). Any other view over two
+        streams (one that aggregates the other stream's events, say) may read old events again."""
+        occurrences = self.occurrences
+        if len(occurrences) != 2 or len(links) != 1:
+            return None
+        first, other = occurrences[anchor], occurrences[links[0].child]
+        sources = {o.table: self.sources.get(o.table) for o in (first, other)}
+        if not all(s is not None and s.is_events for s in sources.values()):
+            return None
+        own_id = f"{SELF}.{sources[first.table].event_id}"  # type: ignore[union-attr]
+        other_id = f"{SELF}.{sources[other.table].event_id}"  # type: ignore[union-attr]
+        if [k.expr for k in keys] != [own_id] or not any(c == other_id and op == "=" for c, _p, op in links[0].pairs):
+            return None
+        return time_bound(tree.sql(dialect="spark"), {o.alias: o.table for o in occurrences}, self.sources)
 
     def _check_as_of(self, anchor: int, keys: tuple[KeyColumn, ...], final: object) -> None:
         """An as-of-processing view enriches each event once: one row per event of its anchor, which

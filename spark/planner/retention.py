@@ -5,9 +5,9 @@ source's watermark plus the offset (the watermark: spark.events), or None - keep
 - a view windowing one event source and reading nothing else reads an event again until its window
   is final: `(itself, -longest window)`;
 - a view enriching events as of processing never reads one again: `(itself, 0)`;
-- a join of two event streams within a time bound (`spark.planner.bounds`: first - second in
-  [low, high]) reads a `first` event while a `second` one may still meet it: `(second, low)`, and a
-  `second` event `(first, -high)`;
+- a view of event pairs - keyed by one stream's event id, joined to the other's event by its id -
+  within a time bound (`spark.planner.bounds`: first - second in [low, high]) reads a `first` event
+  while a `second` one may still meet it: `(second, low)`, and a `second` event `(first, -high)`;
 - any other view over the source (one that joins a table, whose change may reach any event) keeps all.
 Every source also keeps what a redelivery may repeat: the events at or after its own watermark.
 """
@@ -23,11 +23,12 @@ Need = tuple[str, int]
 
 def needs(plan: ViewPlan, source: str) -> list[Need] | None:
     """What `plan` needs kept of event source `source` (which it reads); None: every event."""
-    if plan.as_of_processing and plan.occurrence(plan.anchor).table == source:
-        return [(source, 0)]
+    reads = [o for o in plan.occurrences if o.table == source]
+    if plan.as_of_processing and plan.occurrence(plan.anchor).table == source and len(reads) == 1:
+        return [(source, 0)]  # read once, as the event being enriched
     final = plan.finality
-    if final is not None and final.source == source and plan.tables == (source,):
-        return [(source, -final.size)]
+    if final is not None and final.source == source and plan.tables == (source,) and not plan.links:
+        return [(source, -final.size)]  # every read is a window's (a hopping window's branches)
     bound = plan.bound
     if bound is not None and source == bound.first:
         return [(bound.second, bound.low)]

@@ -39,6 +39,7 @@ class MirrorPart(BaseModel):
     columns: tuple[tuple[str, str], ...]  # (name, declared type), the mirror's order
     indexes: tuple[tuple[str, ...], ...]  # column sets looked up by, sorted; the primary key excluded
     located: bool = False  # also where each row lives in the table (data file, row), for position deletes
+    retention: str = ""  # an event source: which of its events the views keep (another rule reloads them)
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -54,7 +55,7 @@ class MirrorPart(BaseModel):
     def fingerprint(self) -> str:
         """Changes when the rows must be reloaded (columns, key, a newly looked-up column); indexes
         over columns already kept are added and dropped in place."""
-        text = f"{FORMAT}|{self.primary_key}|{self.columns}|{self.materialized}|{self.located}"
+        text = f"{FORMAT}|{self.primary_key}|{self.columns}|{self.materialized}|{self.located}" + (f"|{self.retention}" if self.retention else "")
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -182,10 +183,13 @@ def _lookups(r: Route) -> Iterable[Lookup]:
     yield from r.down.values()
 
 
-def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route], located: bool = False) -> dict[str, MirrorPart]:
+def mirror_parts(
+    sources: Mapping[str, SourceTable], routes: Sequence[Route], located: bool = False, retention: Mapping[str, str] | None = None
+) -> dict[str, MirrorPart]:
     """One part per source table (the store judges every batch's rows against the stored ones, so
     each mirror can be written without a MERGE), with an index per distinct lookup column set and
-    per declared unique key;
+    per declared unique key; an event source's `retention` (what its views keep) is part of its
+    fingerprint: a view that needs more of its events reloads them from the table;
     `located` parts also keep each row's place in the table's files."""
     indexes: dict[str, set[tuple[str, ...]]] = {table: set() for table in sources}
     for r in routes:
@@ -207,5 +211,6 @@ def mirror_parts(sources: Mapping[str, SourceTable], routes: Sequence[Route], lo
             columns=tuple((c.name, c.kind) for c in source.columns),
             indexes=tuple(sorted(s for s in sets if s != pk)),
             located=located,
+            retention=(retention or {}).get(table, ""),
         )
     return parts

@@ -324,7 +324,7 @@ def test_unsupported_windows_are_refused(group, message):
 
 # --- spark.planner.finality ----------------------------------------------------------------------
 
-HOURLY = Finality(source="page_views", column="hour", end="{start} + INTERVAL '1' HOUR", size=3_600_000_000)
+HOURLY = Finality(source="page_views", column="hour", end="{start} + INTERVAL '1' HOUR", size=3_600_000_000, lateness=10 * MIN)
 
 
 @pytest.mark.parametrize(
@@ -405,7 +405,9 @@ def test_plan_of_tumbling_window_view_gets_window_final():
     text = "-- @key: repo, w\nSELECT repo, window.start AS w, count(*) AS n FROM page_views GROUP BY repo, window(viewed_at, '15 minutes')"
     plan = plan_view(parse_view(text, "quarterly"), SOURCES)
     assert plan.columns[-1] == FINAL
-    assert plan.finality == Finality(source="page_views", column="w", end="timestamp_micros(unix_micros({start}) + 900000000)", size=900_000_000)
+    assert plan.finality == Finality(
+        source="page_views", column="w", end="timestamp_micros(unix_micros({start}) + 900000000)", size=900_000_000, lateness=10 * MIN
+    )
 
 
 def test_plan_without_event_time_window_has_no_finality():
@@ -554,3 +556,63 @@ def test_journal_keeps_the_watermarks_of_units_it_may_replay(tmp_path):
     assert journal.pending_watermarks() == {"page_views": 30 * MIN, "clicks": None}
     journal.forget_before(BatchRef("s", 5))
     assert journal.pending_watermarks() == {"page_views": 30 * MIN, "clicks": 7}
+
+
+# --- review fixes: what the state keeps, and what a rebuild is judged by --------------------------
+
+
+def test_a_join_that_aggregates_the_other_stream_keeps_every_event():
+    grouped = (
+        "-- @key: search_id\nSELECT s.search_id, count(c.click_id) AS clicks FROM searches s JOIN clicks c "
+        "ON c.search_id = s.search_id AND c.clicked_at BETWEEN s.searched_at AND s.searched_at + INTERVAL '1' HOUR GROUP BY s.search_id"
+    )
+    plan = plan_view(parse_view(grouped, "g"), STREAMS)
+    assert plan.bound is None and needs(plan, "clicks") is None and needs(plan, "searches") is None
+
+
+def test_a_window_that_reads_its_source_twice_keeps_every_event():
+    text = (
+        "-- @key: repo, hour\nSELECT repo, date_trunc('hour', viewed_at) AS hour, count(*) AS n FROM page_views "
+        "WHERE repo IN (SELECT p.repo FROM page_views p WHERE p.view_id = 'x') GROUP BY repo, date_trunc('hour', viewed_at)"
+    )
+    plan = plan_view(parse_view(text, "w"), SOURCES)
+    assert plan.finality is not None and needs(plan, "page_views") is None
+
+
+def test_a_new_lateness_rebuilds_a_windowed_view_and_reloads_its_events():
+    from spark.state.layout import mirror_parts
+
+    hourly = HOURLY_VIEW.format(col="viewed_at", n="n", table="page_views")
+    slow = {**SOURCES, "page_views": source('lateness = "1 hour"')}
+    before, after = plan_view(parse_view(hourly, "h"), SOURCES), plan_view(parse_view(hourly, "h"), slow)
+    assert before.definition.fingerprint == after.definition.fingerprint and before.fingerprint != after.fingerprint
+    plain = plan_view(parse_view("-- @key: email\nSELECT email, n FROM users", "u"), SOURCES)
+    assert plain.fingerprint == plain.definition.fingerprint
+    parts = [mirror_parts(SOURCES, [], retention={"page_views": rule})["page_views"].fingerprint for rule in ("a", "a", "b")]
+    assert parts[0] == parts[1] != parts[2]
+
+
+def test_every_unit_of_a_batch_is_judged_by_the_watermarks_its_first_unit_started_with(tmp_path):
+    import pyarrow as pa
+
+    from spark.batch import BatchProcessor
+    from spark.journal import BatchRef, Journal, TablePlan
+
+    class Units:  # the processor's state _batch_watermarks reads (no Spark needed)
+        journal = Journal(tmp_path / "journal")
+        _pinned = None
+        now = {"page_views": 10 * HOUR}
+
+        def watermarks(self):
+            return dict(self.now)
+
+    units = Units()
+    judge = BatchProcessor._batch_watermarks
+    assert judge(units, BatchRef("s", 7, 0)) == {"page_views": 10 * HOUR}
+    units.now = {"page_views": 12 * HOUR}  # the first unit's events moved the watermark on
+    assert judge(units, BatchRef("s", 7, 1)) == {"page_views": 10 * HOUR}
+    assert judge(units, BatchRef("s", 8, 0)) == {"page_views": 12 * HOUR}  # the next batch starts afresh
+    # after a restart the first unit's journal entry says what it started with
+    units.journal.save(BatchRef("s", 9, 0), {"page_views": TablePlan(pa.table({"x": [1]}), None)}, {"page_views": 11 * HOUR})
+    units._pinned, units.now = None, {"page_views": 13 * HOUR}
+    assert judge(units, BatchRef("s", 9, 2)) == {"page_views": 11 * HOUR}
