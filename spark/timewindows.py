@@ -26,13 +26,15 @@ from catalog.errors import ViewDefinitionError
 
 
 # sqlglot reads `GROUP BY window(...)` as the start of a WINDOW clause: the call is renamed before parsing.
-CALL = re.compile(r"\bwindow(\s*\()", re.IGNORECASE)
+# A string literal, a quoted identifier or a comment (left as they are), or a `window(` call.
+CALL = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`|--[^\n]*|/\*.*?\*/)|\bwindow(\s*\()""", re.IGNORECASE | re.DOTALL)
 RENAMED = "lmv_time_window"
 
 
 def rename_calls(text: str) -> str:
-    """`text` with each `window(` call renamed, so that it parses wherever it stands."""
-    return CALL.sub(rf"{RENAMED}\1", text)
+    """`text` with each `window(` call renamed (not inside a literal or comment), so that it parses
+    wherever it stands."""
+    return CALL.sub(lambda m: m.group(1) or f"{RENAMED}{m.group(2)}", text)
 
 
 def _shown(node: exp.Expression) -> str:

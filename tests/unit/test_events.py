@@ -616,3 +616,17 @@ def test_every_unit_of_a_batch_is_judged_by_the_watermarks_its_first_unit_starte
     units.journal.save(BatchRef("s", 9, 0), {"page_views": TablePlan(pa.table({"x": [1]}), None)}, {"page_views": 11 * HOUR})
     units._pinned, units.now = None, {"page_views": 13 * HOUR}
     assert judge(units, BatchRef("s", 9, 2)) == {"page_views": 11 * HOUR}
+
+
+def test_window_calls_are_renamed_outside_literals_and_comments_only():
+    from spark.timewindows import rename_calls
+
+    text = "SELECT 'a window (x)' AS t, window(ts, '1 hour') -- window( here\nFROM t GROUP BY WINDOW (ts, '1 hour') /* window( */"
+    assert rename_calls(text) == (
+        "SELECT 'a window (x)' AS t, lmv_time_window(ts, '1 hour') -- window( here\nFROM t GROUP BY lmv_time_window (ts, '1 hour') /* window( */"
+    )
+    view = parse_view(
+        "-- @key: repo, w\nSELECT repo, window.start AS w, 'window (label)' AS label, count(*) AS n FROM page_views GROUP BY repo, window(viewed_at, '1 hour')",
+        "labelled",
+    )
+    assert "'window (label)'" in view.sql
