@@ -41,9 +41,12 @@ def parse_duration(text: str) -> int:
 
 
 def format_duration(micros: int) -> str:
-    """The shortest exact spelling of `micros` as `parse_duration` reads it: `3600000000` -> `1 hour`."""
+    """The shortest exact spelling of `micros` as `parse_duration` reads it: `3600000000` -> `1 hour`
+    (a negative one with a leading `-`)."""
     if micros == 0:
         return "0 seconds"
+    if micros < 0:
+        return "-" + format_duration(-micros)
     parts = []
     rest = micros
     for unit, size in sorted(MICROS.items(), key=lambda item: -item[1]):

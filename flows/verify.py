@@ -35,7 +35,7 @@ def verify(view: str | None = None, sample: int = 5, warehouse: str | None = Non
             result = verify_view(
                 lake.settings, lake.sources, name, checked_sql(plan.definition.sql, plan.finality, lake.sources), plan.key_names,
                 table_snapshot=table_snapshot, mirror_snapshots=mirror_snapshots, sample=sample,
-                compare=plan.event_columns if plan.as_of_processing else None,
+                compare=plan.compared,
             )  # fmt: skip
         report.info(result.summary(), style=None if result.ok else "red")
         for difference in result.samples:

@@ -266,7 +266,7 @@ class Backfill:
             self.plan.key_names,
             table_snapshot=ref_snapshot(self.spark, self.table, self.branch),
             mirror_snapshots=snapshots,
-            compare=self.plan.event_columns if self.plan.as_of_processing else None,
+            compare=self.plan.compared,
         )
 
     # ---- Iceberg refs ----------------------------------------------------------------------------

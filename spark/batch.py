@@ -34,7 +34,7 @@ from spark.changeset import ChangeSet, build_changeset, changes_to_arrow
 from spark.commits import Retries, WriteUnit, append_once, committed, tagged
 from spark.deadletters import dead_letters_to_arrow, ensure_dead_letters
 from spark.directwrite import DirectWriter
-from spark.events import STORED_DUPLICATE, watermark
+from spark.events import STORED_DUPLICATE, watermarks
 from spark.delta import effective_delta
 from spark.faults import crash_point
 from spark.indexed import IndexedView
@@ -231,7 +231,7 @@ class BatchProcessor(StoreSteps):
 
     def watermarks(self) -> dict[str, int | None]:
         """Each event source's watermark now: its newest admitted event time minus its lateness."""
-        return {t: watermark(c, self.sources[t]) for t, c in self.clocks.items()}
+        return watermarks(self.clocks, self.sources)
 
     def _event_step(self, changeset: ChangeSet, plans: Mapping[str, TablePlan]) -> dict[str, int | None]:
         """The event sources' clocks once the unit is applied; counts the events already stored, and
@@ -247,7 +247,7 @@ class BatchProcessor(StoreSteps):
             newest = _column_max(plan.rows, source.event_time)
             if newest is not None and (clocks[table] is None or newest > clocks[table]):
                 clocks[table] = newest
-        marks = {t: watermark(c, self.sources[t]) for t, c in clocks.items()}
+        marks = watermarks(clocks, self.sources)
         for maintainer in self.maintainers:
             maintainer.watermarks = marks
         return clocks

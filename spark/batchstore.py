@@ -18,6 +18,7 @@ from spark.delta import effective_delta
 from spark.directwrite import DirectWriter
 from spark.indexed import IndexedView
 from spark.journal import Journal, TablePlan
+from spark.events import lowest
 from spark.literals import q
 from spark.planner.retention import Need, horizon
 from spark.maintain import ViewMaintainer, ViewResult
@@ -89,7 +90,7 @@ class StoreSteps:
         if self.journal is not None:
             for source, mark in self.journal.pending_watermarks().items():
                 if source in marks:
-                    marks[source] = None if mark is None or marks[source] is None else min(mark, marks[source])  # type: ignore[type-var]
+                    marks[source] = lowest(mark, marks[source])
         return {
             t: f"{q(self.sources[t].event_time or '')} >= timestamp_micros({before})" for t, before in self._horizons(marks).items()
         }

@@ -12,7 +12,7 @@ whose end is at or before the watermark can take no more events: it is final.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,6 +63,16 @@ def event_time(change: Change, source: SourceTable) -> int:
 def watermark(clock: int | None, source: SourceTable) -> int | None:
     """The watermark of a source whose newest admitted event time is `clock` (None: no event yet)."""
     return None if clock is None else clock - source.lateness_micros
+
+
+def watermarks(clocks: Mapping[str, int | None], sources: Mapping[str, SourceTable]) -> dict[str, int | None]:
+    """Each event source's watermark, from its clock in `clocks`."""
+    return {t: watermark(c, sources[t]) for t, c in clocks.items()}
+
+
+def lowest(a: int | None, b: int | None) -> int | None:
+    """The lower of two watermarks, where None (no watermark yet: every event is on time) is lowest."""
+    return None if a is None or b is None else min(a, b)
 
 
 def late_reason(change: Change, source: SourceTable, mark: int | None) -> str | None:

@@ -85,8 +85,7 @@ def explain(
         b = plan.bound
         lines += [
             "",
-            f"time bound - {b.first}'s event time minus {b.second}'s is within [{format_duration(b.low) if b.low >= 0 else '-' + format_duration(-b.low)}, "
-            f"{format_duration(b.high) if b.high >= 0 else '-' + format_duration(-b.high)}]:",
+            f"time bound - {b.first}'s event time minus {b.second}'s is within [{format_duration(b.low)}, {format_duration(b.high)}]:",
             f"  the local state keeps a {b.first} event while {b.second}'s watermark plus the lower bound has not passed it,",
             f"  and a {b.second} event while {b.first}'s watermark minus the upper bound has not; then they are purged.",
         ]

@@ -55,7 +55,6 @@ class IndexedView:
         self.name = f"view:{self.plan.name}"
         self._prefix = f"_lmv_{self.plan.name}_occ_"
         self._body = _OCCURRENCE.sub(lambda m: f"{self._prefix}{m.group(1)}", self.plan.body)
-        self._final = self.plan.finality
         self._schema: pa.Schema | None = None
 
     def _view_schema(self) -> pa.Schema:
@@ -166,7 +165,7 @@ class IndexedView:
                 frame.createOrReplaceTempView(relation)
                 relations.append(relation)
             digest = digest_sql(list(self.plan.columns), "b")
-            body = final_rows_sql(self._body, self._final, self.maintainer.watermarks)
+            body = final_rows_sql(self._body, self.plan.finality, self.maintainer.watermarks)
             return self.spark.sql(f"SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b").toArrow()
         finally:
             for relation in relations:

@@ -23,6 +23,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from spark.events import lowest
+
 
 @dataclass(frozen=True, order=True)
 class BatchRef:
@@ -129,16 +131,13 @@ class Journal:
     def pending_watermarks(self) -> dict[str, int | None]:
         """Per event source, the lowest watermark a unit still in the journal was judged by (None: one
         was judged before the source had a watermark): what a replay may need events back to."""
-        lowest: dict[str, int | None] = {}
+        found: dict[str, int | None] = {}
         if not self.root.is_dir():
-            return lowest
+            return found
         for manifest in self.root.glob("[0-9]*/manifest.json"):
             for source, mark in json.loads(manifest.read_text(encoding="utf-8")).get("watermarks", {}).items():
-                if source not in lowest:
-                    lowest[source] = mark
-                elif lowest[source] is not None:
-                    lowest[source] = None if mark is None else min(lowest[source], mark)  # type: ignore[type-var]
-        return lowest
+                found[source] = lowest(found[source], mark) if source in found else mark
+        return found
 
     def write_ids(self) -> set[str]:
         """Write ids of the units with an entry: the last batch's, which a restart may replay."""

@@ -143,9 +143,9 @@ def run_kafka_ingest(
         if topics.transaction_topic is not None:
             # An event stream has no source transactions (and an event's own `transaction` field is
             # not Debezium's): its records pass the gate, after the changes it releases.
-            events = [r for r in records if r.table in sources and sources[r.table].is_events]
-            if events:
-                records = [r for r in records if not (r.table in sources and sources[r.table].is_events)]
+            streams = {t for t, s in sources.items() if s.is_events}
+            events = [r for r in records if r.table in streams]
+            records = [r for r in records if r.table not in streams]
             gate = TransactionGate.load(gates, batch_id, collections)
             records, report = gate.admit(records, boundaries)
             cuts = [*report.cuts, *range(len(records) + 1, len(records) + len(events) + 1)]

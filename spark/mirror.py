@@ -56,9 +56,9 @@ def event_clocks(spark: SparkSession, names: TableNames, sources: Mapping[str, S
 
 def event_watermarks(spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable]) -> dict[str, int | None]:
     """Per event source, the watermark its table's events give (what a backfill judges windows by)."""
-    from spark.events import watermark
+    from spark.events import watermarks
 
-    return {t: watermark(c, sources[t]) for t, c in event_clocks(spark, names, sources).items()}
+    return watermarks(event_clocks(spark, names, sources), sources)
 
 
 TIME_COMMENT = "lakemv:time"

@@ -110,6 +110,11 @@ class ViewPlan(BaseModel):
         """Each event's row is computed once, with the tables as they were then (`-- @enrich`)."""
         return self.definition.enrich == "as_of_processing"
 
+    @property
+    def compared(self) -> tuple[str, ...] | None:
+        """The columns an independent recompute can check beyond the key (None: all of them)."""
+        return self.event_columns if self.as_of_processing else None
+
     def reached_by(self, table: str) -> bool:
         """Whether a change to `table` can change the view's rows: an as-of-processing view follows
         only its anchor's events, never the tables they were enriched from."""
