@@ -38,7 +38,7 @@ def _key(settings: LakeSettings) -> str:
     import pyspark
 
     java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin") if os.environ.get("JAVA_HOME") else None)
-    parts = [pyspark.__version__]
+    parts = [pyspark.__version__, "jars on the driver's class path"]  # how spark.session loads them
     if java:
         real = Path(java).resolve()
         parts.append(f"{real}:{real.stat().st_size}:{real.stat().st_mtime_ns}")

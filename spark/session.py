@@ -55,11 +55,17 @@ def quiet_py4j() -> None:
         root.addFilter(_not_py4j)
 
 
-def _jars(settings: LakeSettings) -> str:
+def _jars(settings: LakeSettings) -> dict[str, str]:
+    """Where the jars go. On a local master the executors run in the driver's JVM, so the jars go on
+    that JVM's class path: `spark.jars` would copy all of them (80 MB) into a `spark-*/userFiles`
+    folder under the temp dir for every session, which a killed JVM never removes (1,534 of them,
+    55 GB, filled the disk after a day of crash tests). On a cluster `spark.jars` ships them."""
     jars = sorted(settings.jars_dir.glob("*.jar"))
     if not any(j.name.startswith("iceberg-spark-runtime") for j in jars):
         raise ConfigError("Iceberg jars are missing: run `make setup` (fetches them with Maven)", str(settings.jars_dir))
-    return ",".join(str(j) for j in jars)
+    if settings.spark_master.startswith("local"):
+        return {"spark.driver.extraClassPath": os.pathsep.join(str(j) for j in jars)}
+    return {"spark.jars": ",".join(str(j) for j in jars)}
 
 
 def base_conf(settings: LakeSettings) -> dict[str, str]:
@@ -69,7 +75,7 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
     java_opts = f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -Duser.timezone=UTC"
     driver_opts = " ".join(o for o in (java_opts, java_options(settings), settings.jvm_options) if o)
     return {
-        "spark.jars": _jars(settings),
+        **_jars(settings),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"
         "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
