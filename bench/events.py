@@ -98,10 +98,11 @@ def run_kind(view: str, args: argparse.Namespace, root: Path, console: Console) 
         if number % every == 0 or number == len(units) - 1:
             kept = {s: store.count(s) for s in KINDS[view]}
             point = {"unit": number, "events_so_far": totals["events"], "seconds": figures["seconds"], "cpu_seconds": figures["cpu_seconds"],
-                     "state_events": kept, "state_bytes": store.size_bytes(), "driver_resident_bytes": _resident_bytes()}  # fmt: skip
+                     "state_events": kept, "state_view_rows": store.view_count(view), "state_bytes": store.size_bytes(),
+                     "driver_resident_bytes": _resident_bytes()}  # fmt: skip
             series.append(point)
             console.print(f"  unit {number + 1}/{len(units)}: {len(unit):,} events in {figures['seconds']:.2f}s; state keeps "
-                          f"{sum(kept.values()):,} events, {point['state_bytes'] / 2**20:.1f} MiB")  # fmt: skip
+                          f"{sum(kept.values()):,} events and {point['state_view_rows']:,} view rows, {point['state_bytes'] / 2**20:.1f} MiB")  # fmt: skip
     table_events = {s: spark.table(names.mirror(s)).count() for s in KINDS[view]}
     full_spark, spark_figures = meter.measure("spark full recompute", lambda: processor.maintainers[0].recompute().count(), commits=False)
     con = lake_connection(settings, sources)
@@ -139,21 +140,23 @@ def report(results: dict[str, Any]) -> str:
         f"{results['args']['events']:,} page views generated (profile views and searches a quarter of that each, clicks ~1 per search), "
         f"in units of ~{results['args']['unit']:,}; the local state and direct commits, as ingest runs.",
         "",
-        "| view | events | units | events/s | per core | per CPU-second | state kept (first → last sample) | state file (first → last) | Spark full recompute | DuckDB full recompute |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| view | events | units | events/s | per core | per CPU-second | events kept (first → last sample) | view rows kept | state file | driver memory | Spark full recompute | DuckDB full recompute |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for k in results["kinds"]:
         first, last = k["series"][0], k["series"][-1]
         kept = f"{sum(first['state_events'].values()):,} → {sum(last['state_events'].values()):,}"
+        rows = f"{first['state_view_rows']:,} → {last['state_view_rows']:,}"
         size = f"{first['state_bytes'] / 2**20:.1f} → {last['state_bytes'] / 2**20:.1f} MiB"
+        memory = f"{first['driver_resident_bytes'] / 2**20:.0f} → {last['driver_resident_bytes'] / 2**20:.0f} MiB"
         full = k["full_recompute"]
         lines.append(
             f"| {k['view']} | {k['events']:,} | {k['units']} | {k['events_per_second']:,} | {k['events_per_second_per_core']:,} | "
-            f"{k['events_per_cpu_second']:,} | {kept} | {size} | {full['spark_seconds']:.1f} s | {full['duckdb_seconds']:.1f} s |"
+            f"{k['events_per_cpu_second']:,} | {kept} | {rows} | {size} | {memory} | {full['spark_seconds']:.1f} s | {full['duckdb_seconds']:.1f} s |"
         )
-    lines += ["", "State over the stream (events kept, MiB), per sample:", ""]
+    lines += ["", "State over the stream (events kept / view rows kept / MiB), per sample:", ""]
     for k in results["kinds"]:
-        points = ", ".join(f"{sum(p['state_events'].values()):,}/{p['state_bytes'] / 2**20:.0f}" for p in k["series"])
+        points = ", ".join(f"{sum(p['state_events'].values()):,}/{p['state_view_rows']:,}/{p['state_bytes'] / 2**20:.0f}" for p in k["series"])
         lines.append(f"- {k['view']}: {points}")
     return "\n".join(lines) + "\n"
 

@@ -20,7 +20,7 @@ from spark.indexed import IndexedView
 from spark.journal import Journal, TablePlan
 from spark.events import lowest
 from spark.literals import q
-from spark.planner.retention import Need, horizon
+from spark.planner.retention import Need, horizon, settles
 from spark.maintain import ViewMaintainer, ViewResult
 from spark.state.codec import rows_of
 from spark.state.layout import ViewPart, mirror_parts, route
@@ -60,16 +60,18 @@ class StoreSteps:
             if located and self.direct is not None and self.direct.supports(self.names.mirror(table)):
                 self.direct_tables.add(self.names.mirror(table))
         self.sync = StoreSync(self.spark, self.store, self.names)
-        self.sync.retained = self._retained()
         self.indexed = {}
         for m in self.maintainers:
             if routes[m.plan.name].indexed:
+                rule = settles(m.plan)
                 self.store.attach_view(
-                    ViewPart(view=m.plan.name, key=m.plan.key_names, definition=m.plan.fingerprint, located=located)
+                    ViewPart(view=m.plan.name, key=m.plan.key_names, definition=m.plan.fingerprint, located=located,
+                             settle=rule[0] if rule is not None else None)  # fmt: skip
                 )
                 self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync)
                 if self.direct_tables:
                     m.direct = self.direct
+        self.sync.retained, self.sync.settled = self._retained()
         # A unit still in the journal may be replayed next: its commits are not foreign (the replay
         # applies its rows to the store again, and diffs its views against what the store holds).
         self.synced = self.sync.check(self.journal.write_ids() if self.journal is not None else ())
@@ -82,28 +84,44 @@ class StoreSteps:
         found = {t: horizon(wanted, marks) for t, wanted in self.needs.items()}
         return {t: h for t, h in found.items() if h is not None}
 
-    def _retained(self) -> dict[str, str]:
-        """The predicate a reload of each such event source keeps its events by. A unit still in the
-        journal may be replayed: it judges windows from the watermark it started with, which the
-        tables' newest events (its own among them, if it crashed after appending them) overstate."""
+    def _retained(self) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
+        """What a reload keeps: per such event source the predicate its events are kept by, and per
+        view whose rows settle (spark.planner.retention.settles) its column and the time (epoch
+        micros) before which its rows are settled. A unit still in the journal may be replayed: it
+        judges windows from the watermark it started with, which the tables' newest events (its own
+        among them, if it crashed after appending them) overstate; that watermark bounds both."""
         marks: dict[str, int | None] = dict(self.watermarks())
         if self.journal is not None:
             for source, mark in self.journal.pending_watermarks().items():
                 if source in marks:
                     marks[source] = lowest(mark, marks[source])
-        return {
-            t: f"{q(self.sources[t].event_time or '')} >= timestamp_micros({before})" for t, before in self._horizons(marks).items()
-        }
+        horizons = self._horizons(marks)
+        events = {t: f"{q(self.sources[t].event_time or '')} >= timestamp_micros({before})" for t, before in horizons.items()}
+        return events, self._settled(horizons)
+
+    def _settled(self, horizons: Mapping[str, int]) -> dict[str, tuple[str, int]]:
+        """Per view the store serves whose rows settle: its column, and the time before which its rows
+        are settled, by the event sources' `horizons`."""
+        found = {}
+        for m in self.maintainers:
+            rule = settles(m.plan)
+            if rule is not None and m.plan.name in self.indexed and rule[1] in horizons:
+                found[m.plan.name] = (rule[0], horizons[rule[1]] + rule[2])
+        return found
 
     def _retain(self) -> int:
-        """Drop from the store the events no view needs any more (after a unit commits); how many went."""
+        """Drop from the store the events no view needs any more, and the digests of view rows no
+        event can reach again (after a unit commits); how many events went."""
         if self.store is None or self.sync is None:
             return 0
         dropped = 0
-        for table, before in self._horizons().items():
+        horizons = self._horizons()  # the unit committed: nothing replays it, nor any unit before it
+        for table, before in horizons.items():
             if table in self.store.mirrors:
                 dropped += self.store.purge(table, self.sources[table].event_time or "", before)
-        self.sync.retained = self._retained()
+        for view, (_column, before) in self._settled(horizons).items():
+            self.store.settle(view, before)
+        self.sync.retained, self.sync.settled = self._retained()
         return dropped
 
     def _stored_delta(self, table: str, changes: pa.Table):  # noqa: ANN202 - spark.delta.Delta

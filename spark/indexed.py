@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -56,6 +57,7 @@ class IndexedView:
         self._prefix = f"_lmv_{self.plan.name}_occ_"
         self._body = _OCCURRENCE.sub(lambda m: f"{self._prefix}{m.group(1)}", self.plan.body)
         self._schema: pa.Schema | None = None
+        self.settle = sync.store.views[self.plan.name].settle if self.plan.name in sync.store.views else None
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -96,17 +98,17 @@ class IndexedView:
         new = self._recompute(rows, ordered)
         steps["recompute"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        diff, held, upserts, deletes, duplicated = self._diff(new, ordered)
+        diff = self._diff(new, ordered)
         steps["diff"] = time.perf_counter() - clock
-        if diff.num_rows == 0:
+        if diff.rows.num_rows == 0:
             return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps),
-                              held=len(duplicated), rows_read=rows_read)  # fmt: skip
-        writing = Writing(len(keys), position, unit, started, steps, state, held=len(duplicated))
-        result = self.maintainer.write_diff(diff, writing, lambda refresh: self._places(held, unit, refresh))
+                              held=len(diff.duplicated), rows_read=rows_read)  # fmt: skip
+        writing = Writing(len(keys), position, unit, started, steps, state, held=len(diff.duplicated))
+        result = self.maintainer.write_diff(diff.rows, writing, lambda refresh: self._places(diff.held, unit, refresh))
         if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
             return result
         clock = time.perf_counter()
-        self._record(upserts, deletes, unit)
+        self._record(diff, unit)
         crash_point(f"state:{self.plan.name}", unit.batch_id)
         return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)}, rows_read=rows_read)
 
@@ -115,13 +117,13 @@ class IndexedView:
         diff was computed against); with `refresh`, after following the table (a compaction)."""
         return self.sync.places(self.name, lambda: self.store.view_locations(self.plan.name, held).values(), unit.write_id, refresh)
 
-    def _record(self, upserts: list[tuple[Values, str]], deletes: list[Values], unit: WriteUnit) -> None:
+    def _record(self, diff: _Diff, unit: WriteUnit) -> None:
         """The unit's digests into the store, where its rows now live, and the snapshot it made; a
         reload instead when someone else committed to the view meanwhile."""
         step = self.sync.advance(self.name, unit.write_id)
         if step is not None:
             with self.store.transaction():
-                self.store.put_digests(self.plan.name, upserts, deletes)
+                self.store.put_digests(self.plan.name, diff.upserts, diff.deletes, times=diff.times)
                 if self.sync.relocate(self.name, step.moved):
                     self.store.set_record(self.name, self.store.views[self.plan.name].fingerprint, step.current, unit.write_id)
                     return
@@ -129,8 +131,8 @@ class IndexedView:
 
     def _recompute_all(self, keys: int) -> bool:
         """Past INDEXED_FULL_RECOMPUTE_SHARE of the view's rows a whole recompute is cheaper (spark.maintain)."""
-        if keys < maintain.FULL_RECOMPUTE_MIN_KEYS or self.plan.as_of_processing:
-            return False
+        if keys < maintain.FULL_RECOMPUTE_MIN_KEYS or self.plan.as_of_processing or self.settle is not None:
+            return False  # (the store holds the digests of unsettled rows only: no share of the view)
         return keys >= maintain.INDEXED_FULL_RECOMPUTE_SHARE * self.store.view_count(self.plan.name)
 
     def _evaluate_keys(self, anchor_rows: list[Values]) -> set[Values]:
@@ -171,11 +173,8 @@ class IndexedView:
             for relation in relations:
                 self.spark.catalog.dropTempView(relation)
 
-    def _diff(
-        self, new: pa.Table, keys: list[Values]
-    ) -> tuple[pa.Table, list[Values], list[tuple[Values, str]], list[Values], set[Values]]:
-        """(diff rows for the feed and the view, the keys among them the view holds a row for, digests to
-        store, keys to drop, keys left alone) against the stored digests. A direct commit deletes
+    def _diff(self, new: pa.Table, keys: list[Values]) -> _Diff:
+        """The rows that changed against the stored digests (see `_Diff`). A direct commit deletes
         exactly the held keys' rows, by position. A key with several new rows (a unique violation,
         spark.contentdiff.repeated) is left alone."""
         stored = self.store.digests(self.plan.name, keys)
@@ -200,7 +199,24 @@ class IndexedView:
                 removed = removed.append_column(field, pa.array([value] * len(gone), type=field.type))
         diff = pa.concat_tables([upserted, removed.select([f.name for f in fields]).cast(pa.schema(fields))])
         held = [new_keys[i] for i in changed if new_keys[i] in stored] + gone
-        return diff, held, [(new_keys[i], digests[i]) for i in changed], gone, duplicated
+        times = None
+        if self.settle is not None:  # each row's time, epoch micros, by which its digest is dropped
+            stamps = new.column(self.settle).cast(pa.timestamp("us")).cast(pa.int64()).to_pylist()
+            times = [stamps[i] for i in changed]
+        return _Diff(diff, held, [(new_keys[i], digests[i]) for i in changed], times, gone, duplicated)
+
+
+class _Diff(NamedTuple):
+    """What a recompute changed: `rows` for the change feed and the view; `held`, the keys among
+    them the view holds a row for; the digests to store (and each row's settling time, for a view
+    whose rows settle), the keys to drop, and the keys left alone (several rows each)."""
+
+    rows: pa.Table
+    held: list[Values]
+    upserts: list[tuple[Values, str]]
+    times: list[int | None] | None
+    deletes: list[Values]
+    duplicated: set[Values]
 
 
 def _rounded(steps: Mapping[str, float]) -> dict[str, float]:

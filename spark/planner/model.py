@@ -78,6 +78,7 @@ class ViewPlan(BaseModel):
     finality: Finality | None = None  # keyed by an event-time window: `window_final` ends `columns`
     event_columns: tuple[str, ...] = ()  # as of processing: the output columns only the event gives
     bound: TimeBound | None = None  # two event streams joined within a time bound
+    anchor_time: str | None = None  # the output column passing the anchor event's time through, if any
 
     @property
     def anchors(self) -> tuple[Branch, ...]:

@@ -90,7 +90,20 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
             finality=final,
             event_columns=event_columns,
             bound=self._pair_bound(tree, anchor, keys, links),
+            anchor_time=self._anchor_time(root.expression, anchor),
         )
+
+    def _anchor_time(self, select: exp.Select, anchor: int) -> str | None:
+        """The output column that is the anchor event's own event time, unchanged (an event source's)."""
+        occurrence = self.occurrences[anchor]
+        source = self.sources.get(occurrence.table)
+        if source is None or not source.is_events:
+            return None
+        for projection in select.selects:
+            inner = projection.unalias()
+            if isinstance(inner, exp.Column) and inner.table == occurrence.alias and inner.name == source.event_time:
+                return projection.alias_or_name
+        return None
 
     def _pair_bound(self, tree: exp.Expression, anchor: int, keys: tuple[KeyColumn, ...], links: tuple) -> TimeBound | None:
         """The time bound of a view whose rows are event pairs: keyed by its anchor's event id and

@@ -10,6 +10,10 @@ source's watermark plus the offset (the watermark: spark.events), or None - keep
   while a `second` one may still meet it: `(second, low)`, and a `second` event `(first, -high)`;
 - any other view over the source (one that joins a table, whose change may reach any event) keeps all.
 Every source also keeps what a redelivery may repeat: the events at or after its own watermark.
+
+The same rules say when a view row is settled - no admitted event can reach it again - and the
+state drops its digest (`settles`): a row made of one anchor event (enriched as of processing, or
+an event pair) once that event is dropped, and a window's row once every event it could hold is.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from spark.planner.model import ViewPlan
 
 Need = tuple[str, int]
+Settle = tuple[str, str, int]  # (view column, event source, offset): rows whose column < horizon + offset are settled
 
 
 def needs(plan: ViewPlan, source: str) -> list[Need] | None:
@@ -58,3 +63,21 @@ def horizon(wanted: list[Need] | None, watermarks: Mapping[str, int | None]) -> 
     if any(m is None for m in marks):
         return None
     return min(m + offset for m, (_, offset) in zip(marks, wanted, strict=True))  # type: ignore[operator]
+
+
+def settles(plan: ViewPlan) -> Settle | None:
+    """When `plan`'s rows are settled, or None when a row may change at any time (a table's change
+    reaches it, or its events are all kept). A window's row holds events in [start, start + size):
+    once its start is more than a window before its source's horizon, every event of it is gone and
+    any new one is late. A row of one anchor event (its event time passed through as a column) is
+    settled once that event is before its source's horizon: its redelivery is late, and the other
+    stream of a pair keeps no event that could still meet it (its need of the anchor's source)."""
+    final = plan.finality
+    if final is not None:
+        return (final.column, final.source, -final.size) if needs(plan, final.source) is not None else None
+    anchor = plan.occurrence(plan.anchor).table
+    if plan.anchor_time is None or plan.branches:
+        return None
+    if plan.bound is not None or (plan.as_of_processing and needs(plan, anchor) is not None):
+        return (plan.anchor_time, anchor, 0)
+    return None

@@ -68,10 +68,12 @@ class ViewPart(BaseModel):
     key: tuple[str, ...]
     definition: str  # the definition's fingerprint: a new one means the digests are reloaded
     located: bool = False  # also where each row lives in the table (data file, row), for position deletes
+    settle: str | None = None  # the column whose time says when a row is settled (its digest then goes)
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha1(f"{FORMAT}|{self.key}|{self.definition}|{self.located}".encode()).hexdigest()[:16]
+        text = f"{FORMAT}|{self.key}|{self.definition}|{self.located}" + (f"|settle:{self.settle}" if self.settle else "")
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
 class Lookup(BaseModel):

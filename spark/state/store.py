@@ -177,9 +177,12 @@ class Store:
             if record is not None and record.fingerprint == part.fingerprint:
                 return True
             self._db.execute(f"DROP TABLE IF EXISTS {_q(f'v_{part.view}')}")
+            settle = ", _t INTEGER" if part.settle else ""
             self._db.execute(
-                f"CREATE TABLE {_q(f'v_{part.view}')} (k BLOB PRIMARY KEY, digest TEXT, _file INTEGER, _at INTEGER) WITHOUT ROWID"
+                f"CREATE TABLE {_q(f'v_{part.view}')} (k BLOB PRIMARY KEY, digest TEXT, _file INTEGER, _at INTEGER{settle}) WITHOUT ROWID"
             )
+            if part.settle:
+                self._db.execute(f"CREATE INDEX {_q(f'vt_{part.view}')} ON {_q(f'v_{part.view}')} (_t)")
             self._db.execute("DELETE FROM parts WHERE name = ?", (f"view:{part.view}",))
             self._forget_files(f"view:{part.view}")
             return False
@@ -365,17 +368,33 @@ class Store:
         upserts: Iterable[tuple[Values, str]],
         deletes: Iterable[Values] = (),
         locations: Iterable[Location | None] | None = None,
+        times: Iterable[int | None] | None = None,
     ) -> None:
-        """Store the digests of `upserts` (with where each row lives when known) and drop `deletes`."""
+        """Store the digests of `upserts` (with where each row lives when known, and for a view whose
+        rows settle each row's time, epoch micros) and drop `deletes`."""
         table = _q(f"v_{view}")
+        settles = self._views[view].settle is not None
+        columns = "k, digest, _file, _at" + (", _t" if settles else "")
+        marks = ", ".join("?" for _ in columns.split(", "))
+
+        stamps = iter(times if times is not None else ())
 
         def params() -> Iterator[tuple[Any, ...]]:
             for (key, digest), file_id, at in self._placed(f"view:{view}", upserts, locations):
-                yield key_blob(key), digest, file_id, at
+                row = (key_blob(key), digest, file_id, at)
+                yield (*row, next(stamps, None)) if settles else row
 
         with self.transaction():
-            self._db.executemany(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)", params())
+            self._db.executemany(f"INSERT OR REPLACE INTO {table} ({columns}) VALUES ({marks})", params())
             self._db.executemany(f"DELETE FROM {table} WHERE k = ?", ((key_blob(k),) for k in deletes))
+
+    def settle(self, view: str, before: int) -> int:
+        """Drop the digests of the view's rows settled before `before` (epoch micros): no event can
+        reach them again (spark.planner.retention.settles). Returns how many went."""
+        if self._views[view].settle is None:
+            return 0
+        with self.transaction():
+            return self._db.execute(f"DELETE FROM {_q(f'v_{view}')} WHERE _t < ?", (int(before),)).rowcount
 
     def clear_digests(self, view: str) -> None:
         with self.transaction():

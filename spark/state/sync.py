@@ -149,6 +149,7 @@ class StoreSync:
         self.names = names
         self.snapshots = Snapshots(spark)
         self.retained: dict[str, str] = {}  # event source -> SQL predicate of the events a reload keeps
+        self.settled: dict[str, tuple[str, int]] = {}  # view -> (column, epoch micros): rows before are settled
 
     def identifier(self, part: str) -> str:
         kind, name = part.split(":", 1)
@@ -257,12 +258,19 @@ class StoreSync:
             if snapshot is not None:
                 columns = [f.name for f in self.spark.table(identifier).schema.fields]
                 located = ", _file, _pos AS _lmv_at" if view.located else ""
+                timed, where = "", ""
+                if view.settle is not None:  # the rows no event can reach again stay out (spark.batchstore._retained)
+                    timed = f", unix_micros(v.{q(view.settle)}) AS _lmv_t"
+                    if table in self.settled:
+                        where = f" WHERE NOT coalesce(v.{q(view.settle)} < timestamp_micros({self.settled[table][1]}), FALSE)"
                 data = self.spark.sql(
-                    f"SELECT {', '.join(q(k) for k in view.key)}, {digest_sql(columns, 'v')} AS {DIGEST}{located} "
-                    f"FROM {identifier}{travel} AS v"
+                    f"SELECT {', '.join(q(k) for k in view.key)}, {digest_sql(columns, 'v')} AS {DIGEST}{located}{timed} "
+                    f"FROM {identifier}{travel} AS v{where}"
                 ).toArrow()
                 keys = list(zip(*columns_of(data, view.key), strict=True)) if data.num_rows else []
-                self.store.put_digests(table, zip(keys, data.column(DIGEST).to_pylist(), strict=True), (), _locations(data, view.located))
+                times = data.column("_lmv_t").to_pylist() if timed else None
+                digests = zip(keys, data.column(DIGEST).to_pylist(), strict=True)
+                self.store.put_digests(table, digests, (), _locations(data, view.located), times)
                 rows = data.num_rows
             self.store.set_record(name, view.fingerprint, snapshot, None)
         return rows

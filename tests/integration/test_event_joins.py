@@ -116,9 +116,12 @@ def test_searches_joined_with_their_clicks_within_the_hour(lake, tmp_path, mode)
             con = sqlite3.connect(state_path(checkpoint_dir(settings, landing)))
             try:
                 kept = {t: sorted(r[0] for r in con.execute(f"SELECT {k} FROM m_{t}")) for t, k in (("searches", "search_id"), ("clicks", "click_id"))}
+                digests = con.execute("SELECT count(*) FROM v_search_clicks").fetchone()[0]
             finally:
                 con.close()
             assert kept == model.retained(), number
+            # a row whose click the store dropped is settled: no search can meet that click any more
+            assert digests == len(model.rows().keys() & set(model.retained()["clicks"])), number
     # c3, c5, c7 came more than an hour after their search; c4 and the redelivered c1 were late
     assert model.rows().keys() == {"c1", "c2", "c6", "c8", "c9"}
     verified = verify_view(settings, SOURCES, plan.name, plan.definition.sql, plan.key_names)

@@ -88,6 +88,9 @@ ROUNDS: list[list[dict | str]] = [
     # without an event time; 12:30 closes the 11:00 hour
     [event("v8", "a", "eve", "11:10"), "not json", {"view_id": "v10", "repo": "a", "viewer": "x"},
      event("v11", "b", "ann", "12:30"), event("v12", "b", "bob", "11:09")],  # fmt: skip
+    # 12:25 is on time (watermark 12:20); 14:40 moves it to 14:30: no event can reach the windows
+    # before 12:30 again, and the store drops their rows' digests
+    [event("v13", "a", "ann", "14:40"), event("v14", "a", "cy", "12:25")],
 ]
 
 
@@ -205,13 +208,21 @@ def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path
 
 
 def assert_retained(path, model: Model) -> None:
+    """The store keeps the events a window not yet final may read, and the digests of the windows'
+    rows that an event may still reach: those starting no more than a window before that horizon."""
     horizon = model.watermark - HOUR  # the longest window of the views reading page_views
     con = sqlite3.connect(path)
     try:
         kept = sorted(r[0] for r in con.execute("SELECT view_id FROM m_page_views"))
+        served = [r[0][2:] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'v\\_%' ESCAPE '\\'")]
+        digests = {name: con.execute(f"SELECT count(*) FROM v_{name}").fetchone()[0] for name in served}
     finally:
         con.close()
     assert kept == sorted(k for k, e in model.events.items() if micros(e["viewed_at"]) >= horizon)
+    windows = {"hourly": model.windows(HOUR), "quarterly": model.windows(QUARTER), "sliding": model.windows(HOUR, 20 * 60_000_000)}
+    sizes = {"hourly": HOUR, "quarterly": QUARTER, "sliding": HOUR}
+    assert sorted(digests) == ["hourly", "quarterly"]  # a hopping window (a UNION ALL) is maintained by scans
+    assert digests == {name: len([k for k in windows[name] if k[1] >= horizon - sizes[name]]) for name in digests}
 
 
 def assert_views(lake, model: Model) -> None:

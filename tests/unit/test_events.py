@@ -16,7 +16,7 @@ from spark import events
 from spark.changeset import build_changeset
 from spark.envelope import Change, Skip
 from spark.planner import plan_view
-from spark.planner.retention import horizon, needs, source_needs
+from spark.planner.retention import horizon, needs, settles, source_needs
 from spark.planner.finality import FINAL, Finality, checked_sql, final_rows_sql, finality, finalizing_sql, window_of
 from spark.views import parse_view
 
@@ -535,6 +535,39 @@ def test_retention_of_a_bounded_join_follows_the_other_streams_watermark():
     assert needs(windowed, "page_views") == [("page_views", -HOUR)]
     assert source_needs("page_views", [windowed, plan]) == [("page_views", 0), ("page_views", -HOUR)]
     assert source_needs("page_views", []) == [("page_views", 0)]  # no view: what a redelivery may repeat
+
+
+# --- settled view rows: the state drops their digests ----------------------------------------------
+
+
+def test_rows_settle_when_no_admitted_event_can_reach_them():
+    joined = plan_view(parse_view(JOIN.format(condition="c.clicked_at BETWEEN s.searched_at AND s.searched_at + INTERVAL '1' HOUR")
+                                  .replace("s.query FROM", "s.query, c.clicked_at AS at FROM"), "j"), STREAMS)  # fmt: skip
+    assert joined.anchor_time == "at" and settles(joined) == ("at", "clicks", 0)
+    hourly = plan_view(parse_view(HOURLY_VIEW.format(col="viewed_at", n="n", table="page_views"), "h"), SOURCES)
+    assert settles(hourly) == (hourly.finality.column, "page_views", -HOUR)  # a window's row: a window before the horizon
+    seen = AS_OF.format(key="view_id", enrich="as_of_processing")
+    assert settles(plan_view(parse_view(seen, "seen"), SOURCES)) == ("viewed_at", "page_views", 0)
+    untimed = plan_view(parse_view(seen.replace(", pv.viewed_at", ""), "seen"), SOURCES)
+    assert untimed.anchor_time is None and settles(untimed) is None  # no column says when its event happened
+    table_table = plan_view(parse_view(AS_OF.format(key="view_id", enrich="table_table"), "t"), SOURCES)
+    assert table_table.anchor_time == "viewed_at" and settles(table_table) is None  # a users change reaches any row
+    unbounded = plan_view(parse_view(JOIN.format(condition="c.clicked_at >= s.searched_at").replace("s.query FROM", "c.clicked_at FROM"), "u"), STREAMS)
+    assert settles(unbounded) is None
+
+
+def test_the_store_drops_the_digests_of_settled_rows():
+    from spark.state.layout import ViewPart
+    from spark.state.store import Store
+
+    store = Store(":memory:")
+    store.attach_view(ViewPart(view="w", key=("k",), definition="d", settle="hour"))
+    store.attach_view(ViewPart(view="plain", key=("k",), definition="d"))
+    store.put_digests("w", [((1,), "a"), ((2,), "b"), ((3,), "c")], times=[10, 20, None])
+    store.put_digests("plain", [((1,), "a")])
+    assert store.settle("w", 20) == 1 and store.digests("w", [(1,), (2,), (3,)]) == {(2,): "b", (3,): "c"}
+    assert store.settle("plain", 99) == 0 and store.view_count("plain") == 1
+    assert ViewPart(view="w", key=("k",), definition="d").fingerprint != ViewPart(view="w", key=("k",), definition="d", settle="hour").fingerprint
 
 
 # --- the journal keeps the watermarks a replay judges by ------------------------------------------
