@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -53,14 +54,13 @@ KINDS = {
 SAMPLES = 20  # state figures kept per run (evenly spread), besides every unit's timing
 
 
-def _units(config: EventConfig, streams: tuple[str, ...]) -> list[list[tuple[str, str]]]:
-    """The stream's arrivals for `streams`, as (line, file) units of about `config.events / rounds`."""
-    units = []
-    for lines in EventWorkload(config).rounds():
+def _units(config: EventConfig, streams: tuple[str, ...]) -> Iterator[list[tuple[str, str]]]:
+    """The stream's arrivals for `streams`, as (line, file) units of about `config.events / rounds`,
+    generated as they are applied (a 10M-event stream is never held whole)."""
+    for lines in EventWorkload(config).rounds(streams):
         unit = [(line, f"file:///landing/{s}/events.json") for s in streams for line in lines.get(s, [])]
         if unit:
-            units.append(unit)
-    return units
+            yield unit
 
 
 def run_kind(view: str, args: argparse.Namespace, root: Path, console: Console) -> dict[str, Any]:
@@ -82,12 +82,19 @@ def run_kind(view: str, args: argparse.Namespace, root: Path, console: Console) 
     rounds = max(1, args.events // args.unit)
     config = EventConfig(events=args.events, rounds=rounds, seed=args.seed, users=args.users, repos=args.repos,
                          span_seconds=args.span_hours * 3600)  # fmt: skip
-    started = time.perf_counter()
-    units = _units(config, KINDS[view])
-    console.print(f"[bold]{view}[/]: {sum(len(u) for u in units):,} events in {len(units)} units generated ({time.perf_counter() - started:.0f}s)")
-    every = max(1, len(units) // SAMPLES)
+    console.print(f"[bold]{view}[/]: the stream in {rounds} units, generated as it goes")
+    every = max(1, rounds // SAMPLES)
     series, totals = [], {"events": 0, "seconds": 0.0, "cpu_seconds": 0.0, "dead_letters": 0, "skipped": 0}
-    for number, unit in enumerate(units):
+    def sample(number: int, size: int, figures: dict[str, Any]) -> dict[str, Any]:
+        kept = {s: store.count(s) for s in KINDS[view]}
+        point = {"unit": number, "events_so_far": totals["events"], "seconds": figures["seconds"], "cpu_seconds": figures["cpu_seconds"],
+                 "state_events": kept, "state_view_rows": store.view_count(view), "state_bytes": store.size_bytes(),
+                 "driver_resident_bytes": _resident_bytes()}  # fmt: skip
+        console.print(f"  unit {number + 1}/{rounds}: {size:,} events in {figures['seconds']:.2f}s; state keeps "
+                      f"{sum(kept.values()):,} events and {point['state_view_rows']:,} view rows, {point['state_bytes'] / 2**20:.1f} MiB")  # fmt: skip
+        return point
+
+    for number, unit in enumerate(_units(config, KINDS[view])):
         batch += 1
         result, figures = meter.measure("unit", lambda: processor.process(BatchRef("bench", batch), unit), commits=False)
         totals["events"] += len(unit)
@@ -95,14 +102,10 @@ def run_kind(view: str, args: argparse.Namespace, root: Path, console: Console) 
         totals["cpu_seconds"] += figures["cpu_seconds"]
         totals["dead_letters"] += result.dead_letters
         totals["skipped"] += result.skipped
-        if number % every == 0 or number == len(units) - 1:
-            kept = {s: store.count(s) for s in KINDS[view]}
-            point = {"unit": number, "events_so_far": totals["events"], "seconds": figures["seconds"], "cpu_seconds": figures["cpu_seconds"],
-                     "state_events": kept, "state_view_rows": store.view_count(view), "state_bytes": store.size_bytes(),
-                     "driver_resident_bytes": _resident_bytes()}  # fmt: skip
-            series.append(point)
-            console.print(f"  unit {number + 1}/{len(units)}: {len(unit):,} events in {figures['seconds']:.2f}s; state keeps "
-                          f"{sum(kept.values()):,} events and {point['state_view_rows']:,} view rows, {point['state_bytes'] / 2**20:.1f} MiB")  # fmt: skip
+        if number % every == 0:
+            series.append(sample(number, len(unit), figures))
+    if series and series[-1]["unit"] != number:
+        series.append(sample(number, len(unit), figures))
     table_events = {s: spark.table(names.mirror(s)).count() for s in KINDS[view]}
     full_spark, spark_figures = meter.measure("spark full recompute", lambda: processor.maintainers[0].recompute().count(), commits=False)
     con = lake_connection(settings, sources)
@@ -117,7 +120,7 @@ def run_kind(view: str, args: argparse.Namespace, root: Path, console: Console) 
     cores = args.cores
     return {
         "view": view,
-        "units": len(units),
+        "units": number + 1,
         "events": totals["events"],
         "dead_letters": totals["dead_letters"],
         "skipped": totals["skipped"],

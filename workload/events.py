@@ -11,10 +11,11 @@ enrich against its users. Deterministic for a seed.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +25,7 @@ START_MICROS = 1_795_478_400_000_000  # 2026-11-24T00:00:00Z
 SECOND = 1_000_000
 QUERIES = ("iceberg merge", "spark window", "duckdb iceberg", "kafka connect", "debezium postgres", "delta cdf")
 STREAMS = ("page_views", "profile_views", "searches", "clicks")
+CLICK_WITHIN_SECONDS = 75 * 60  # a click follows its search by up to this: some after the hour, no row
 TIME = {"page_views": "viewed_at", "profile_views": "viewed_at", "searches": "searched_at", "clicks": "clicked_at"}
 
 
@@ -58,68 +60,105 @@ def _iso(micros: int) -> str:
 
 
 class EventWorkload:
-    """Generates the streams of an `EventConfig` (see the module docstring)."""
+    """Generates the streams of an `EventConfig` (see the module docstring), lazily: a stream of
+    millions of events is never held whole (each stream has a random generator of its own)."""
 
     def __init__(self, config: EventConfig):
         self.config = config
-        self.rng = random.Random(config.seed)
 
-    def _time(self, index: int, count: int) -> int:
+    def _rng(self, stream: str) -> random.Random:
+        return random.Random(f"{self.config.seed}:{stream}")
+
+    def _time(self, rng: random.Random, index: int, count: int) -> int:
         span = self.config.span_seconds * SECOND
-        return START_MICROS + (index * span) // max(1, count) + self.rng.randrange(SECOND)
+        return START_MICROS + (index * span) // max(1, count) + rng.randrange(SECOND)
 
-    def _user(self) -> str:
+    def _user(self, rng: random.Random) -> str:
         # Zipf-like: a few users are most of the traffic
-        return f"user{int(self.config.users ** self.rng.random())}"
+        return f"user{int(self.config.users ** rng.random())}"
 
-    def events(self) -> list[tuple[str, int, dict[str, Any]]]:
-        """(stream, event time, event) of every event, in event-time order per stream."""
-        c, rng = self.config, self.rng
-        made: list[tuple[str, int, dict[str, Any]]] = []
+    def _page_views(self) -> Iterator[tuple[int, str, int, dict[str, Any]]]:
+        c, rng = self.config, self._rng("page_views")
         for i in range(c.events):
-            at = self._time(i, c.events)
+            at = self._time(rng, i, c.events)
             repo = int(c.repos ** rng.random())
-            viewer = self._user() if rng.random() < 0.8 else None  # anonymous views
-            made.append(("page_views", at, {"view_id": f"pv{i}", "repo_owner": f"user{repo % c.users}", "repo_name": f"repo{repo}",
-                                            "viewer": viewer, "viewed_at": _iso(at)}))  # fmt: skip
+            viewer = self._user(rng) if rng.random() < 0.8 else None  # anonymous views
+            yield at, "page_views", at, {"view_id": f"pv{i}", "repo_owner": f"user{repo % c.users}", "repo_name": f"repo{repo}",
+                                         "viewer": viewer, "viewed_at": _iso(at)}  # fmt: skip
+
+    def _profile_views(self) -> Iterator[tuple[int, str, int, dict[str, Any]]]:
+        c, rng = self.config, self._rng("profile_views")
         for i in range(c.events // 4):
-            at = self._time(i, c.events // 4)
-            made.append(("profile_views", at, {"view_id": f"fv{i}", "viewer": self._user(), "viewed_user": self._user(), "viewed_at": _iso(at)}))
+            at = self._time(rng, i, c.events // 4)
+            yield at, "profile_views", at, {"view_id": f"fv{i}", "viewer": self._user(rng), "viewed_user": self._user(rng), "viewed_at": _iso(at)}
+
+    def _searches(self) -> Iterator[tuple[int, str, int, dict[str, Any]]]:
+        """Searches, each followed by its clicks (keyed by the search's time: a click is never before it)."""
+        c, rng = self.config, self._rng("searches")
         searches = c.events // 4
         for i in range(searches):
-            at = self._time(i, searches)
-            made.append(("searches", at, {"search_id": f"s{i}", "user": self._user(), "query": rng.choice(QUERIES), "searched_at": _iso(at)}))
+            at = self._time(rng, i, searches)
+            yield at, "searches", at, {"search_id": f"s{i}", "user": self._user(rng), "query": rng.choice(QUERIES), "searched_at": _iso(at)}
             for j in range(rng.choice((0, 1, 1, 2))):  # some clicks come after the hour: no row
-                clicked = at + rng.randrange(75 * 60) * SECOND
-                made.append(("clicks", clicked, {"click_id": f"c{i}.{j}", "search_id": f"s{i}", "result": f"repo{rng.randrange(c.repos)}",
-                                                 "clicked_at": _iso(clicked)}))  # fmt: skip
-        return made
+                clicked = at + rng.randrange(CLICK_WITHIN_SECONDS) * SECOND
+                yield at, "clicks", clicked, {"click_id": f"c{i}.{j}", "search_id": f"s{i}", "result": f"repo{rng.randrange(c.repos)}",
+                                              "clicked_at": _iso(clicked)}  # fmt: skip
 
-    def arrivals(self) -> list[Arrival]:
-        """Every event as it arrives, in arrival order: jittered, some late, some twice."""
-        c, rng = self.config, self.rng
-        arrivals = []
-        for stream, at, event in self.events():
-            delay = rng.randrange(max(1, c.jitter_seconds * SECOND))
+    def events(self, streams: Collection[str] = STREAMS) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """(stream, event time, event) of the events of `streams`, by event time (a click after its search)."""
+        for _key, stream, at, event in self._merged(streams):
+            yield stream, at, event
+
+    def _merged(self, streams: Collection[str]) -> Iterator[tuple[int, str, int, dict[str, Any]]]:
+        made = []
+        if "page_views" in streams:
+            made.append(self._page_views())
+        if "profile_views" in streams:
+            made.append(self._profile_views())
+        if "searches" in streams or "clicks" in streams:
+            made.append(self._searches())
+        for item in heapq.merge(*made, key=lambda item: item[0]):
+            if item[1] in streams:
+                yield item
+
+    def arrivals(self, streams: Collection[str] = STREAMS) -> Iterator[Arrival]:
+        """The events of `streams` as they arrive, in arrival order: jittered, some late, some twice.
+        An event arrives at or after its time, which is at or after its key in the merge: an arrival
+        no later than the next key is final in the order."""
+        c, rng = self.config, self._rng("arrivals")
+        jitter = max(1, c.jitter_seconds * SECOND)
+        pending: list[tuple[int, int, Arrival]] = []
+        count = 0
+        for key, stream, at, event in self._merged(streams):
+            while pending and pending[0][0] <= key:
+                yield heapq.heappop(pending)[2]
+            delay = rng.randrange(jitter)
             if rng.random() < c.late_share:
                 delay += c.late_by_seconds * SECOND
-            arrivals.append(Arrival(stream, at + delay, event))
+            heapq.heappush(pending, (at + delay, count, Arrival(stream, at + delay, event)))
+            count += 1
             if rng.random() < c.duplicate_share:
-                arrivals.append(Arrival(stream, at + delay + rng.randrange(max(1, c.jitter_seconds * SECOND)), event))
-        arrivals.sort(key=lambda a: a.at)
-        return arrivals
+                again = at + delay + rng.randrange(jitter)
+                heapq.heappush(pending, (again, count, Arrival(stream, again, event)))
+                count += 1
+        while pending:
+            yield heapq.heappop(pending)[2]
 
-    def rounds(self) -> Iterator[dict[str, list[str]]]:
-        """The arrivals cut into `rounds` of equal arrival-time span: per stream, its JSON lines."""
-        arrivals = self.arrivals()
-        if not arrivals:
-            return
-        first, last = arrivals[0].at, arrivals[-1].at
-        width = (last - first) // self.config.rounds + 1
-        cut: list[dict[str, list[str]]] = [{} for _ in range(self.config.rounds)]
-        for a in arrivals:
-            cut[min(self.config.rounds - 1, (a.at - first) // width)].setdefault(a.stream, []).append(json.dumps(a.event, separators=(",", ":")))
-        yield from cut
+    def rounds(self, streams: Collection[str] = STREAMS) -> Iterator[dict[str, list[str]]]:
+        """The arrivals cut into `rounds` of equal arrival-time span (from the stream's start to its
+        latest possible arrival): per stream, its JSON lines. Exactly `rounds` of them, some maybe empty."""
+        c = self.config
+        last = START_MICROS + (c.span_seconds + 1 + CLICK_WITHIN_SECONDS + 2 * c.jitter_seconds + c.late_by_seconds) * SECOND
+        width = (last - START_MICROS) // c.rounds + 1
+        number, current = 0, {}
+        for a in self.arrivals(streams):
+            while number < c.rounds - 1 and a.at >= START_MICROS + (number + 1) * width:
+                yield current
+                number, current = number + 1, {}
+            current.setdefault(a.stream, []).append(json.dumps(a.event, separators=(",", ":")))
+        yield current
+        for _ in range(number + 1, c.rounds):
+            yield {}
 
 
 def write_round(out: Path, number: int, lines: dict[str, list[str]]) -> int:
