@@ -130,12 +130,18 @@ class BatchProcessor(StoreSteps):
         return self.process(BatchRef(stream, batch_id), lines)
 
     def process(
-        self, ref: BatchRef, lines: list[tuple[str, str]] | Lines, file_skips: Mapping[str, int] | None = None
+        self,
+        ref: BatchRef,
+        lines: list[tuple[str, str]] | Lines,
+        file_skips: Mapping[str, int] | None = None,
+        *,
+        last: bool = True,
     ) -> BatchResult:
         """Apply one unit of lines, exactly once however often it is replayed.
 
         `lines` are `(line, file)` pairs, or `Lines` still in Spark for a unit parsed set-wise.
         `file_skips` counts files that gave no lines (empty, or gone before Spark read them), by reason.
+        `last`: no later unit of `ref`'s batch follows (those are judged by the watermarks this one was).
         """
         started = time.perf_counter()
         started_at = _now_micros()
@@ -202,7 +208,7 @@ class BatchProcessor(StoreSteps):
             clock.lap("ledger")
             crash_point("ledger", ref.batch)
         self.clocks.update(clocks)
-        if self.store is not None and self._retain():
+        if self.store is not None and self._retain(None if last else marks):
             clock.lap("retention")
         crash_point("batch_end", ref.batch)
         seconds = time.perf_counter() - started

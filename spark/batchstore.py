@@ -109,13 +109,19 @@ class StoreSteps:
                 found[m.plan.name] = (rule[0], horizons[rule[1]] + rule[2])
         return found
 
-    def _retain(self) -> int:
+    def _retain(self, judged: Mapping[str, int | None] | None = None) -> int:
         """Drop from the store the events no view needs any more, and the digests of view rows no
-        event can reach again (after a unit commits); how many events went."""
+        event can reach again (after a unit commits); how many events went. The unit committed:
+        nothing replays it, nor any unit before it. `judged`: the watermarks the rest of its batch
+        is judged by (spark.batch), lower than now: a redelivery there of an event this unit
+        admitted is on time, and must find it in the store."""
         if self.store is None or self.sync is None:
             return 0
         dropped = 0
-        horizons = self._horizons()  # the unit committed: nothing replays it, nor any unit before it
+        marks = self.watermarks()
+        if judged is not None:
+            marks = {s: lowest(m, judged.get(s)) for s, m in marks.items()}
+        horizons = self._horizons(marks)
         for table, before in horizons.items():
             if table in self.store.mirrors:
                 dropped += self.store.purge(table, self.sources[table].event_time or "", before)

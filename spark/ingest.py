@@ -169,10 +169,11 @@ def run_ingest(
             return
         table = frame.toArrow()
         skips = file_skips(planned, set(table.column("file").to_pylist()))
-        for chunk, start in enumerate(range(0, max(table.num_rows, 1), chunk_size)):
+        starts = range(0, max(table.num_rows, 1), chunk_size)
+        for chunk, start in enumerate(starts):
             part = table.slice(start, chunk_size)
             lines = list(zip(part.column("value").to_pylist(), part.column("file").to_pylist(), strict=True))
-            outcome = processor.process(BatchRef(identity[0], batch_id, chunk), lines, skips if chunk == 0 else None)
+            outcome = processor.process(BatchRef(identity[0], batch_id, chunk), lines, skips if chunk == 0 else None, last=chunk == len(starts) - 1)
             result.batches.append(outcome)
             if on_batch is not None:
                 on_batch(outcome)

@@ -156,9 +156,10 @@ def run_kafka_ingest(
                 on_gate(report)
         if not records:  # nothing, or every change held for its transaction
             return
-        for chunk, (start, end) in enumerate(units(len(records), cuts, settings.max_events_per_batch)):
+        spans = list(units(len(records), cuts, settings.max_events_per_batch))
+        for chunk, (start, end) in enumerate(spans):
             lines = [(r.value, r.origin) for r in records[start:end]]
-            outcome = processor.process(BatchRef(identity[0], batch_id, chunk), lines)
+            outcome = processor.process(BatchRef(identity[0], batch_id, chunk), lines, last=chunk == len(spans) - 1)
             result.batches.append(outcome)
             if on_batch is not None:
                 on_batch(outcome)

@@ -9,6 +9,8 @@ sources and views in catalog/sources/events and views/events plus a hopping twin
 
 from __future__ import annotations
 
+import os
+
 import sqlite3
 from pathlib import Path
 
@@ -52,7 +54,7 @@ shapes = st.builds(
 
 
 @pytest.mark.slow(120)
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("LAKEMV_EVENT_EXAMPLES", "3")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(config=shapes)
 def test_event_views_equal_the_model_after_every_round(lake, tmp_path_factory, config):
     landing = tmp_path_factory.mktemp("landing")

@@ -246,3 +246,29 @@ def assert_views(lake, model: Model) -> None:
         for r in lake.spark.sql(f"SELECT repo, unix_micros(window_start) AS start, views, window_final FROM {lake.names.view('sliding')}").collect()
     }
     assert sliding == {k: (n, f) for k, (n, _, f) in model.windows(HOUR, 20 * 60_000_000).items()}
+
+
+def test_a_redelivery_in_a_later_unit_of_the_batch_finds_the_event_it_repeats(lake, tmp_path):
+    """Every unit of a batch is judged by the watermarks its first unit started with. After the first
+    unit the watermark has moved on, but the store must still hold what the rest of the batch may
+    repeat: here v1, which the first unit's 12:00 event put an hour behind the watermark."""
+    from spark.ingest import new_processor
+    from spark.journal import BatchRef
+
+    plans = [plan_view(parse_view(VIEWS["hourly"], "hourly"), SOURCES)]
+    settings = lake.settings.model_copy(update=MODES["state"])
+    processor = new_processor(lake.spark, settings, SOURCES, plans, tmp_path / "checkpoint")
+    first = [event("v1", "a", "ann", "10:05"), event("v2", "a", "bob", "12:00")]
+    processor.process(BatchRef("t", 0, 0), [(line_of(e), "file:///landing/page_views/1.json") for e in first], last=False)
+    again = processor.process(BatchRef("t", 0, 1), [(line_of(first[0]), "file:///landing/page_views/2.json")])
+    assert again.skip_reasons == {STORED_DUPLICATE: 1} and again.dead_letters == 0, again
+    assert lake.spark.table(lake.names.mirror("page_views")).count() == 2
+    rows = lake.spark.sql(f"SELECT unix_micros(hour) AS start, views FROM {lake.names.view('hourly')}").collect()
+    assert sorted((r.start, r.views) for r in rows) == [(micros(at("10:00")), 1), (micros(at("12:00")), 1)]
+    # the batch is over: the next one is judged by the watermark 11:50, and the store lets v1 go
+    processor.process(BatchRef("t", 1, 0), [(line_of(event("v3", "b", "cy", "12:10")), "file:///landing/page_views/3.json")])
+    con = sqlite3.connect(state_path(tmp_path / "checkpoint"))
+    try:
+        assert sorted(r[0] for r in con.execute("SELECT view_id FROM m_page_views")) == ["v2", "v3"]
+    finally:
+        con.close()

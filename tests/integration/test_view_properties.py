@@ -22,6 +22,8 @@ columns no view reads) writes no snapshot and no change-feed row.
 
 from __future__ import annotations
 
+import os
+
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -483,7 +485,7 @@ def examples(count: int) -> settings:
 
 
 @pytest.mark.slow(200)
-@examples(9)
+@examples(int(os.environ.get("LAKEMV_VIEW_EXAMPLES", "7")))
 @given(history=histories(), mode=st.sampled_from(["scan", "indexed", "direct"]))
 def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history, mode):
     note(history.describe() + f"\nlookups and writes: {mode}")
