@@ -21,17 +21,34 @@ from catalog.settings import LakeSettings
 from catalog.tables import BOOKKEEPING_NAMES, DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
 
 
-def connect_duckdb(threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the iceberg extension loaded from local wheels, UTC time zone."""
+def connect_duckdb(threads: int | None = None, settings: LakeSettings | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the iceberg extension loaded from local wheels, UTC time zone; for a
+    warehouse in an object store, with httpfs and a secret that reaches it."""
     config = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
     if threads:
         config["threads"] = str(threads)
     con = duckdb.connect(config=config)
-    for name in ("avro", "iceberg"):
+    remote = settings is not None and settings.remote
+    for name in ("avro", "iceberg", *(("httpfs",) if remote else ())):
         duckdb_extensions.import_extension(name, con=con)
         con.execute(f"LOAD {name}")
     con.execute("SET TimeZone = 'UTC'")
+    if remote:
+        con.execute(s3_secret(settings))
     return con
+
+
+def s3_secret(settings: LakeSettings) -> str:
+    """DuckDB's CREATE SECRET for the warehouse's object store (from the same LAKEMV_S3_* settings)."""
+    s3 = settings.s3
+    parts = ["TYPE s3", f"REGION '{_literal(s3.region)}'", f"URL_STYLE '{'path' if s3.path_style else 'vhost'}'"]
+    if s3.host:
+        parts += [f"ENDPOINT '{_literal(s3.host)}'", f"USE_SSL {str(s3.secure).lower()}"]
+    if s3.access_key_id:
+        parts += [f"KEY_ID '{_literal(s3.access_key_id)}'", f"SECRET '{_literal(s3.secret_access_key or '')}'"]
+    else:
+        parts.append("PROVIDER credential_chain")
+    return f"CREATE OR REPLACE SECRET lakemv_s3 ({', '.join(parts)})"
 
 
 def _quote(identifier: str) -> str:
@@ -73,7 +90,7 @@ def lake_connection(
 
     `snapshots` pins sources to a snapshot id (None: the table was still empty then).
     """
-    con = connect_duckdb()
+    con = connect_duckdb(settings=settings)
     for name, location in sorted(view_tables(settings).items()):
         if name in sources:
             continue  # a source's mirror wins; view names are checked against sources when planned

@@ -1,9 +1,10 @@
 """The Iceberg catalog `lake`, wired for Spark, pyiceberg and DuckDB from one LakeSettings.
 
-Both engines talk to the same JDBC catalog database (SQLite by default, PostgreSQL by settings).
-pyiceberg creates the catalog tables once; Spark then runs with `jdbc.init-catalog-tables=false`,
-which avoids the SQLite read transaction a second JdbcCatalog instance would otherwise hold
-(see PLATFORM-NOTES, "Locking trap").
+The engines talk to the same catalog: a JDBC catalog database (SQLite by default, PostgreSQL by
+settings) or a REST catalog server (LAKEMV_CATALOG_URI=http://...). With a JDBC catalog pyiceberg
+creates the catalog tables once; Spark then runs with `jdbc.init-catalog-tables=false`, which avoids
+the SQLite read transaction a second JdbcCatalog instance would otherwise hold (see PLATFORM-NOTES,
+"Locking trap"). A warehouse in an object store gives every engine Iceberg's S3 FileIO settings.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import sqlite3
 from functools import lru_cache
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
@@ -33,25 +35,86 @@ def jdbc_properties(settings: LakeSettings) -> dict[str, str]:
     return props
 
 
+def s3_properties(settings: LakeSettings) -> dict[str, str]:
+    """Iceberg's S3FileIO properties (the same keys for the Java catalogs and pyiceberg)."""
+    if not settings.remote:
+        return {}
+    s3 = settings.s3
+    props = {"io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "client.region": s3.region, "s3.region": s3.region}
+    if s3.endpoint:
+        props["s3.endpoint"] = s3.endpoint
+    if s3.path_style:
+        props["s3.path-style-access"] = "true"
+    if s3.access_key_id:
+        props["s3.access-key-id"] = s3.access_key_id
+    if s3.secret_access_key:
+        props["s3.secret-access-key"] = s3.secret_access_key
+    return props
+
+
+def hadoop_s3_conf(settings: LakeSettings) -> dict[str, str]:
+    """Hadoop's s3a settings (Spark conf keys), for checkpoints and Delta products in the object store."""
+    if not settings.remote:
+        return {}
+    s3 = settings.s3
+    conf = {
+        "spark.hadoop.fs.s3a.endpoint.region": s3.region,
+        "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style).lower(),
+    }
+    if s3.endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(s3.secure).lower()
+    if s3.access_key_id:
+        conf["spark.hadoop.fs.s3a.access.key"] = s3.access_key_id
+        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+    if s3.secret_access_key:
+        conf["spark.hadoop.fs.s3a.secret.key"] = s3.secret_access_key
+    return conf
+
+
+def delta_rs_options(settings: LakeSettings) -> dict[str, str] | None:
+    """delta-rs's storage options for Delta tables in the object store (None on a local disk)."""
+    if not settings.remote:
+        return None
+    s3 = settings.s3
+    options = {"AWS_REGION": s3.region, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    if s3.endpoint:
+        options["AWS_ENDPOINT_URL"] = s3.endpoint
+        options["AWS_ALLOW_HTTP"] = str(not s3.secure).lower()
+    if s3.path_style:
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+    if s3.access_key_id:
+        options["AWS_ACCESS_KEY_ID"] = s3.access_key_id
+    if s3.secret_access_key:
+        options["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
+    return options
+
+
 def spark_catalog_conf(settings: LakeSettings) -> dict[str, str]:
     """Spark conf entries that define the Iceberg catalog `settings.catalog_name`."""
     prefix = f"spark.sql.catalog.{settings.catalog_name}"
     conf = {
         prefix: "org.apache.iceberg.spark.SparkCatalog",
-        f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
         f"{prefix}.warehouse": settings.warehouse_uri,
-        f"{prefix}.jdbc.schema-version": "V1",
-        f"{prefix}.jdbc.init-catalog-tables": "false",
         # Other processes (pyiceberg, DuckDB readers, maintenance) commit too: always reload metadata.
         f"{prefix}.cache-enabled": "false",
     }
-    conf.update({f"{prefix}.{k}": v for k, v in jdbc_properties(settings).items()})
+    if settings.is_rest:
+        conf[f"{prefix}.type"] = "rest"
+        conf[f"{prefix}.uri"] = settings.catalog_uri.strip()
+    else:
+        conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
+        conf[f"{prefix}.jdbc.schema-version"] = "V1"
+        conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
+        conf.update({f"{prefix}.{k}": v for k, v in jdbc_properties(settings).items()})
+    conf.update({f"{prefix}.{k}": v for k, v in s3_properties(settings).items()})
     return conf
 
 
 def ensure_warehouse(settings: LakeSettings) -> None:
-    """Create the warehouse folder, or say clearly why it cannot be used."""
-    folder = settings.warehouse
+    """Create the warehouse folder (the local folder, for a warehouse in an object store), or say
+    clearly why it cannot be used."""
+    folder = settings.local_root
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -63,6 +126,8 @@ def ensure_warehouse(settings: LakeSettings) -> None:
 def bootstrap(settings: LakeSettings) -> None:
     """Create the warehouse folder and the catalog tables (idempotent)."""
     ensure_warehouse(settings)
+    if settings.remote:
+        ensure_bucket(settings)
     if settings.is_sqlite:
         # WAL lets readers (DuckDB queries, status) proceed while a batch commits.
         path = make_url(settings.catalog_url).database
@@ -71,12 +136,53 @@ def bootstrap(settings: LakeSettings) -> None:
     pyiceberg_catalog(settings)
 
 
-@lru_cache(maxsize=8)
-def pyiceberg_catalog(settings: LakeSettings) -> SqlCatalog:
-    """The same catalog through pyiceberg (creates the catalog tables if they are missing)."""
-    ensure_warehouse(settings)
+def ensure_bucket(settings: LakeSettings) -> None:
+    """Check that the warehouse's bucket can be reached, or say clearly why not (ConfigError)."""
+    import pyarrow.fs as pafs
+
+    from catalog.storage import s3_filesystem, split_s3
+
+    bucket, _ = split_s3(settings.warehouse)
+    where = settings.s3.endpoint or "AWS S3"
     try:
-        return SqlCatalog(settings.catalog_name, uri=settings.catalog_url, warehouse=settings.warehouse_uri)
+        info = s3_filesystem(settings.s3).get_file_info(bucket)
+    except OSError as exc:
+        reason = str(exc).strip().splitlines()[0]
+        raise ConfigError(f"cannot reach the warehouse's bucket {bucket!r} at {where}: {reason}", "LAKEMV_S3_ENDPOINT") from None
+    if info.type == pafs.FileType.NotFound:
+        raise ConfigError(f"the warehouse's bucket {bucket!r} does not exist at {where}", "LAKEMV_WAREHOUSE")
+
+
+@lru_cache(maxsize=8)
+def pyiceberg_catalog(settings: LakeSettings) -> Catalog:
+    """The same catalog through pyiceberg (for a JDBC catalog, creates its tables if they are missing)."""
+    ensure_warehouse(settings)
+    if settings.is_rest:
+        return rest_catalog(settings)
+    try:
+        return SqlCatalog(
+            settings.catalog_name, uri=settings.catalog_url, warehouse=settings.warehouse_uri, **_pyiceberg_s3(settings)
+        )
     except OperationalError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise ConfigError(f"cannot open the Iceberg catalog database: {reason}", "LAKEMV_CATALOG_URI") from None
+
+
+def _pyiceberg_s3(settings: LakeSettings) -> dict[str, str]:
+    """pyiceberg's FileIO for an object store: its own (pyarrow) S3 FileIO, from the same properties."""
+    props = {k: v for k, v in s3_properties(settings).items() if k != "io-impl"}
+    if props:
+        props["py-io-impl"] = "pyiceberg.io.pyarrow.PyArrowFileIO"
+    return props
+
+
+def rest_catalog(settings: LakeSettings) -> Catalog:
+    """A REST catalog through pyiceberg, or a ConfigError naming the server that did not answer."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    uri = settings.catalog_uri.strip()
+    try:
+        return RestCatalog(settings.catalog_name, uri=uri, warehouse=settings.warehouse_uri, **_pyiceberg_s3(settings))
+    except Exception as exc:  # noqa: BLE001 - requests' and pyiceberg's errors alike: the server is unusable
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot reach the REST catalog at {uri}: {reason}", "LAKEMV_CATALOG_URI") from None

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote, urlparse
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from catalog.errors import ConfigError
+from catalog.storage import S3_SCHEMES, Location, S3Options, is_remote, location
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,12 +31,32 @@ class LakeSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LAKEMV_", frozen=True, extra="forbid")
 
-    warehouse: Path = Field(default=Path("warehouse"), description="Folder of the local Iceberg warehouse.")
+    warehouse: str = Field(
+        default="warehouse",
+        description="Where the lake lives: a folder, or an S3 prefix (s3://bucket/prefix) of any S3-compatible "
+        "store (then LAKEMV_S3_*). The tables, the streaming checkpoints with their journals, and the Delta "
+        "products go there.",
+    )
+    local_dir: Path | None = Field(
+        default=None,
+        description="The driver's own folder: the local indexed state, caches, the local Prefect server's "
+        "database. Default: the warehouse folder; ./.lakemv when the warehouse is in an object store.",
+    )
+    s3_endpoint: str | None = Field(
+        default=None, description="URL of an S3-compatible store (http://host:port); unset: AWS S3 itself."
+    )
+    s3_access_key_id: str | None = Field(default=None, description="S3 access key (unset: the AWS default chain).")
+    s3_secret_access_key: SecretStr | None = Field(default=None, description="S3 secret key.")
+    s3_region: str = Field(default="us-east-1", description="S3 region (S3-compatible stores accept any).")
+    s3_path_style: bool = Field(
+        default=True, description="Path-style requests (http://host/bucket/key), as S3-compatible stores want."
+    )
     catalog_name: str = Field(default="lake", pattern=r"^[a-z][a-z0-9_]*$")
     catalog_uri: str | None = Field(
         default=None,
-        description="SQLAlchemy URL of the JDBC catalog database: sqlite:///path or "
-        "postgresql://user:password@host:port/db. Default: sqlite under the warehouse.",
+        description="The Iceberg catalog: a REST catalog's URL (http://host:port), or the SQLAlchemy URL of a "
+        "JDBC catalog database: sqlite:///path or postgresql://user:password@host:port/db. Default: sqlite "
+        "under the warehouse (under the local folder when the warehouse is in an object store).",
     )
     sources_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
         default=(PROJECT_ROOT / "catalog" / "sources",),
@@ -104,12 +126,21 @@ class LakeSettings(BaseSettings):
     product_partitions: int = Field(default=1, ge=1, description="Partitions of a data-product topic when lakemv creates it.")
     delta_dir: Path | None = Field(default=None, description="Folder of the Delta data products; default <warehouse>/delta.")
     stack_dir: Path = Field(default=Path(".stack"), description="Folder of the local CDC stack (`lakemv stack up`).")
+    cluster_dir: Path = Field(default=Path(".cluster"), description="Folder of the local scale-out stack (`lakemv cluster up`).")
     jars_dir: Path = PROJECT_ROOT / "jvm" / "lib"
     jvm_class_archive: bool = Field(
         default=True, description="Start Spark's JVM from the class archive `make setup` builds (spark.class_archive)."
     )
     jvm_options: str = Field(default="", description="Extra Java options for Spark's driver JVM.")
-    spark_master: str = "local[*]"
+    spark_master: str = Field(
+        default="local[*]", description="Spark's master: local[*] (the driver's own threads), or a cluster's "
+        "(spark://host:7077 for a standalone cluster)."
+    )
+    driver_host: str | None = Field(
+        default=None, description="On a cluster, the address executors reach the driver at (spark.driver.host)."
+    )
+    executor_memory: str = Field(default="1g", description="On a cluster, each executor's heap.")
+    executor_cores: int | None = Field(default=None, ge=1, description="On a cluster, cores per executor (default: a worker's all).")
     driver_memory: str = "4g"
     shuffle_partitions: int = Field(default=4, ge=1)
 
@@ -150,14 +181,49 @@ class LakeSettings(BaseSettings):
         return value
 
     @property
-    def delta_root(self) -> Path:
+    def delta_root(self) -> Location:
         """Where the Delta data products live."""
-        return (self.delta_dir or self.warehouse / "delta").expanduser().resolve()
+        return location(self.delta_dir.expanduser().resolve(), self.s3) if self.delta_dir else self.lake / "delta"
 
-    @field_validator("warehouse")
+    @field_validator("warehouse", mode="before")
     @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        return value.expanduser().resolve()
+    def _warehouse(cls, value: Any) -> str:
+        """A folder (made absolute) or an S3 prefix, spelled s3://bucket/prefix whatever the scheme given."""
+        text = str(value).strip()
+        scheme = urlparse(text).scheme if "://" in text else ""
+        if scheme in S3_SCHEMES:
+            parsed = urlparse(text)
+            if not parsed.netloc:
+                raise ValueError("an S3 warehouse names its bucket: s3://bucket/prefix")
+            key = parsed.path.strip("/")
+            return f"s3://{parsed.netloc}/{key}" if key else f"s3://{parsed.netloc}"
+        if scheme == "file":
+            text = unquote(urlparse(text).path)
+        elif scheme:
+            raise ValueError(f"unsupported warehouse scheme {scheme!r}: give a folder or s3://bucket/prefix")
+        return str(Path(text).expanduser().resolve())
+
+    @property
+    def remote(self) -> bool:
+        """Whether the lake is in an object store."""
+        return is_remote(self.warehouse)
+
+    @property
+    def s3(self) -> S3Options:
+        secret = self.s3_secret_access_key.get_secret_value() if self.s3_secret_access_key else None
+        return S3Options(self.s3_endpoint, self.s3_access_key_id, secret, self.s3_region, self.s3_path_style)
+
+    @property
+    def lake(self) -> Location:
+        """The warehouse as a Location (lakemv's own files go under it)."""
+        return location(self.warehouse, self.s3)
+
+    @property
+    def local_root(self) -> Path:
+        """The driver's own folder (see local_dir)."""
+        if self.local_dir is not None:
+            return self.local_dir.expanduser().resolve()
+        return Path(".lakemv").resolve() if self.remote else Path(self.warehouse)
 
     @property
     def set_wise_bytes(self) -> int | None:
@@ -174,7 +240,7 @@ class LakeSettings(BaseSettings):
     @property
     def warehouse_uri(self) -> str:
         """The warehouse as a URI Iceberg writes table locations under."""
-        return self.warehouse.as_uri()
+        return self.warehouse if self.remote else Path(self.warehouse).as_uri()
 
     @property
     def catalog_url(self) -> str:
@@ -182,7 +248,9 @@ class LakeSettings(BaseSettings):
         from sqlalchemy.engine import make_url  # imported here: commands that touch no catalog start faster
         from sqlalchemy.exc import ArgumentError
 
-        url = self.catalog_uri or f"sqlite:///{self.warehouse / 'catalog.db'}"
+        if self.is_rest:
+            raise ConfigError("the catalog is a REST catalog, not a database", "LAKEMV_CATALOG_URI")
+        url = self.catalog_uri or f"sqlite:///{self.local_root / 'catalog.db'}"
         try:
             parsed = make_url(url)
         except ArgumentError as exc:
@@ -190,7 +258,8 @@ class LakeSettings(BaseSettings):
         backend = parsed.get_backend_name()
         if backend not in ("sqlite", "postgresql"):
             raise ConfigError(
-                f"catalog URI scheme {backend!r} is not supported; use sqlite:///path or postgresql://...",
+                f"catalog URI scheme {backend!r} is not supported; use http(s)://host:port (a REST catalog), "
+                "sqlite:///path or postgresql://...",
                 "LAKEMV_CATALOG_URI",
             )
         if backend == "postgresql" and parsed.drivername == "postgresql":
@@ -198,10 +267,15 @@ class LakeSettings(BaseSettings):
         return url
 
     @property
-    def is_sqlite(self) -> bool:
-        return self.catalog_url.startswith("sqlite")
+    def is_rest(self) -> bool:
+        """Whether the catalog is a REST catalog (LAKEMV_CATALOG_URI=http(s)://...)."""
+        return bool(self.catalog_uri) and urlparse(self.catalog_uri.strip()).scheme in ("http", "https")
 
     @property
-    def checkpoint_root(self) -> Path:
+    def is_sqlite(self) -> bool:
+        return not self.is_rest and self.catalog_url.startswith("sqlite")
+
+    @property
+    def checkpoint_root(self) -> Location:
         """Where streaming checkpoints live: inside the warehouse, next to the data they describe."""
-        return self.warehouse / "_checkpoints"
+        return self.lake / "_checkpoints"

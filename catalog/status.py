@@ -126,7 +126,7 @@ def lake_status(
     now = _utc(now) or datetime.now(UTC)
     unique = {name: s.unique for name, s in sources.items()} if isinstance(sources, Mapping) else {}
     sources = list(sources)
-    con = connect_duckdb()
+    con = connect_duckdb(settings=settings)
     try:
         return _status(con, settings, sources, views, now, unique)
     finally:

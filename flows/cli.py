@@ -58,9 +58,11 @@ def _run_flow(ctx: typer.Context, flow: str, *, spark: bool = False, **parameter
 
 
 def _stack_commands() -> None:
+    from flows.clustercli import cluster_app
     from flows.stackcli import stack_app
 
     app.add_typer(stack_app, name="stack")
+    app.add_typer(cluster_app, name="cluster")
 
 
 _stack_commands()
@@ -70,7 +72,8 @@ _stack_commands()
 def main_options(
     ctx: typer.Context,
     warehouse: Annotated[
-        Path | None, typer.Option(help="Warehouse folder (env LAKEMV_WAREHOUSE).", show_default="./warehouse")
+        str | None,
+        typer.Option(help="Warehouse: a folder or s3://bucket/prefix (env LAKEMV_WAREHOUSE).", show_default="./warehouse"),
     ] = None,
 ) -> None:
     ctx.obj = Lake.at(warehouse)
@@ -333,7 +336,7 @@ def serve(
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "INFO"  # flow runs log to this terminal
     with ExitStack() as stack:
         with console.status("starting the Prefect server..."):
-            api = stack.enter_context(prefect_api(settings.warehouse / "_prefect", port))
+            api = stack.enter_context(prefect_api(settings.local_root / "_prefect", port))
         from prefect import serve as serve_deployments
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -430,9 +433,9 @@ def demo(
     from spark.ingest import checkpoint_dir
 
     settings = ctx.obj.settings
-    landing = settings.warehouse / "demo-landing"
+    landing = settings.local_root / "demo-landing"
     shutil.rmtree(landing, ignore_errors=True)
-    shutil.rmtree(checkpoint_dir(settings, landing), ignore_errors=True)
+    checkpoint_dir(settings, landing).remove()
     console.rule("1. generate")
     ctx.invoke(generate, ctx=ctx, out=landing, users=users, seed=42, rounds=rounds, changes_per_round=None)
     console.rule("2. ingest")

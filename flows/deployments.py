@@ -36,7 +36,7 @@ class Schedules:
     verify_every: float = 3600.0
 
 
-def deployments(landing: Path | None, warehouse: Path, schedules: Schedules, kafka: str | None = None) -> list[RunnerDeployment]:
+def deployments(landing: Path | None, warehouse: str, schedules: Schedules, kafka: str | None = None) -> list[RunnerDeployment]:
     """The four deployments, parameterised for one warehouse and one source: a landing folder or Kafka brokers."""
     lake = {"warehouse": str(warehouse)}
     common = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["lakemv"]}

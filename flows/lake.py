@@ -19,7 +19,7 @@ from catalog.settings import LakeSettings
 def lake_settings(warehouse: str | Path | None = None) -> LakeSettings:
     """Settings from the environment (LAKEMV_*), with `warehouse` overriding LAKEMV_WAREHOUSE."""
     try:
-        return LakeSettings(warehouse=Path(warehouse)) if warehouse else LakeSettings()
+        return LakeSettings(warehouse=str(warehouse)) if warehouse else LakeSettings()
     except ValidationError as exc:
         first = exc.errors()[0]
         value = first.get("input")

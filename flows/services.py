@@ -8,7 +8,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.errors import LakemvError
@@ -47,6 +48,34 @@ def alive(pid: int | None) -> bool:
     return state != "Z"
 
 
+@dataclass
+class ComponentStatus:
+    name: str
+    running: bool
+    pid: int | None = None
+    address: str = ""
+    detail: str = ""
+
+
+@dataclass
+class ServicesStatus:
+    components: list[ComponentStatus] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return bool(self.components) and all(c.running for c in self.components)
+
+    def table(self):  # noqa: ANN201 - a rich Table, imported here: services start without rich
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table("component", "state", "pid", "address", "detail")
+        for c in self.components:
+            state = Text("running", style="green") if c.running else Text("stopped", style="red")
+            table.add_row(c.name, state, str(c.pid or ""), c.address, c.detail)
+        return table
+
+
 class Services:
     """Processes kept in `folder`: `<name>.pid`, `logs/<name>.log`."""
 
@@ -78,7 +107,7 @@ class Services:
             return ""
         return "\n".join(text)
 
-    def _spawn(self, name: str, command: Sequence[str]) -> int:
+    def _spawn(self, name: str, command: Sequence[str], env: Mapping[str, str] | None = None) -> int:
         """Start a service that outlives this process: in a session of its own, not our child
         (a shell starts it in the background and exits), its output appended to its log."""
         lifecycle.outlive_me()
@@ -86,7 +115,7 @@ class Services:
         script = 'setsid "$@" >>"$LAKEMV_LOG" 2>&1 </dev/null & echo $!'
         done = subprocess.run(
             ["sh", "-c", script, "sh", *command], capture_output=True, text=True, check=True, cwd=self.folder,
-            env={**os.environ, "LAKEMV_LOG": str(self.log(name))},
+            env={**os.environ, **(env or {}), "LAKEMV_LOG": str(self.log(name))},
         )  # fmt: skip
         pid = int(done.stdout.strip())
         self._pid_file(name).write_text(str(pid))

@@ -25,13 +25,13 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from catalog.declarations import SourceTable
 from catalog.errors import ConfigError
 from catalog.settings import PROJECT_ROOT
-from flows.services import Services, StackError, alive, free_port, port_open
+from flows.services import ComponentStatus, Services, ServicesStatus, StackError, alive, free_port, port_open
 from spark import lifecycle
 
 STACK_LIB = PROJECT_ROOT / "jvm" / "stack" / "lib"
@@ -82,24 +82,6 @@ class StackConfig:
     @property
     def connect_url(self) -> str:
         return f"http://127.0.0.1:{self.connect_port}"
-
-
-@dataclass
-class ComponentStatus:
-    name: str
-    running: bool
-    pid: int | None = None
-    address: str = ""
-    detail: str = ""
-
-
-@dataclass
-class StackStatus:
-    components: list[ComponentStatus] = field(default_factory=list)
-
-    @property
-    def running(self) -> bool:
-        return bool(self.components) and all(c.running for c in self.components)
 
 
 class Stack(Services):
@@ -376,7 +358,7 @@ class Stack(Services):
         return failed[0] if failed else "RUNNING"
 
     # ---- the commands -------------------------------------------------------------------------
-    def up(self, sources: Mapping[str, SourceTable]) -> StackStatus:
+    def up(self, sources: Mapping[str, SourceTable]) -> ServicesStatus:
         """Start whatever is not running (PostgreSQL, Kafka, Connect), creating tables for `sources`."""
         c = self.config
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -411,12 +393,12 @@ class Stack(Services):
         self._stop(name)
         {"connect": self._start_connect, "kafka": self._start_kafka}[name]()
 
-    def status(self) -> StackStatus:
+    def status(self) -> ServicesStatus:
         c = self.config
         pg = self._postgres_pid()
         kafka, connect = self._pid("kafka"), self._pid("connect")
         state = self.connector_state() if alive(connect) else None
-        return StackStatus(
+        return ServicesStatus(
             [
                 ComponentStatus("postgres", pg is not None, pg, c.postgres_url, f"database {c.database}, wal_level=logical"),
                 ComponentStatus("kafka", alive(kafka) and port_open(c.kafka_port), kafka, c.bootstrap, "KRaft, one node"),

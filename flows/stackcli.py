@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from flows.console import console
 
@@ -25,12 +23,8 @@ def _stack(ctx: typer.Context, folder: Path | None):  # noqa: ANN202 - flows.sta
     return Stack(StackConfig.load(folder or ctx.obj.settings.stack_dir))
 
 
-def _show(status) -> None:  # noqa: ANN001 - flows.stack.StackStatus
-    table = Table("component", "state", "pid", "address", "detail")
-    for c in status.components:
-        state = Text("running", style="green") if c.running else Text("stopped", style="red")
-        table.add_row(c.name, state, str(c.pid or ""), c.address, c.detail)
-    console.print(table)
+def _show(status) -> None:  # noqa: ANN001 - flows.services.ServicesStatus
+    console.print(status.table())
 
 
 @stack_app.command()

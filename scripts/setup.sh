@@ -3,7 +3,9 @@
 #   1. Debian packages (Java 17, Maven, PostgreSQL for the catalog tests) when missing;
 #   2. the virtualenv .venv with the pinned Python packages (pyproject.toml + constraints.txt);
 #   3. the JVM jars declared in jvm/pom.xml, fetched by Maven into jvm/lib, and those of the local CDC
-#      stack (Kafka, Kafka Connect, Debezium: jvm/stack/pom.xml) into jvm/stack/lib;
+#      stack (Kafka, Kafka Connect, Debezium: jvm/stack/pom.xml) into jvm/stack/lib, and those of the
+#      scale-out servers (an S3 object store, Iceberg's REST catalog: jvm/scaleout/pom.xml) into
+#      jvm/scaleout/lib;
 #   4. the class archive Spark's JVM starts from (jvm/cds, spark/class_archive.py).
 # Re-running it does nothing unless one of those inputs changed.
 set -euo pipefail
@@ -52,6 +54,14 @@ if [ "$(cat .setup/stack-jars 2>/dev/null)" != "$want" ] || ! compgen -G "jvm/st
   rm -rf jvm/stack/lib
   (cd jvm/stack && mvn -q -B -s ../settings.xml dependency:copy-dependencies -DoutputDirectory=lib)
   echo "$want" > .setup/stack-jars
+fi
+want=$(cat jvm/scaleout/pom.xml jvm/settings.xml | sha256sum | cut -c1-16)
+if [ "$(cat .setup/scaleout-jars 2>/dev/null)" != "$want" ] || ! compgen -G "jvm/scaleout/lib/rest/iceberg-open-api-*.jar" >/dev/null; then
+  say "fetching the scale-out servers' jars with Maven (jvm/scaleout/pom.xml: s3proxy, Iceberg's REST catalog)"
+  rm -rf jvm/scaleout/lib
+  (cd jvm/scaleout && mvn -q -B -s ../settings.xml dependency:copy-dependencies -DoutputDirectory=lib/s3proxy -DincludeArtifactIds=s3proxy \
+     && mvn -q -B -s ../settings.xml dependency:copy-dependencies -DoutputDirectory=lib/rest -DexcludeArtifactIds=s3proxy)
+  echo "$want" > .setup/scaleout-jars
 fi
 # ---- 4. Class archive ---------------------------------------------------------------------------
 # Built for the current java, PySpark and jars (a no-op when it exists); Spark starts seconds sooner.

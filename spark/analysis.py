@@ -89,7 +89,7 @@ def check_views(
     `spark` is a running session, or a function that starts one (called only when some definition
     has no recorded result), or None to use the record alone (unrecorded views pass unchecked).
     """
-    path = settings.warehouse / RECORD
+    path = settings.local_root / RECORD
     record = _read(path)
     version = _spark_version()
     digests = {plan.name: digest(plan, sources, version) for plan in plans}

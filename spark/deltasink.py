@@ -9,7 +9,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from catalog.lake import delta_rs_options
 from catalog.settings import LakeSettings
+from catalog.storage import location
 from catalog.tables import TableNames
 from spark.faults import crash_point
 from spark.feed import FeedSnapshot, Progress, Sink, feed_uuid, snapshot_options
@@ -38,7 +40,7 @@ class DeltaSinks:
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            version = DeltaTable(sink.target).transaction_version(self.app_id(sink))
+            version = DeltaTable(sink.target, storage_options=delta_rs_options(self.settings)).transaction_version(self.app_id(sink))
         except TableNotFoundError:
             return None
         if version is None:
@@ -49,9 +51,10 @@ class DeltaSinks:
         return Progress(None, version) if version == 0 else Progress(-1, version)  # -1: not in the history: resync
 
     def ensure(self, sink: Sink) -> None:
-        if (Path(sink.target) / "_delta_log").is_dir():
+        if (location(sink.target, self.settings.s3) / "_delta_log").is_dir():
             return
-        Path(sink.target).parent.mkdir(parents=True, exist_ok=True)
+        if not self.settings.remote:
+            Path(sink.target).parent.mkdir(parents=True, exist_ok=True)
         view = self.names.view(sink.view)
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS delta.`{sink.target}` USING delta "

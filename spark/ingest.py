@@ -20,6 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from catalog.declarations import SourceTable
 from catalog.settings import LakeSettings
+from catalog.storage import Location, as_location
 from catalog.tables import TableNames
 from spark.batch import BatchProcessor, BatchResult
 from spark.changeset import check_landing, local_path
@@ -56,31 +57,38 @@ class IngestResult:
         return sum(b.conflicts_retried for b in self.batches)
 
 
-def checkpoint_dir(settings: LakeSettings, landing: Path) -> Path:
+def checkpoint_dir(settings: LakeSettings, landing: Path) -> Location:
     """One checkpoint per (catalog, landing folder), kept under the warehouse."""
     digest = hashlib.sha1(f"{settings.catalog_name}:{landing.resolve()}".encode()).hexdigest()[:12]
     return settings.checkpoint_root / f"ingest-{digest}"
 
 
-def state_path(checkpoint: Path) -> Path:
-    """The stream's local indexed state (spark.state): beside its checkpoint, rebuilt from Iceberg if lost."""
-    return checkpoint / "lakemv-state" / "state.sqlite"
+def state_path(settings: LakeSettings, checkpoint: Location | Path) -> Path:
+    """The stream's local indexed state (spark.state), on the driver's disk, rebuilt from Iceberg if lost:
+    beside its checkpoint when that is local, else in the local folder under the checkpoint's name (a
+    checkpoint in an object store: the store is a SQLite file, read and written in place)."""
+    checkpoint = as_location(checkpoint)
+    if checkpoint.local is not None and settings.local_dir is None:
+        return checkpoint.local / "lakemv-state" / "state.sqlite"
+    return settings.local_root / "state" / checkpoint.name / "state.sqlite"
 
 
-def stream_id(checkpoint: Path) -> str:
+def stream_id(checkpoint: Location) -> str:
     """Spark's id of the streaming query, kept in the checkpoint (a new checkpoint, a new id)."""
-    first = (checkpoint / "metadata").read_text(encoding="utf-8").splitlines()[0]
+    first = (checkpoint / "metadata").read_text().splitlines()[0]
     return str(json.loads(first)["id"])
 
 
-def planned_files(checkpoint: Path, batch_id: int) -> list[str]:
+def planned_files(checkpoint: Location, batch_id: int) -> list[str]:
     """The files Spark's file source assigned to `batch_id` (from its source log in the checkpoint)."""
     log = checkpoint / "sources" / "0"
-    candidates = [log / str(batch_id), log / f"{batch_id}.compact"]
-    for path in candidates:
-        if path.exists():
-            entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
-            return [e["path"] for e in entries if e.get("batchId") == batch_id]
+    for path in (log / str(batch_id), log / f"{batch_id}.compact"):
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            continue
+        entries = [json.loads(line) for line in text.splitlines()[1:] if line.strip()]
+        return [e["path"] for e in entries if e.get("batchId") == batch_id]
     return []
 
 
@@ -108,9 +116,10 @@ def file_skips(planned: Sequence[str], read: set[str]) -> Counter[str]:
 
 
 def new_processor(
-    spark: SparkSession, settings: LakeSettings, sources: Mapping[str, SourceTable], views: Sequence[ViewPlan], checkpoint: Path
+    spark: SparkSession, settings: LakeSettings, sources: Mapping[str, SourceTable], views: Sequence[ViewPlan], checkpoint: Location | Path
 ) -> BatchProcessor:
-    """The processor of one stream: its journal and local state live beside its checkpoint."""
+    """The processor of one stream: its journal lives in its checkpoint, its local state on the driver's disk."""
+    checkpoint = as_location(checkpoint)
     return BatchProcessor(
         spark,
         TableNames(settings.catalog_name),
@@ -118,7 +127,7 @@ def new_processor(
         views,
         journal=Journal(checkpoint / "lakemv-journal"),
         max_line_chars=settings.max_line_chars,
-        store=Store(state_path(checkpoint)) if settings.local_state else None,
+        store=Store(state_path(settings, checkpoint)) if settings.local_state else None,
         view_workers=settings.view_workers,
         direct=DirectWriter(spark, settings) if settings.direct_writes else None,
     )
@@ -194,7 +203,7 @@ def run_ingest(
 def run_stream(
     stream: DataFrame,
     each_batch: Callable[[DataFrame, int], None],
-    checkpoint: Path,
+    checkpoint: Location,
     name: str,
     processor: BatchProcessor,
     products: Products,
@@ -207,7 +216,7 @@ def run_stream(
     now) or is interrupted; the processor's local state is closed either way. The data products
     catch up first (what a crash left undelivered; a whole view only once the stream runs) and last."""
     products.deliver(resync=False)
-    writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", str(checkpoint)).queryName(name)
+    writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint.hadoop).queryName(name)
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
     if on_ready is not None:
         on_ready()

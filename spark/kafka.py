@@ -19,13 +19,13 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
 from catalog.declarations import SourceTable
 from catalog.errors import ConfigError
 from catalog.settings import LakeSettings
+from catalog.storage import Location
 from spark import lifecycle
 from spark.batch import BatchResult
 from spark.ingest import IngestResult, new_processor, run_stream, stream_id
@@ -77,13 +77,13 @@ def check_bootstrap(bootstrap: str) -> str:
     return text
 
 
-def kafka_checkpoint(settings: LakeSettings) -> Path:
+def kafka_checkpoint(settings: LakeSettings) -> Location:
     """One checkpoint per (catalog, topic prefix): the broker address may change, the offsets not."""
     digest = hashlib.sha1(f"{settings.catalog_name}:kafka:{settings.kafka_topic_prefix}".encode()).hexdigest()[:12]
     return settings.checkpoint_root / f"kafka-{digest}"
 
 
-def mode_path(checkpoint: Path) -> Path:
+def mode_path(checkpoint: Location) -> Location:
     """Where the stream records which transaction mode it ran in (read by `lakemv status`)."""
     return checkpoint / "lakemv-transactions" / "mode.json"
 
@@ -183,7 +183,7 @@ def run_kafka_ingest(
     return result
 
 
-def _record_mode(checkpoint: Path, gate: TransactionGate, report: GateReport) -> None:
+def _record_mode(checkpoint: Location, gate: TransactionGate, report: GateReport) -> None:
     path = mode_path(checkpoint)
     mode = {
         "mode": "whole transactions" if gate.seen_metadata else "per change (no transaction metadata seen yet)",
@@ -192,6 +192,4 @@ def _record_mode(checkpoint: Path, gate: TransactionGate, report: GateReport) ->
         "oldest_waiting": report.oldest_waiting,
         "oldest_waiting_seconds": report.oldest_seconds,
     }
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(mode), encoding="utf-8")
-    temporary.replace(path)
+    path.write_text(json.dumps(mode))

@@ -22,7 +22,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from catalog.errors import ConfigError
-from catalog.lake import bootstrap, spark_catalog_conf
+from catalog.lake import bootstrap, hadoop_s3_conf, spark_catalog_conf
 from catalog.settings import LakeSettings
 from spark import lifecycle
 
@@ -65,7 +65,22 @@ def _jars(settings: LakeSettings) -> dict[str, str]:
         raise ConfigError("Iceberg jars are missing: run `make setup` (fetches them with Maven)", str(settings.jars_dir))
     if settings.spark_master.startswith("local"):
         return {"spark.driver.extraClassPath": os.pathsep.join(str(j) for j in jars)}
-    return {"spark.jars": ",".join(str(j) for j in jars)}
+    # The driver's JVM starts before Spark reads spark.jars: the class path is what the catalog, the
+    # s3a file system and Delta's log store are loaded from on the driver. The executors fetch them.
+    return {"spark.driver.extraClassPath": os.pathsep.join(str(j) for j in jars), "spark.jars": ",".join(str(j) for j in jars)}
+
+
+def _cluster(settings: LakeSettings) -> dict[str, str]:
+    """What a cluster master needs besides the jars: where executors reach the driver, their size."""
+    if settings.spark_master.startswith("local"):
+        return {}
+    conf = {"spark.executor.memory": settings.executor_memory}
+    if settings.executor_cores:
+        conf["spark.executor.cores"] = str(settings.executor_cores)
+    if settings.driver_host:
+        conf["spark.driver.host"] = settings.driver_host
+        conf["spark.driver.bindAddress"] = settings.driver_host
+    return conf
 
 
 def base_conf(settings: LakeSettings) -> dict[str, str]:
@@ -76,6 +91,8 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
     driver_opts = " ".join(o for o in (java_opts, java_options(settings), settings.jvm_options) if o)
     return {
         **_jars(settings),
+        **_cluster(settings),
+        **hadoop_s3_conf(settings),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"
         "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -210,5 +227,5 @@ def stop_spark() -> None:
 def use_catalog(spark: SparkSession, settings: LakeSettings) -> None:
     """(Re)define the Iceberg catalog `settings.catalog_name` on a running session."""
     bootstrap(settings)
-    for key, value in spark_catalog_conf(settings).items():
+    for key, value in {**spark_catalog_conf(settings), **hadoop_s3_conf(settings)}.items():
         spark.conf.set(key, value)

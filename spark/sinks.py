@@ -95,7 +95,7 @@ def declared_sinks(settings: LakeSettings, plans: Iterable[ViewPlan]) -> list[Si
     sinks = []
     for view, kind in wanted:
         plan = by_name[view]
-        target = f"{settings.product_topic_prefix}.{view}" if kind == "kafka" else str(settings.delta_root / view)
+        target = f"{settings.product_topic_prefix}.{view}" if kind == "kafka" else (settings.delta_root / view).hadoop
         sinks.append(Sink(view, kind, target, tuple(plan.key_names), tuple(plan.columns), settings.catalog_name))
     return sinks
 

@@ -17,7 +17,6 @@ once too: applying a change twice changes nothing (positions). The gate's state 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections import OrderedDict
@@ -25,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from catalog.storage import Location, as_location
 
 RELEASED_KEPT = 100_000  # ids of released transactions remembered, to recognise re-sent ones
 # Debezium's PostgreSQL connector names a transaction `<txId>:<LSN>`, and the LSN part differs
@@ -231,24 +232,29 @@ class TransactionGate:
         return gate
 
     @staticmethod
-    def save(folder: Path, batch_id: int, gate: TransactionGate) -> None:
+    def save(folder: Location | Path, batch_id: int, gate: TransactionGate) -> None:
         """The gate after batch `batch_id`, written atomically; states older than the one before are removed."""
-        folder.mkdir(parents=True, exist_ok=True)
-        temporary = folder / f".{batch_id}.json.tmp"
-        temporary.write_text(json.dumps(gate.to_json(), separators=(",", ":")), encoding="utf-8")
-        os.replace(temporary, folder / f"{batch_id}.json")
-        for path in folder.glob("*.json"):
-            if path.stem.isdigit() and int(path.stem) < batch_id - 1:
-                path.unlink(missing_ok=True)
+        folder = as_location(folder)
+        (folder / f"{batch_id}.json").write_text(json.dumps(gate.to_json(), separators=(",", ":")))
+        for batch in _saved(folder):
+            if batch < batch_id - 1:
+                (folder / f"{batch}.json").remove()
 
     @classmethod
-    def load(cls, folder: Path, batch_id: int, collections: Iterable[str]) -> TransactionGate:
+    def load(cls, folder: Location | Path, batch_id: int, collections: Iterable[str]) -> TransactionGate:
         """The gate as batch `batch_id` found it: the state saved by the latest earlier batch."""
-        earlier = [int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit() and int(p.stem) < batch_id] if folder.is_dir() else []
+        folder = as_location(folder)
+        earlier = [batch for batch in _saved(folder) if batch < batch_id]
         if not earlier:
             return cls(collections)
-        data = json.loads((folder / f"{max(earlier)}.json").read_text(encoding="utf-8"))
+        data = json.loads((folder / f"{max(earlier)}.json").read_text())
         return cls.from_json(data, collections)
+
+
+def _saved(folder: Location) -> list[int]:
+    """Batch ids of the gate states in `folder`."""
+    stems = (name[: -len(".json")] for name in folder.children() if name.endswith(".json"))
+    return [int(stem) for stem in stems if stem.isdigit()]
 
 
 def units(count: int, cuts: Sequence[int], size: int) -> list[tuple[int, int]]:

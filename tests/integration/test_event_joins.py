@@ -113,7 +113,7 @@ def test_searches_joined_with_their_clicks_within_the_hour(lake, tmp_path, mode)
         rows = lake.spark.sql(f"SELECT click_id, query, result FROM {lake.names.view('search_clicks')}").collect()
         assert {r.click_id: (r.query, r.result) for r in rows} == model.rows(), number
         if mode == "state" and number:
-            con = sqlite3.connect(state_path(checkpoint_dir(settings, landing)))
+            con = sqlite3.connect(state_path(settings, checkpoint_dir(settings, landing)))
             try:
                 kept = {t: sorted(r[0] for r in con.execute(f"SELECT {k} FROM m_{t}")) for t, k in (("searches", "search_id"), ("clicks", "click_id"))}
                 digests = con.execute("SELECT count(*) FROM v_search_clicks").fetchone()[0]

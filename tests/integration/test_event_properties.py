@@ -66,7 +66,7 @@ def test_event_views_equal_the_model_after_every_round(lake, tmp_path_factory, c
         late = model.round(lines)
         assert sum(b.dead_letters for b in batches) == late, batches
         assert_views(lake, model)
-        assert_state(state_path(checkpoint_dir(lake.settings, landing)), model)
+        assert_state(state_path(lake.settings, checkpoint_dir(lake.settings, landing)), model)
     for plan in PLANS:
         verified = verify_view(lake.settings, SOURCES, plan.name, checked_sql(plan.definition.sql, plan.finality, SOURCES), plan.key_names)
         assert verified.ok, verified.summary()

@@ -185,7 +185,7 @@ def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path
             assert "recomputed in full" not in (view.note or ""), view
         assert_views(lake, model)
         if mode == "state":  # the store keeps the events of windows not yet final, and no more
-            assert_retained(state_path(checkpoint_dir(settings, landing)), model)
+            assert_retained(state_path(settings, checkpoint_dir(settings, landing)), model)
         for plan in plans:
             verified = verify_view(settings, SOURCES, plan.name, checked_sql(plan.definition.sql, plan.finality, SOURCES), plan.key_names)
             assert verified.ok, verified.summary()
@@ -267,7 +267,7 @@ def test_a_redelivery_in_a_later_unit_of_the_batch_finds_the_event_it_repeats(la
     assert sorted((r.start, r.views) for r in rows) == [(micros(at("10:00")), 1), (micros(at("12:00")), 1)]
     # the batch is over: the next one is judged by the watermark 11:50, and the store lets v1 go
     processor.process(BatchRef("t", 1, 0), [(line_of(event("v3", "b", "cy", "12:10")), "file:///landing/page_views/3.json")])
-    con = sqlite3.connect(state_path(tmp_path / "checkpoint"))
+    con = sqlite3.connect(state_path(settings, tmp_path / "checkpoint"))
     try:
         assert sorted(r[0] for r in con.execute("SELECT view_id FROM m_page_views")) == ["v2", "v3"]
     finally:

@@ -66,7 +66,7 @@ def test_the_store_follows_compaction_backfill_and_its_own_loss(lake, tmp_path, 
     staging, landing = tmp_path / "staging", tmp_path / "landing"
     warehouse = str(lake.settings.warehouse)
     generate_files(WorkloadConfig(users=60, seed=11, rounds=6), lake.sources, staging)
-    path = state_path(checkpoint_dir(lake.settings, landing))
+    path = state_path(lake.settings, checkpoint_dir(lake.settings, landing))
     reloads: list[str] = []  # the parts read whole from their tables (the real reload runs too)
     reload = StoreSync.reload
     monkeypatch.setattr(StoreSync, "reload", lambda sync, name: reloads.append(name) or reload(sync, name))

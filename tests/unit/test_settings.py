@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from catalog.errors import ConfigError
-from catalog.lake import jdbc_properties, spark_catalog_conf
+from catalog.lake import delta_rs_options, hadoop_s3_conf, jdbc_properties, spark_catalog_conf
 from catalog.settings import LakeSettings
 
 
@@ -35,7 +35,7 @@ def test_postgresql_catalog_by_settings_alone(monkeypatch):
 def test_warehouse_from_environment_is_made_absolute(monkeypatch, tmp_path: Path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LAKEMV_WAREHOUSE", "lakehouse")
-    assert LakeSettings().warehouse == tmp_path / "lakehouse"
+    assert LakeSettings().warehouse == str(tmp_path / "lakehouse")
 
 
 @pytest.mark.parametrize("uri", ["mysql://x@y/z", "not a url"])
@@ -68,3 +68,64 @@ def test_a_setting_that_does_not_validate_names_the_variable_and_the_value(monke
     monkeypatch.setenv("LAKEMV_SOURCES_DIRS", '["/a", ')
     with pytest.raises(ConfigError, match="LAKEMV_SOURCES_DIRS: .*JSON list"):
         lake_settings()
+
+
+def test_a_warehouse_in_an_object_store_by_settings_alone(monkeypatch, tmp_path: Path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LAKEMV_WAREHOUSE", "s3a://lake/warehouse/")
+    monkeypatch.setenv("LAKEMV_S3_ENDPOINT", "http://127.0.0.1:9000")
+    monkeypatch.setenv("LAKEMV_S3_ACCESS_KEY_ID", "lakemv")
+    monkeypatch.setenv("LAKEMV_S3_SECRET_ACCESS_KEY", "s3cret")
+    settings = LakeSettings()
+    assert settings.warehouse == "s3://lake/warehouse" and settings.remote
+    assert "s3cret" not in repr(settings)
+    # lakemv's own durable files go to the bucket, through Hadoop's s3a for Spark's checkpoints
+    assert settings.checkpoint_root.uri == "s3://lake/warehouse/_checkpoints"
+    assert (settings.checkpoint_root / "ingest-1").hadoop == "s3a://lake/warehouse/_checkpoints/ingest-1"
+    assert (settings.delta_root / "v").hadoop == "s3a://lake/warehouse/delta/v"
+    # the driver's own files (the local state, caches, the catalog database) stay on its disk
+    assert settings.local_root == tmp_path / ".lakemv"
+    assert settings.catalog_url == f"sqlite:///{tmp_path / '.lakemv' / 'catalog.db'}"
+    conf = spark_catalog_conf(settings)
+    assert conf["spark.sql.catalog.lake.warehouse"] == "s3://lake/warehouse"
+    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.sql.catalog.lake.s3.path-style-access"] == "true"
+    assert conf["spark.sql.catalog.lake.s3.secret-access-key"] == "s3cret"
+    hadoop = hadoop_s3_conf(settings)
+    assert hadoop["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert hadoop["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert hadoop["spark.hadoop.fs.s3a.secret.key"] == "s3cret"
+    assert delta_rs_options(settings)["AWS_ALLOW_HTTP"] == "true"
+
+
+def test_a_rest_catalog_by_settings_alone(monkeypatch):
+    monkeypatch.setenv("LAKEMV_CATALOG_URI", "http://catalog:8181")
+    monkeypatch.setenv("LAKEMV_WAREHOUSE", "s3://lake/warehouse")
+    settings = LakeSettings()
+    assert settings.is_rest and not settings.is_sqlite
+    conf = spark_catalog_conf(settings)
+    assert conf["spark.sql.catalog.lake.type"] == "rest"
+    assert conf["spark.sql.catalog.lake.uri"] == "http://catalog:8181"
+    assert "spark.sql.catalog.lake.catalog-impl" not in conf and "spark.sql.catalog.lake.jdbc.schema-version" not in conf
+    with pytest.raises(ConfigError, match="REST catalog"):
+        settings.catalog_url
+
+
+@pytest.mark.parametrize(("warehouse", "message"), [("s3:///x", "names its bucket"), ("gs://b/x", "unsupported warehouse scheme")])
+def test_a_warehouse_that_is_not_a_folder_or_an_s3_prefix_is_refused(monkeypatch, warehouse, message):
+    from flows.lake import lake_settings
+
+    monkeypatch.setenv("LAKEMV_WAREHOUSE", warehouse)
+    with pytest.raises(ConfigError, match=f"LAKEMV_WAREHOUSE: .*{message}"):
+        lake_settings()
+
+
+def test_the_local_state_lives_on_the_drivers_disk(tmp_path: Path):
+    from spark.ingest import state_path
+
+    local = LakeSettings(warehouse=tmp_path / "wh")
+    checkpoint = local.checkpoint_root / "ingest-1"
+    assert state_path(local, checkpoint) == tmp_path / "wh" / "_checkpoints" / "ingest-1" / "lakemv-state" / "state.sqlite"
+    remote = LakeSettings(warehouse="s3://lake/wh", local_dir=tmp_path / "driver")
+    assert state_path(remote, remote.checkpoint_root / "ingest-1") == tmp_path / "driver" / "state" / "ingest-1" / "state.sqlite"

@@ -1,0 +1,89 @@
+"""`lakemv cluster up|down|status|env`: the scale-out stack on loopback (`flows.cluster`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flows.console import console
+
+cluster_app = typer.Typer(
+    no_args_is_help=True,
+    help="A local S3 object store, Iceberg REST catalog and Spark standalone cluster, as processes on loopback (no Docker).",
+)
+
+Folder = Annotated[Path | None, typer.Option("--dir", help="The cluster's folder (env LAKEMV_CLUSTER_DIR).", show_default=".cluster")]
+
+
+def _cluster(ctx: typer.Context, folder: Path | None):  # noqa: ANN202 - flows.cluster.Cluster
+    from flows.cluster import Cluster, ClusterConfig
+
+    return Cluster(ClusterConfig.load(folder or ctx.obj.settings.cluster_dir))
+
+
+def _show(status) -> None:  # noqa: ANN001 - flows.services.ServicesStatus
+    console.print(status.table())
+
+
+@cluster_app.command()
+def up(
+    ctx: typer.Context,
+    folder: Folder = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Spark workers (first up only).")] = None,
+    worker_cores: Annotated[int | None, typer.Option(min=1, help="Cores per worker (first up only).")] = None,
+    worker_memory: Annotated[str | None, typer.Option(help="Memory per worker, e.g. 2g (first up only).")] = None,
+    spark: Annotated[bool, typer.Option(help="Start the Spark master and workers (off: the object store and catalog only).")] = True,
+) -> None:
+    """Start the object store, the REST catalog and the Spark cluster (whatever is not running yet)."""
+    cluster = _cluster(ctx, folder)
+    if not (cluster.folder / "cluster.json").exists():
+        c = cluster.config
+        c.workers = workers or c.workers
+        c.worker_cores = worker_cores or c.worker_cores
+        c.worker_memory = worker_memory or c.worker_memory
+    with console.status("starting the object store, the REST catalog and Spark..."):
+        status = cluster.up(spark=spark)
+    _show(status)
+    console.print(f'next: [bold]eval "$(lakemv cluster env{" --dir " + str(folder) if folder else ""})"[/], then any lakemv command runs on it')
+
+
+@cluster_app.command()
+def down(
+    ctx: typer.Context,
+    folder: Folder = None,
+    purge: Annotated[bool, typer.Option("--purge", help="Also delete every file: the bucket, the catalog, the logs.")] = False,
+) -> None:
+    """Stop the Spark workers and master, the REST catalog and the object store (data kept unless --purge)."""
+    cluster = _cluster(ctx, folder)
+    with console.status("stopping..."):
+        cluster.down(purge=purge)
+    console.print("cluster stopped" + (" and removed" if purge else f"; its data stays in {cluster.folder}"))
+
+
+@cluster_app.command()
+def status(ctx: typer.Context, folder: Folder = None) -> None:
+    """Show each component: running or not, its process and address."""
+    cluster = _cluster(ctx, folder)
+    if not (cluster.folder / "cluster.json").exists():
+        console.print(f"no cluster in {cluster.folder}: start one with `lakemv cluster up`")
+        raise typer.Exit(1)
+    result = cluster.status()
+    _show(result)
+    if not result.running:
+        raise typer.Exit(1)
+
+
+@cluster_app.command()
+def env(
+    ctx: typer.Context,
+    folder: Folder = None,
+    spark: Annotated[bool, typer.Option(help="Point Spark at the cluster (off: the driver's own threads).")] = True,
+) -> None:
+    """Print the settings that point lakemv at the cluster: `eval "$(lakemv cluster env)"`."""
+    cluster = _cluster(ctx, folder)
+    if not (cluster.folder / "cluster.json").exists():
+        console.print(f"no cluster in {cluster.folder}: start one with `lakemv cluster up`")
+        raise typer.Exit(1)
+    typer.echo("\n".join(f"export {k}={v}" for k, v in cluster.config.settings_env(spark=spark).items()))
