@@ -60,6 +60,8 @@ def hadoop_s3_conf(settings: LakeSettings) -> dict[str, str]:
     conf = {
         "spark.hadoop.fs.s3a.endpoint.region": s3.region,
         "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style).lower(),
+        # Iceberg's tables say s3://: what lists them through Hadoop (remove_orphan_files) uses s3a
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
     }
     if s3.endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint

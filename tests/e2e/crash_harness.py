@@ -13,7 +13,11 @@ bookkeeping included), views, change feeds (as multisets: a duplicate entry is a
 letters and ledger rows. The crashed lake's views must also equal an independent Python model of the
 generator's true state.
 
-`python -m tests.e2e.crash_harness --seeds 1 2 3` runs several trials and prints the figures.
+The crashed lake may live elsewhere than the reference (`crashed_on`): on the scale-out stack (a Spark
+cluster, an object store, a REST catalog), whose lake must then equal the local one.
+
+`python -m tests.e2e.crash_harness --seeds 1 2 3` runs several trials and prints the figures;
+`--cluster DIR` runs the crashed lakes on the scale-out stack `lakemv cluster up --dir DIR` started.
 """
 
 from __future__ import annotations
@@ -68,6 +72,37 @@ HOSTILE = (
     '{"op": "x", "after": {"id": 1}, "source": {"lsn": 1}}',  # unknown op
     '{"op": "c", "after": {"id": "12", "email": "s@x", "username": "s"}, "source": {"lsn": 5}}',  # string into BIGINT
 )
+
+
+@dataclass
+class Place:
+    """Where one lake of a trial lives: a warehouse (a folder, or an S3 prefix) with the settings that
+    reach it (`env`: LAKEMV_* variables), and the driver's local folder, if it is not the warehouse."""
+
+    warehouse: str
+    env: dict[str, str] = field(default_factory=dict)
+    local_dir: Path | None = None
+
+    @classmethod
+    def folder(cls, path: Path) -> Place:
+        return cls(str(path))
+
+    @property
+    def settings(self) -> LakeSettings:
+        known = LakeSettings.model_fields
+        given = {k[len("LAKEMV_") :].lower(): v for k, v in self.env.items() if k.startswith("LAKEMV_")}
+        given |= {"warehouse": self.warehouse, "local_dir": self.local_dir}
+        return LakeSettings(**{k: v for k, v in given.items() if k in known})
+
+    def lose_state(self) -> int:
+        """Delete the local indexed state of every stream (the next run rebuilds it from Iceberg)."""
+        if self.local_dir is not None:
+            folders = list((self.local_dir / "state").glob("*"))
+        else:
+            folders = list(Path(self.warehouse).glob("_checkpoints/*/lakemv-state"))
+        for folder in folders:
+            shutil.rmtree(folder)
+        return len(folders)
 
 
 @dataclass
@@ -213,13 +248,16 @@ def ingest_env(files_per_batch: int, extra: Mapping[str, str] | None = None, set
     return env
 
 
-def ingest(warehouse: Path, landing: Path, env: Mapping[str, str], signal_file: Path | None = None, timeout: float = 600) -> str | None:
+def ingest(
+    warehouse: Path | str, landing: Path, env: Mapping[str, str], signal_file: Path | None = None, timeout: float = 600, log: Path | None = None
+) -> str | None:
     """Run `lakemv ingest --once`; with a signal file, SIGKILL the process group once it appears.
 
     Returns the point the process reported (it was killed there), or None if it ran to completion.
     """
     args = [LAKEMV, "--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--once"]
-    log = warehouse.parent / f"{warehouse.name}-ingest.log"
+    if log is None:
+        log = Path(warehouse).parent / f"{Path(warehouse).name}-ingest.log"
     with open(log, "a", encoding="utf-8") as out:
         process = subprocess.Popen(args, env=dict(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
@@ -252,10 +290,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def read_lake(warehouse: Path, sources: SourceRegistry, views: Sequence[str] = VIEWS) -> dict[str, list[dict[str, Any]]]:
+def read_lake(warehouse: Path | LakeSettings, sources: SourceRegistry, views: Sequence[str] = VIEWS) -> dict[str, list[dict[str, Any]]]:
     """Every table a crash could corrupt, as rows without run-dependent columns (times, stream ids)."""
-    settings = LakeSettings(warehouse=warehouse)
-    con = connect_duckdb(threads=2)
+    settings = warehouse if isinstance(warehouse, LakeSettings) else LakeSettings(warehouse=warehouse)
+    con = connect_duckdb(threads=2, settings=settings)
     tables: dict[str, tuple[str, str, str]] = {}
     for name, source in sources.items():
         columns = ", ".join(f'"{c}"' for c in source.column_names)
@@ -272,7 +310,7 @@ def read_lake(warehouse: Path, sources: SourceRegistry, views: Sequence[str] = V
     lake = {}
     for label, (namespace, table, select) in tables.items():
         location = metadata_location(settings, namespace, table)
-        assert location is not None, f"{label} does not exist in {warehouse}"
+        assert location is not None, f"{label} does not exist in {settings.warehouse}"
         relation = con.execute(f"SELECT {select} FROM iceberg_scan('{location}')")
         names = [d[0] for d in relation.description]
         lake[label] = [dict(zip(names, (_plain(v) for v in row), strict=True)) for row in relation.fetchall()]
@@ -319,10 +357,12 @@ def run_trial(
     points: Sequence[str] = POINTS,
     set_wise: bool = False,
     events: int = 0,
+    crashed_on: Place | None = None,
 ) -> Trial:
     """Reference run and crashed run of one generated input; raises AssertionError on any difference.
     `points`: where to kill (every point by default); `set_wise`: every batch parsed by Spark;
-    `events`: feed generated event streams (that many page views) to the event views instead."""
+    `events`: feed generated event streams (that many page views) to the event views instead;
+    `crashed_on`: where the crashed lake lives (default: a folder beside the reference's)."""
     started = time.monotonic()
     generated = root / "generated"
     extra: dict[str, str] = {}
@@ -336,26 +376,26 @@ def run_trial(
     trial = Trial(seed, _ordered_schedule(schedule_for(seed, rounds, points)))
     lakes = {}
     for name in ("reference", "crashed"):
-        landing, warehouse = root / f"{name}-landing", root / f"{name}-wh"
+        landing = root / f"{name}-landing"
+        place = crashed_on if name == "crashed" and crashed_on is not None else Place.folder(root / f"{name}-wh")
+        log = root / f"{name}-ingest.log"
         copy_landing(generated, landing)
         if name == "crashed":
             signal_file = root / "crash-signal"
             for point, batch in trial.schedule:
                 arm = {"LAKEMV_CRASH_AT": f"{point}@{batch}", "LAKEMV_CRASH_SIGNAL": str(signal_file)}
-                env = ingest_env(per_round, {**extra, **arm}, set_wise)
+                env = ingest_env(per_round, {**extra, **place.env, **arm}, set_wise)
                 trial.runs += 1
-                reached = ingest(warehouse, landing, env, signal_file)
+                reached = ingest(place.warehouse, landing, env, signal_file, log=log)
                 if reached is None:
                     trial.not_reached.append(f"{point}@{batch}")
                 else:
                     trial.kills.append(reached)
                     if len(trial.kills) % LOSE_STATE_EVERY == 0:  # the next run rebuilds it from Iceberg
-                        for folder in warehouse.glob("_checkpoints/*/lakemv-state"):
-                            shutil.rmtree(folder)
-                            trial.states_lost += 1
+                        trial.states_lost += place.lose_state()
         trial.runs += 1
-        assert ingest(warehouse, landing, ingest_env(per_round, extra, set_wise=set_wise)) is None
-        lakes[name] = read_lake(warehouse, sources, (*VIEWS, *EVENT_VIEWS) if events else VIEWS)
+        assert ingest(place.warehouse, landing, ingest_env(per_round, {**extra, **place.env}, set_wise=set_wise), log=log) is None
+        lakes[name] = read_lake(place.settings, sources, (*VIEWS, *EVENT_VIEWS) if events else VIEWS)
     context = f"seed {seed}"
     trial.compared = assert_same_lake(lakes["reference"], lakes["crashed"], context)
     if events:
@@ -374,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/lakemv-crash"))
     parser.add_argument("--set-wise", action="store_true", help="every batch parsed by Spark (spark.bulk)")
     parser.add_argument("--events", type=int, default=0, help="feed the event views this many generated page views instead")
+    parser.add_argument("--cluster", type=Path, help="crash on the scale-out stack `lakemv cluster up --dir CLUSTER` runs")
     args = parser.parse_args(argv)
     total_kills = 0
     for seed in args.seeds:
@@ -381,7 +422,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         points = EVENT_POINTS if args.events else POINTS
-        trial = run_trial(root, seed, users=args.users, rounds=args.rounds, set_wise=args.set_wise, events=args.events, points=points)
+        place = None
+        if args.cluster is not None:
+            from flows.cluster import ClusterConfig
+
+            config = ClusterConfig.load(args.cluster)
+            place = Place(f"{config.warehouse}/crash-{seed}-{int(time.time())}", config.settings_env(), root / "driver")
+        trial = run_trial(
+            root, seed, users=args.users, rounds=args.rounds, set_wise=args.set_wise, events=args.events, points=points, crashed_on=place
+        )
         total_kills += len(trial.kills)
         print(
             f"seed {seed}: {len(trial.kills)} kills ({', '.join(trial.kills)}), not reached: {trial.not_reached or 'none'}; "

@@ -1,0 +1,154 @@
+"""Scale-out by settings alone: a Spark standalone cluster, an S3-compatible object store and a REST
+Iceberg catalog, all real processes on loopback (`lakemv cluster up`), and lakemv pointed at them by
+the LAKEMV_* settings `lakemv cluster env` prints, as the README's "Scaling out" recipe does.
+
+The lake built there must equal the one a local run builds from the same input, read by another
+engine (DuckDB, through the REST catalog and the object store); every file lakemv keeps must be in
+the object store, the local indexed state on the driver's disk only, and a driver that lost its disk
+must carry on correctly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from catalog.lake import delta_rs_options, pyiceberg_catalog
+from catalog.storage import s3_filesystem
+from flows.cluster import Cluster, ClusterConfig
+from tests.e2e.cli import lakemv, move_round
+from tests.e2e.crash_harness import Place, VIEWS, assert_same_lake, read_lake, run_trial
+
+pytestmark = pytest.mark.slow(300)
+
+
+@pytest.fixture
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A fresh scale-out stack: s3proxy, the REST catalog, a Spark master and one worker."""
+    config = ClusterConfig(tmp_path_factory.mktemp("cluster"), workers=1, worker_cores=1, worker_memory="2g")
+    stack = Cluster(config)
+    try:
+        status = stack.up()
+        assert status.running, status
+        yield stack
+    finally:
+        stack.down(purge=True)
+
+
+def _env(cluster: Cluster, driver: Path, **extra: str) -> dict[str, str]:
+    """What a user exports after `eval "$(lakemv cluster env)"`, plus the driver's own folder."""
+    return {**cluster.config.settings_env(), "LAKEMV_LOCAL_DIR": str(driver), **extra}
+
+
+def _objects(cluster: Cluster, under: str) -> list[str]:
+    c = cluster.config
+    infos = s3_filesystem(c.s3).get_file_info(pafs.FileSelector(f"{c.bucket}/{under}", recursive=True, allow_not_found=True))
+    return sorted(i.path[len(c.bucket) + 1 :] for i in infos if i.type == pafs.FileType.File)
+
+
+def _master(cluster: Cluster) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{cluster.config.master_ui_port}/json/", timeout=5) as response:  # noqa: S310
+        return json.loads(response.read())
+
+
+def _said(done) -> str:  # noqa: ANN001 - a CompletedProcess
+    """The command's output with rich's line wrapping undone."""
+    return " ".join(done.stdout.split())
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_rest_catalog(
+    cluster: Cluster, tmp_path: Path, sources, monkeypatch: pytest.MonkeyPatch
+):
+    staging, landing, driver = tmp_path / "staging", tmp_path / "landing", tmp_path / "driver"
+    lakemv("generate", "--out", str(staging), "--users", "150", "--rounds", "3", "--seed", "7")
+    reference, ref_staging, ref_landing = tmp_path / "reference-wh", tmp_path / "reference-staging", tmp_path / "reference-landing"
+    shutil.copytree(staging, ref_staging)
+
+    def reference_round(*numbers: int) -> None:
+        """The same files, in the same batches, into a local warehouse on local[2]."""
+        for number in numbers:
+            move_round(ref_staging, ref_landing, number)
+        lakemv("--warehouse", str(reference), "ingest", "--landing", str(ref_landing), "--once")
+
+    env = _env(cluster, driver, LAKEMV_SINKS=json.dumps({"user_profile": ["delta"]}))
+    monkeypatch.chdir(tmp_path)  # a stray local ./warehouse would show here
+    for number in (0, 1):
+        move_round(staging, landing, number)
+    lakemv("ingest", "--landing", str(landing), "--once", env=env)
+    reference_round(0, 1)
+
+    # the Spark application ran on the cluster (with a cluster master no task runs in the driver): the
+    # master lists it with its cores, and the worker launched its executor with the jars the driver shipped
+    apps = [a for a in _master(cluster)["completedapps"] if a["name"] == "lakemv"]
+    assert apps and all(a["cores"] >= 1 for a in apps), _master(cluster)
+    work = cluster.folder / "worker-0" / "work"
+    executors = [d for app in work.glob("app-*") for d in app.iterdir() if d.is_dir()]
+    assert executors, f"no executor ran on the worker ({work})"
+    assert all("CoarseGrainedExecutorBackend" in (d / "stderr").read_text(errors="replace") for d in executors)
+    assert all(any(d.glob("iceberg-spark-runtime-*.jar")) and any(d.glob("hadoop-aws-*.jar")) for d in executors)
+
+    # every file lakemv keeps is in the object store; the driver's disk holds its local state and caches
+    objects = _objects(cluster, "warehouse")
+    for expected in ("warehouse/mirror/users/data/", "warehouse/views/user_profile/metadata/", "warehouse/delta/user_profile/_delta_log/"):
+        assert any(o.startswith(expected) for o in objects), f"nothing under {expected}: {objects[:20]}"
+    checkpoint = [o for o in objects if o.startswith("warehouse/_checkpoints/ingest-")]
+    assert any("/commits/" in o for o in checkpoint) and any("/lakemv-journal/" in o and o.endswith("manifest.json") for o in checkpoint)
+    local = _files(driver)
+    assert local and all(f.startswith(("state/", "_lakemv/")) for f in local), local
+    assert any(f.endswith("state.sqlite") for f in local), "the local state lives on the driver's disk"
+    assert not any("state.sqlite" in o for o in objects), "the local state is not in the object store"
+    assert not (tmp_path / "warehouse").exists() and not (tmp_path / ".lakemv").exists()
+
+    # a driver on a blank disk: the state is rebuilt from the tables, the next round is still exact
+    shutil.rmtree(driver)
+    move_round(staging, landing, 2)
+    lakemv("ingest", "--landing", str(landing), "--once", env=env)
+    assert any(f.endswith("state.sqlite") for f in _files(driver))
+    reference_round(2)
+
+    # the same lake as a local run of the same input, read by DuckDB through the REST catalog
+    place = Place(cluster.config.warehouse, env, driver)
+    clustered = read_lake(place.settings, sources)
+    assert_same_lake(read_lake(reference, sources), clustered, "cluster vs local")
+
+    # the flows on the cluster: verify (DuckDB), backfill (a branch, published), compaction
+    for view in VIEWS:
+        assert "0 mismatching, 0 missing, 0 extra" in _said(lakemv("verify", view, env=env))
+    lakemv("backfill", "user_profile", env=env)
+    compacted = _said(lakemv("compact", "mirror.stars", "views.user_profile", env=env))
+    assert "compacted 2 tables" in compacted, compacted
+    assert "0 mismatching, 0 missing, 0 extra" in _said(lakemv("verify", "user_profile", env=env))
+    assert_same_lake(read_lake(reference, sources), read_lake(place.settings, sources), "cluster vs local, after the flows")
+
+    # pyiceberg and delta-rs reach the same tables by the same settings
+    settings = place.settings
+    rows = pyiceberg_catalog(settings).load_table(("views", "user_profile")).scan().to_arrow().num_rows
+    assert rows == len(clustered["views.user_profile"])
+    from deltalake import DeltaTable
+
+    product = DeltaTable((settings.delta_root / "user_profile").hadoop, storage_options=delta_rs_options(settings))
+    assert product.to_pyarrow_table().num_rows == rows
+    out = lakemv("query", "select count(*) AS n from user_profile", "--format", "json", env=env).stdout
+    assert json.loads(out.splitlines()[0])["n"] == rows
+
+
+def test_crash_recovery_on_the_cluster(cluster: Cluster, tmp_path: Path, sources):
+    """The crash harness with the crashed lake on the cluster: SIGKILL at a point of each phase
+    (journal in the object store, a mirror committed, a view written, the ledger), the local state lost
+    once, and the lake equals an uninterrupted local run's and the model's."""
+    points = ("journaled", "mirror:stars", "view:user_profile", "ledger")
+    place = Place(cluster.config.warehouse, cluster.config.settings_env(), tmp_path / "driver")
+    trial = run_trial(tmp_path, seed=4, users=60, rounds=3, sources=sources, points=points, crashed_on=place)
+    assert trial.kills, trial
+    assert sum(trial.compared.values()) > 0
+    assert os.listdir(tmp_path / "driver" / "state")
