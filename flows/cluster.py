@@ -109,6 +109,24 @@ class ClusterConfig:
         return env
 
 
+def rest_catalog_env(warehouse: str, s3_endpoint: str, access_key: str, secret_key: str, database: str) -> dict[str, str]:
+    """The REST catalog server's settings: RESTCatalogServer reads its catalog's properties from CATALOG_*
+    variables (`_` is a `.`, `__` a `-`: CATALOG_S3_PATH__STYLE__ACCESS is s3.path-style-access), as the
+    apache/iceberg-rest-fixture image does (docker-compose.yml sets the same)."""
+    return {
+        "CATALOG_URI": database,
+        "CATALOG_JDBC_SCHEMA__VERSION": "V1",
+        "CATALOG_WAREHOUSE": warehouse,
+        "CATALOG_IO__IMPL": "org.apache.iceberg.aws.s3.S3FileIO",
+        "CATALOG_S3_ENDPOINT": s3_endpoint,
+        "CATALOG_S3_PATH__STYLE__ACCESS": "true",
+        "CATALOG_S3_ACCESS__KEY__ID": access_key,
+        "CATALOG_S3_SECRET__ACCESS__KEY": secret_key,
+        "CATALOG_CLIENT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+    }
+
+
 def _pyspark_home() -> Path:
     import pyspark
 
@@ -186,21 +204,8 @@ class Cluster(Services):
             ]
         )
         (self.folder / "rest").mkdir(parents=True, exist_ok=True)
-        # RESTCatalogServer reads its catalog's properties from CATALOG_* variables: `_` is a `.`,
-        # `__` a `-` (CATALOG_S3_PATH__STYLE__ACCESS is s3.path-style-access).
-        env = {
-            "CATALOG_REST_PORT": str(c.rest_port),
-            "CATALOG_URI": f"jdbc:sqlite:{self.folder / 'rest' / 'catalog.db'}",
-            "CATALOG_JDBC_SCHEMA__VERSION": "V1",
-            "CATALOG_WAREHOUSE": c.warehouse,
-            "CATALOG_IO__IMPL": "org.apache.iceberg.aws.s3.S3FileIO",
-            "CATALOG_S3_ENDPOINT": c.s3_endpoint,
-            "CATALOG_S3_PATH__STYLE__ACCESS": "true",
-            "CATALOG_S3_ACCESS__KEY__ID": c.access_key,
-            "CATALOG_S3_SECRET__ACCESS__KEY": c.secret_key,
-            "CATALOG_CLIENT_REGION": "us-east-1",
-            "AWS_REGION": "us-east-1",
-        }
+        env = rest_catalog_env(c.warehouse, c.s3_endpoint, c.access_key, c.secret_key, f"jdbc:sqlite:{self.folder / 'rest' / 'catalog.db'}")
+        env["CATALOG_REST_PORT"] = str(c.rest_port)
         self._spawn("rest", self._java("rest", "-cp", classpath, "org.apache.iceberg.rest.RESTCatalogServer", heap="384m"), env=env)
         self._wait("rest", self._rest_ready, 60)
 

@@ -157,6 +157,16 @@ def _stop_session(session: SparkSession) -> None:
     session.stop()
 
 
+def _quiet_accumulator_server() -> None:
+    """PySpark's accumulator server prints a traceback when the JVM's end of its socket closes under
+    it: at every stop that is not an orderly session stop, such as a second SIGTERM's immediate exit
+    (seen in CI: `serve` stopped by a supervisor, whose flow run got SIGTERM from it and from Prefect's
+    runner). Nothing it could report is a user's concern: the stop is reported once, by lakemv."""
+    server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
+
+
 def _cancel_jobs() -> None:
     context = SparkContext._active_spark_context
     if context is not None:
@@ -199,6 +209,7 @@ def _session(settings: LakeSettings) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    _quiet_accumulator_server()
     spark.sparkContext.setLogLevel("ERROR")
     for name in QUERY_CONTEXT_LOGGERS:
         logging.getLogger(name).disabled = True

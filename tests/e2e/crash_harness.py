@@ -83,6 +83,10 @@ class Place:
     env: dict[str, str] = field(default_factory=dict)
     local_dir: Path | None = None
 
+    def __post_init__(self) -> None:
+        if self.local_dir is not None:
+            self.env = {**self.env, "LAKEMV_LOCAL_DIR": str(self.local_dir)}
+
     @classmethod
     def folder(cls, path: Path) -> Place:
         return cls(str(path))

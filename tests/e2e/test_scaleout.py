@@ -149,6 +149,7 @@ def test_crash_recovery_on_the_cluster(cluster: Cluster, tmp_path: Path, sources
     points = ("journaled", "mirror:stars", "view:user_profile", "ledger")
     place = Place(cluster.config.warehouse, cluster.config.settings_env(), tmp_path / "driver")
     trial = run_trial(tmp_path, seed=4, users=60, rounds=3, sources=sources, points=points, crashed_on=place)
-    assert trial.kills, trial
+    assert len(trial.kills) >= 3, trial
+    assert trial.states_lost or len(trial.kills) < 4, trial
     assert sum(trial.compared.values()) > 0
-    assert os.listdir(tmp_path / "driver" / "state")
+    assert os.listdir(tmp_path / "driver" / "state"), "the crashed lake's state on the driver's disk"

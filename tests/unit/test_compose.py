@@ -57,7 +57,7 @@ def _registered_connector(compose: dict) -> dict:
 def test_compose_file_declares_the_scale_out_stack(compose):
     services = compose["services"]
     cdc = {"source-db", "kafka", "connect", "connector-init"}
-    assert cdc | {"catalog-db", "minio", "spark-master", "spark-worker", "prefect-server", "lakemv"} <= set(services)
+    assert cdc | {"s3", "rest-catalog", "spark-master", "spark-worker", "prefect-server", "lakemv"} <= set(services)
     for name, service in services.items():
         assert "image" in service, name
         for dependency in service.get("depends_on", []):
@@ -65,7 +65,7 @@ def test_compose_file_declares_the_scale_out_stack(compose):
         for config in service.get("configs", []):
             assert config["source"] in compose.get("configs", {}), f"{name} mounts undefined config {config['source']}"
     lakemv_env = services["lakemv"]["environment"]
-    assert lakemv_env["LAKEMV_CATALOG_URI"].startswith("postgresql://")
+    assert lakemv_env["LAKEMV_CATALOG_URI"].startswith("http://rest-catalog:")
     assert "wal_level=logical" in services["source-db"]["command"]
 
 
@@ -149,3 +149,40 @@ def test_compose_source_db_is_the_local_database(compose):
     sources = load_sources([PROJECT_ROOT / "catalog" / "sources"])
     expected = "\n".join(f"{create_table_sql(sources[name])};" for name in sorted(sources))
     assert compose["configs"][mount["source"]]["content"].strip() == expected
+
+
+def _properties(pom: Path) -> dict[str, str]:
+    root = ET.parse(pom).getroot()
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    return {child.tag.split("}")[1]: (child.text or "").strip() for child in root.find("m:properties", ns)}
+
+
+def test_compose_runs_the_lake_side_that_lakemv_cluster_runs(compose):
+    """The object store, the REST catalog and Spark: the versions `lakemv cluster up` runs, the same
+    catalog settings, and lakemv pointed at them by the same settings as `lakemv cluster env` prints."""
+    import pyspark
+
+    from flows.cluster import ClusterConfig, rest_catalog_env
+
+    versions = _properties(PROJECT_ROOT / "jvm" / "scaleout" / "pom.xml")
+    services = compose["services"]
+    assert services["s3"]["image"] == f"andrewgaul/s3proxy:{versions['s3proxy.version']}"
+    assert services["rest-catalog"]["image"] == f"apache/iceberg-rest-fixture:{versions['iceberg.rest.version']}"
+    for name in ("spark-master", "spark-worker", "lakemv"):
+        assert _tag(services[name]["image"]).startswith(f"{pyspark.__version__}-"), name
+
+    s3_env = services["s3"]["environment"]
+    identity, secret = s3_env["S3PROXY_IDENTITY"], s3_env["S3PROXY_CREDENTIAL"]
+    rest_env = {k: str(v) for k, v in services["rest-catalog"]["environment"].items()}
+    expected = rest_catalog_env("s3://lake/warehouse", "http://s3:80", identity, secret, rest_env["CATALOG_URI"])
+    assert {k: v for k, v in rest_env.items() if k != "CATALOG_REST_PORT"} == expected
+
+    lakemv_env = {k: str(v) for k, v in services["lakemv"]["environment"].items()}
+    local = ClusterConfig(Path("/unused"), access_key=identity, secret_key=secret, s3_port=80, rest_port=8181, master_port=7077)
+    wanted = local.settings_env()
+    assert set(wanted) <= set(lakemv_env), sorted(set(wanted) - set(lakemv_env))
+    addresses = {"LAKEMV_S3_ENDPOINT", "LAKEMV_CATALOG_URI", "LAKEMV_SPARK_MASTER", "LAKEMV_DRIVER_HOST"}
+    assert {k: lakemv_env[k] for k in wanted if k not in addresses} == {k: v for k, v in wanted.items() if k not in addresses}
+    assert lakemv_env["LAKEMV_S3_ENDPOINT"] == "http://s3:80" and lakemv_env["LAKEMV_SPARK_MASTER"] == "spark://spark-master:7077"
+    assert lakemv_env["LAKEMV_WAREHOUSE"] == rest_env["CATALOG_WAREHOUSE"]
+    assert "LAKEMV_LOCAL_DIR" in lakemv_env, "the driver's local state on a volume of its own"
