@@ -276,3 +276,14 @@ def location(uri: str | Path, options: S3Options | None = None) -> Location:
 def as_location(place: Location | Path) -> Location:
     """A Location as it is; a local Path as a LocalLocation."""
     return place if isinstance(place, Location) else LocalLocation(Path(place))
+
+
+def arrow_file(uri: str, options: S3Options | None = None):  # noqa: ANN201 - (pyarrow FileSystem, path)
+    """pyarrow's file system and path for a data file as Iceberg names it (a local path, file: or s3:// URI)."""
+    import pyarrow.fs as pafs
+
+    if is_remote(uri):
+        bucket, key = split_s3(uri)
+        return s3_filesystem(options or S3Options()), f"{bucket}/{key}"
+    text = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+    return pafs.LocalFileSystem(), text

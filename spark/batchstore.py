@@ -59,7 +59,7 @@ class StoreSteps:
             # commit writes unpartitioned tables only (an event source's is partitioned by event time)
             if located and self.direct is not None and self.direct.supports(self.names.mirror(table)):
                 self.direct_tables.add(self.names.mirror(table))
-        self.sync = StoreSync(self.spark, self.store, self.names)
+        self.sync = StoreSync(self.spark, self.store, self.names, self.direct.settings.s3 if self.direct is not None else None)
         self.indexed = {}
         for m in self.maintainers:
             if routes[m.plan.name].indexed:

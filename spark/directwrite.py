@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from catalog.settings import LakeSettings
-from spark.changeset import local_path
+from catalog.storage import S3_SCHEMES, arrow_file, is_remote
 from spark.commits import WRITE_ID
 from spark.state.store import Location
 
@@ -55,9 +55,10 @@ class DirectWriter:
         return self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, identifier)
 
     def supports(self, identifier: str) -> bool:
-        """Whether this can write the table: data on the local file system, no partitioning."""
+        """Whether this can write the table: data on the local file system or in the warehouse's object
+        store, no partitioning."""
         table = self._table(identifier)
-        return urlparse(str(table.location())).scheme in ("", "file") and bool(table.spec().isUnpartitioned())
+        return urlparse(str(table.location())).scheme in ("", "file", *S3_SCHEMES) and bool(table.spec().isUnpartitioned())
 
     def _arrow_schema(self, identifier: str, table) -> pa.Schema:  # noqa: ANN001
         """The table's schema in Arrow with Iceberg's field ids (pyiceberg's mapping), by schema id."""
@@ -75,10 +76,11 @@ class DirectWriter:
 
     def _write(self, table, rows: pa.Table, kind: str) -> tuple[str, int]:  # noqa: ANN001
         location = str(table.locationProvider().newDataLocation(f"lmv-{kind}-{uuid.uuid4().hex}.parquet"))
-        path = local_path(location)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        pq.write_table(rows, path, compression="zstd")
-        return location, os.path.getsize(path)
+        fs, path = arrow_file(location, self.settings.s3)
+        if not is_remote(location):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        pq.write_table(rows, path, compression="zstd", filesystem=fs)  # on S3 a single PUT or a multipart upload
+        return location, fs.get_file_info(path).size
 
     def commit(
         self,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
+from catalog.storage import S3Options, arrow_file
 from catalog.tables import DELETED, POSITION, TableNames
-from spark.changeset import local_path
 from spark.commits import WRITE_ID
 from spark.literals import q
 from spark.state.codec import columns_of, rows_of
@@ -143,10 +143,11 @@ class SyncReport:
 class StoreSync:
     """Checks and reloads the parts of one store against the tables of one catalog."""
 
-    def __init__(self, spark: SparkSession, store: Store, names: TableNames):
+    def __init__(self, spark: SparkSession, store: Store, names: TableNames, s3: S3Options | None = None):
         self.spark = spark
         self.store = store
         self.names = names
+        self.s3 = s3  # how to read the data files of tables in an object store
         self.snapshots = Snapshots(spark)
         self.retained: dict[str, str] = {}  # event source -> SQL predicate of the events a reload keeps
         self.settled: dict[str, tuple[str, int]] = {}  # view -> (column, epoch micros): rows before are settled
@@ -220,7 +221,8 @@ class StoreSync:
             for snapshot in snapshots:
                 added, removed = self.snapshots.files(identifier, snapshot)
                 for path in added:
-                    self.store.locate(name, path, rows_of(pq.read_table(local_path(path), columns=list(key)), key))
+                    fs, file = arrow_file(path, self.s3)
+                    self.store.locate(name, path, rows_of(pq.read_table(file, columns=list(key), filesystem=fs), key))
                 self.store.forget_files(name, removed)
         except (LookupError, OSError) as exc:
             log.info("%s: cannot follow the files of its table (%s): reloading it", name, exc)

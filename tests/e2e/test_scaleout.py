@@ -41,6 +41,51 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         stack.down(purge=True)
 
 
+@pytest.fixture
+def object_store(tmp_path_factory: pytest.TempPathFactory):
+    """s3proxy and the REST catalog alone (no Spark)."""
+    stack = Cluster(ClusterConfig(tmp_path_factory.mktemp("store")))
+    try:
+        stack.up(spark=False)
+        yield stack
+    finally:
+        stack.down(purge=True)
+
+
+@pytest.mark.slow(20)
+def test_lakemvs_own_files_in_the_object_store(object_store: Cluster):
+    """The journal and the other files lakemv keeps beside its checkpoints, on a real S3 server:
+    whole-file writes, listing, missing files, removal; a journal entry counts only with its manifest."""
+    import pyarrow as pa
+
+    from catalog.storage import location
+    from spark.journal import BatchRef, Journal, TablePlan
+
+    root = location(f"{object_store.config.warehouse}/_probe", object_store.config.s3)
+    assert not root.exists() and root.children() == []
+    (root / "a" / "one.json").write_text('{"n": 1}')
+    (root / "a" / "two.json").write_bytes(b"2")
+    assert root.children() == ["a"] and (root / "a").children() == ["one.json", "two.json"] and (root / "a").is_dir()
+    assert (root / "a" / "one.json").read_text() == '{"n": 1}'
+    with pytest.raises(FileNotFoundError):
+        (root / "missing").read_bytes()
+    (root / "a" / "one.json").remove()
+    assert (root / "a").children() == ["two.json"]
+
+    journal = Journal(root / "journal")
+    ref, later = BatchRef("s", 3, 0), BatchRef("s", 4, 0)
+    journal.save(ref, {"users": TablePlan(pa.table({"id": [1, 2]}), pa.table({"id": [1]}))}, {"page_views": 7})
+    loaded = journal.load(ref)
+    assert loaded["users"].rows.num_rows == 2 and loaded["users"].images.num_rows == 1
+    assert journal.watermarks(ref) == {"page_views": 7} and journal.pending_watermarks() == {"page_views": 7}
+    (root / "journal" / later.entry_name / "users.rows.arrow").write_bytes(b"half")  # a save cut short
+    assert journal.load(later) is None and journal.write_ids() == {"s:3.0"}
+    journal.forget_before(later)
+    assert journal.load(ref) is None and journal.write_ids() == set()
+    root.remove()
+    assert not root.exists()
+
+
 def _env(cluster: Cluster, driver: Path, **extra: str) -> dict[str, str]:
     """What a user exports after `eval "$(lakemv cluster env)"`, plus the driver's own folder."""
     return {**cluster.config.settings_env(), "LAKEMV_LOCAL_DIR": str(driver), **extra}
@@ -101,6 +146,7 @@ def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_
     objects = _objects(cluster, "warehouse")
     for expected in ("warehouse/mirror/users/data/", "warehouse/views/user_profile/metadata/", "warehouse/delta/user_profile/_delta_log/"):
         assert any(o.startswith(expected) for o in objects), f"nothing under {expected}: {objects[:20]}"
+    assert any("/data/lmv-data-" in o for o in objects), "direct commits write their Parquet files to the object store"
     checkpoint = [o for o in objects if o.startswith("warehouse/_checkpoints/ingest-")]
     assert any("/commits/" in o for o in checkpoint) and any("/lakemv-journal/" in o and o.endswith("manifest.json") for o in checkpoint)
     local = _files(driver)
