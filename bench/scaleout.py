@@ -37,7 +37,7 @@ from catalog.settings import PROJECT_ROOT, LakeSettings
 
 LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 RESULTS = PROJECT_ROOT / "bench" / "results"
-BATCH = re.compile(r"batch \d+: .*?, ([\d.]+)s")
+BATCH = re.compile(r"batch [\d.]+(?: \([^)]*\))*: .*?, ([\d.]+)s")  # `batch 0.1 (set-wise): ..., 3.21s`
 VIEW = "user_profile"
 
 
@@ -70,7 +70,7 @@ def _recompute_here() -> None:
     from spark.maintain import ViewMaintainer
 
     lake = Lake.at()
-    view = ViewMaintainer(lake.spark, TableNames(lake.settings.catalog_name), lake.sources, lake.plans[VIEW])
+    view = ViewMaintainer(lake.spark(), TableNames(lake.settings.catalog_name), lake.sources, lake.plans[VIEW])
     view.recompute().count()  # a first run: plans, reads the catalog, warms the executors
     started = time.perf_counter()
     view.recompute().count()

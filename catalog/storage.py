@@ -123,7 +123,8 @@ class Location:
         raise NotImplementedError
 
     def remove(self) -> None:
-        """Remove the file, or the folder with everything in it; nothing if it is not there."""
+        """Remove the file, or the folder with everything in it; nothing if it is not there. (In an
+        object store an empty folder marker may stay behind: it holds nothing and lists nothing.)"""
         raise NotImplementedError
 
     def sync(self) -> None:

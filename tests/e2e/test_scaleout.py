@@ -30,15 +30,16 @@ pytestmark = pytest.mark.slow(300)
 
 @pytest.fixture
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A fresh scale-out stack: s3proxy, the REST catalog, a Spark master and one worker."""
-    config = ClusterConfig(tmp_path_factory.mktemp("cluster"), workers=1, worker_cores=1, worker_memory="2g")
-    stack = Cluster(config)
+    """A fresh scale-out stack, started as the README's recipe starts it: `lakemv cluster up` (s3proxy,
+    the REST catalog, a Spark master and one worker), `lakemv cluster down --purge` at the end."""
+    folder = tmp_path_factory.mktemp("cluster")
     try:
-        status = stack.up()
-        assert status.running, status
-        yield stack
+        lakemv("cluster", "up", "--dir", str(folder), "--workers", "1", "--worker-cores", "1", "--worker-memory", "2g")
+        lakemv("cluster", "status", "--dir", str(folder))
+        yield Cluster(ClusterConfig.load(folder))
     finally:
-        stack.down(purge=True)
+        lakemv("cluster", "down", "--dir", str(folder), "--purge", check=False)
+        assert not folder.exists()
 
 
 @pytest.fixture
@@ -83,12 +84,15 @@ def test_lakemvs_own_files_in_the_object_store(object_store: Cluster):
     journal.forget_before(later)
     assert journal.load(ref) is None and journal.write_ids() == set()
     root.remove()
-    assert not root.exists()
+    assert root.children() == [] and not (root / "a" / "two.json").exists()
 
 
 def _env(cluster: Cluster, driver: Path, **extra: str) -> dict[str, str]:
-    """What a user exports after `eval "$(lakemv cluster env)"`, plus the driver's own folder."""
-    return {**cluster.config.settings_env(), "LAKEMV_LOCAL_DIR": str(driver), **extra}
+    """What `eval "$(lakemv cluster env)"` exports, plus the driver's own folder."""
+    printed = lakemv("cluster", "env", "--dir", str(cluster.folder)).stdout
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in printed.splitlines() if line.startswith("export "))
+    assert exported == cluster.config.settings_env() and exported["LAKEMV_SPARK_MASTER"].startswith("spark://"), printed
+    return {**exported, "LAKEMV_LOCAL_DIR": str(driver), **extra}
 
 
 def _objects(cluster: Cluster, under: str) -> list[str]:
