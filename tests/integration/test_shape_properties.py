@@ -63,7 +63,7 @@ def assert_duckdb_agrees(lake: Lake, plans: list[ViewPlan]) -> None:
 def test_every_shape_equals_its_recomputes_after_every_random_batch(spark, tmp_path, sources, history, mode):
     note(history.describe() + f"\nlookups and writes: {mode}")
     lake = fresh_lake(spark, tmp_path, sources)
-    store = Store(lake.settings.warehouse / "state.sqlite") if mode != "scan" else None
+    store = Store(lake.settings.local_root / "state.sqlite") if mode != "scan" else None
     direct = DirectWriter(spark, lake.settings) if mode == "direct" else None
     plans = shape_plans(lake)
     processor = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store, direct=direct)

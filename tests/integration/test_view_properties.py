@@ -490,7 +490,7 @@ def examples(count: int) -> settings:
 def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history, mode):
     note(history.describe() + f"\nlookups and writes: {mode}")
     lake = fresh_lake(spark, tmp_path, sources)
-    store = Store(lake.settings.warehouse / "state.sqlite") if mode != "scan" else None
+    store = Store(lake.settings.local_root / "state.sqlite") if mode != "scan" else None
     run_history(lake, history, store, DirectWriter(spark, lake.settings) if mode == "direct" else None)
 
 
