@@ -118,11 +118,6 @@ def _unit_costs(settings: LakeSettings) -> dict[str, float]:
     return costs
 
 
-def _settings_of(env: dict[str, str]) -> LakeSettings:
-    known = LakeSettings.model_fields
-    return LakeSettings(**{k[7:].lower(): v for k, v in env.items() if k.startswith("LAKEMV_") and k[7:].lower() in known})
-
-
 def run_config(name: str, env: dict[str, str], staging: Path, root: Path, rounds: int) -> dict[str, Any]:
     landing = root / "landing"
     shutil.rmtree(landing, ignore_errors=True)
@@ -136,7 +131,7 @@ def run_config(name: str, env: dict[str, str], staging: Path, root: Path, rounds
         batches = _batch_seconds(output)
         runs.append({"round": number, "seconds": round(took, 2), "batch_seconds": batches})
         print(f"  {name}: round {number}: {took:.1f}s (batches {', '.join(f'{b:.1f}s' for b in batches)})", flush=True)
-    settings = _settings_of(env)
+    settings = LakeSettings.of_environment(env)
     spark_full = _spark_recompute(env)
     duck_seconds, duck_rows = _duckdb_recompute(settings)
     print(f"  {name}: full recompute Spark {spark_full:.1f}s, DuckDB {duck_seconds:.1f}s ({duck_rows} rows)", flush=True)

@@ -203,6 +203,13 @@ class LakeSettings(BaseSettings):
             raise ValueError(f"unsupported warehouse scheme {scheme!r}: give a folder or s3://bucket/prefix")
         return str(Path(text).expanduser().resolve())
 
+    @classmethod
+    def of_environment(cls, env: dict[str, str], **overrides: Any) -> LakeSettings:
+        """The settings a process with environment `env` would read (its LAKEMV_* variables only, not
+        this process's), with `overrides` on top: for tools that start lakemv with an environment."""
+        given = {k[len("LAKEMV_") :].lower(): v for k, v in env.items() if k.startswith("LAKEMV_")}
+        return cls(**{k: v for k, v in {**given, **overrides}.items() if k in cls.model_fields})
+
     @property
     def remote(self) -> bool:
         """Whether the lake is in an object store."""

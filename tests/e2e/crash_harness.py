@@ -93,10 +93,7 @@ class Place:
 
     @property
     def settings(self) -> LakeSettings:
-        known = LakeSettings.model_fields
-        given = {k[len("LAKEMV_") :].lower(): v for k, v in self.env.items() if k.startswith("LAKEMV_")}
-        given |= {"warehouse": self.warehouse, "local_dir": self.local_dir}
-        return LakeSettings(**{k: v for k, v in given.items() if k in known})
+        return LakeSettings.of_environment(self.env, warehouse=self.warehouse, local_dir=self.local_dir)
 
     def lose_state(self) -> int:
         """Delete the local indexed state of every stream (the next run rebuilds it from Iceberg)."""
