@@ -30,7 +30,7 @@ from catalog.tables import POSITION, SOURCE_TS, TableNames, mirror_arrow_schema
 from spark.batchresult import BatchResult
 from spark.batchstore import StoreSteps
 from spark.bulk import Lines, bulk_changeset
-from spark.changeset import ChangeSet, build_changeset, changes_to_arrow
+from spark.changeset import ChangeSet, build_changeset, change_values, changes_to_arrow
 from spark.commits import Retries, WriteUnit, append_once, committed, tagged
 from spark.deadletters import dead_letters_to_arrow, ensure_dead_letters
 from spark.directwrite import DirectWriter
@@ -216,8 +216,24 @@ class BatchProcessor(StoreSteps):
 
     def _parse(self, lines: list[tuple[str, str]] | Lines, batch_id: int, now: int, marks: Mapping[str, int | None]) -> ChangeSet:
         if isinstance(lines, Lines):
-            return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars, marks)
-        return build_changeset(lines, self.sources, self.max_line_chars, marks)
+            return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars, marks, self._live_rows)
+        return build_changeset(lines, self.sources, self.max_line_chars, marks, self._live_rows)
+
+    def _live_rows(self, table: str, keys: Sequence[tuple]) -> dict[tuple, tuple]:
+        """The stored live rows of `keys` (declared columns, as a parsed change holds them): from the
+        local state when it keeps the table, else from the mirror. Only changes with values Debezium
+        did not send (spark.unavailable) ask."""
+        source = self.sources[table]
+        schema = pa.schema([f for f in mirror_arrow_schema(source) if f.name in source.column_names])
+        if self.store is not None and table in self.store.mirrors:
+            names = self.store.mirrors[table].column_names
+            stored = self.store.lookup(table, source.primary_key, keys, (False,) * len(source.primary_key))
+            found = to_arrow([tuple(dict(zip(names, row)).get(c) for c in source.column_names) for row in stored], schema)
+        else:
+            wanted = pa.Table.from_pylist([dict(zip(source.primary_key, k, strict=True)) for k in keys], schema=pa.schema([schema.field(c) for c in source.primary_key]))
+            found = matching_rows(self.spark, self.names, source, wanted, live=True).select(source.column_names)
+        rows = change_values(found)
+        return {tuple(row[source.column_names.index(k)] for k in source.primary_key): row for row in rows}
 
     # ---- event time --------------------------------------------------------------------------------
     def _batch_watermarks(self, ref: BatchRef) -> dict[str, int | None]:

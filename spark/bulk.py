@@ -22,8 +22,9 @@ from pyspark.sql.window import Window
 
 from catalog.declarations import SourceTable
 from catalog.tables import BATCH_ID, INGESTED_AT, POSITION, mirror_arrow_schema
-from spark.changeset import ChangeSet, changes_to_arrow, dedupe, parse_line
+from spark.changeset import ChangeSet, changes_to_arrow, decode_lines, dedupe, keep_unavailable, parse_line
 from spark.envelope import Change
+from spark.unavailable import Lookup
 from spark.envelopesql import CLEAN, SEQ, parse_sql
 
 _TABLE = "_lmv_table"
@@ -49,6 +50,7 @@ def bulk_changeset(
     ingested_at_micros: int,
     max_line_chars: int | None,
     watermarks: Mapping[str, int | None] | None = None,
+    lookup: Lookup | None = None,
 ) -> ChangeSet:
     """The unit's change set, parsed and deduplicated by Spark (see the module docstring).
 
@@ -78,18 +80,28 @@ def bulk_changeset(
         rest = stray
         for frame in parsed.values():
             rest = rest.unionByName(frame.where(~F.col(CLEAN)).select("value", "file", SEQ))
-        fallback = rest.toArrow()
+        fallback = _raw(rest)
         result.line_by_line = fallback.num_rows
         result.set_wise = numbered.count() - fallback.num_rows
         result.events += result.set_wise  # every clean line is an event; parse_line counts the rest
         python: dict[str, list[tuple[int, Change]]] = {}
-        for text, file, seq in zip(*(fallback.column(c).to_pylist() for c in ("value", "file", SEQ)), strict=True):
-            change = parse_line(text, file, sources, result, max_line_chars, watermarks)
-            if change is not None:
-                python.setdefault(change.table, []).append((seq, change))
+        _parse_lines(fallback, sources, result, max_line_chars, watermarks, python)
+        # A table with values Debezium did not send is parsed in the driver whole: those values are
+        # the previous image's, which may be any earlier line of the unit (spark.unavailable).
+        whole = sorted(t for t, changes in python.items() if not sources[t].is_events and any(c.unavailable for _, c in changes))
+        for table in whole:
+            clean = _raw(parsed[table].where(F.col(CLEAN)).select("value", "file", SEQ))
+            result.set_wise -= clean.num_rows
+            result.line_by_line += clean.num_rows
+            result.events -= clean.num_rows
+            _parse_lines(clean, sources, result, max_line_chars, watermarks, python)
+            changes = keep_unavailable(sources[table], [c for _, c in sorted(python.pop(table), key=lambda p: p[0])], result, lookup)
+            result.rows[table] = changes_to_arrow(sources[table], dedupe(sources[table], changes, result), batch_id, ingested_at_micros)
         for table in [t for t in python if sources[t].is_events]:
             result.changes[table] = dedupe(sources[table], [c for _, c in sorted(python.pop(table), key=lambda p: p[0])], result)
         for table, frame in parsed.items():
+            if table in result.rows:
+                continue
             source = sources[table]
             columns = list(mirror_arrow_schema(source).names)
             clean = frame.where(F.col(CLEAN)).select(
@@ -112,6 +124,27 @@ def bulk_changeset(
         for frame in parsed.values():
             frame.unpersist()
         numbered.unpersist()
+
+
+def _raw(frame: DataFrame) -> pa.Table:
+    """Lines for the driver with their bytes as they are (`value` as binary: a line that is not UTF-8
+    must reach `parse_line` to be a dead letter, not fail the conversion)."""
+    return frame.select(F.col("value").cast("binary").alias("value"), "file", SEQ).toArrow()
+
+
+def _parse_lines(
+    lines: pa.Table,
+    sources: Mapping[str, SourceTable],
+    result: ChangeSet,
+    max_line_chars: int | None,
+    watermarks: Mapping[str, int | None] | None,
+    into: dict[str, list[tuple[int, Change]]],
+) -> None:
+    texts = decode_lines(lines.column("value").to_pylist())
+    for text, file, seq in zip(texts, *(lines.column(c).to_pylist() for c in ("file", SEQ)), strict=True):
+        change = parse_line(text, file, sources, result, max_line_chars, watermarks)
+        if change is not None:
+            into.setdefault(change.table, []).append((seq, change))
 
 
 def _latest(frame: DataFrame, source: SourceTable) -> DataFrame:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -21,6 +21,7 @@ from catalog.errors import ConfigError, EnvelopeError
 from catalog.tables import mirror_arrow_schema
 from spark.envelope import Change, Skip, parse_envelope
 from spark.events import DUPLICATE, LATE_COUNTED, first_per_key, late_reason, parse_event
+from spark.unavailable import Lookup, carry, fill, lost_reason, unfilled_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,11 @@ def parse_line(
 
     An event older than its source's watermark in `watermarks` is late: a dead letter or counted."""
     table = table_of(file)
+    if text is not None and not text.isascii():
+        bad = utf8_error(text)
+        if bad is not None:
+            result.dead_letters.append(DeadLetter(printable(text), file, table, bad))
+            return None
     if text is not None and max_line_chars is not None and len(text) > max_line_chars:
         reason = f"line of {len(text):,} characters is over the limit of {max_line_chars:,} (LAKEMV_MAX_LINE_CHARS)"
         result.dead_letters.append(DeadLetter(text, file, table, reason))
@@ -127,7 +133,33 @@ def parse_line(
                 fields[name] = value
     if outcome.absent:
         result.absent.setdefault(table, Counter()).update(outcome.absent)
+    if outcome.unavailable and text is not None:
+        outcome = replace(outcome, line=(text, file))
     return outcome
+
+
+def decode_lines(values: Iterable[bytes | None]) -> list[str | None]:
+    """Raw lines (bytes, None for a Kafka tombstone) as text. A line that is not UTF-8 keeps its bytes
+    as lone surrogates (`surrogateescape`), so `parse_line` can make it a dead letter with its reason
+    rather than the batch failing to decode."""
+    return [None if v is None else v.decode("utf-8", "surrogateescape") for v in values]
+
+
+def utf8_error(text: str) -> str | None:
+    """Why a decoded line is not UTF-8 (the first undecodable byte and where), or None if it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        offset = len(text[: exc.start].encode("utf-8", "surrogateescape"))
+        byte = text[exc.start].encode("utf-8", "surrogateescape")[0] if "\udc80" <= text[exc.start] <= "\udcff" else None
+        found = f"byte 0x{byte:02x}" if byte is not None else "a lone surrogate"
+        return f"not valid UTF-8: {found} at byte offset {offset:,}"
+    return None
+
+
+def printable(text: str) -> str:
+    """A line for the dead-letter table: undecodable bytes written as `\\xff` escapes."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def build_changeset(
@@ -135,16 +167,35 @@ def build_changeset(
     sources: Mapping[str, SourceTable],
     max_line_chars: int | None = None,
     watermarks: Mapping[str, int | None] | None = None,
+    lookup: Lookup | None = None,
 ) -> ChangeSet:
-    """Parse `(line, file)` pairs and dedupe them per table; a line over `max_line_chars` is not parsed."""
+    """Parse `(line, file)` pairs and dedupe them per table; a line over `max_line_chars` is not parsed.
+    `lookup(table, keys)` gives stored live rows, to keep the values Debezium sent no value for."""
     result = ChangeSet()
     parsed: dict[str, list[Change]] = {}
     for text, file in lines:
         change = parse_line(text, file, sources, result, max_line_chars, watermarks)
         if change is not None:
             parsed.setdefault(change.table, []).append(change)
-    result.changes = {table: dedupe(sources[table], changes, result) for table, changes in parsed.items()}
+    result.changes = {table: dedupe(sources[table], keep_unavailable(sources[table], changes, result, lookup), result) for table, changes in parsed.items()}
     return result
+
+
+def keep_unavailable(source: SourceTable, changes: list[Change], result: ChangeSet, lookup: Lookup | None) -> list[Change]:
+    """A table's changes with Debezium's unavailable values replaced by the row's previous ones
+    (`spark.unavailable`); a change whose value nothing holds becomes a dead letter."""
+    if not any(c.unavailable for c in changes):
+        return changes
+    changes = carry(source, changes)
+    keys = unfilled_keys(changes)
+    if not keys:
+        return changes
+    kept, lost = fill(source, changes, lookup(source.name, keys) if lookup is not None else {})
+    for change in lost:
+        text, file = change.line or ("", "")
+        result.dead_letters.append(DeadLetter(text, file, source.name, lost_reason(change)))
+    result.events -= len(lost)
+    return kept
 
 
 def dedupe(source: SourceTable, changes: list[Change], result: ChangeSet) -> list[Change]:
@@ -156,6 +207,18 @@ def dedupe(source: SourceTable, changes: list[Change], result: ChangeSet) -> lis
     if repeats:
         result.skipped[DUPLICATE] += repeats
     return kept
+
+
+def change_values(table: pa.Table) -> list[tuple[Any, ...]]:
+    """Arrow rows as a parsed change holds its values: timestamps as epoch micros, dates as epoch days."""
+    columns = []
+    for column in table.columns:
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(pa.int64())
+        elif pa.types.is_date32(column.type):
+            column = column.cast(pa.int32())
+        columns.append(column.to_pylist())
+    return list(zip(*columns, strict=True)) if columns else []
 
 
 def changes_to_arrow(source: SourceTable, changes: list[Change], batch_id: int, ingested_at_micros: int) -> pa.Table:

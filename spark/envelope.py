@@ -6,6 +6,10 @@ them, the key plus placeholders such as `""` for the other NOT NULL columns: onl
 When the wrapper's Connect schema names a field's logical type (`io.debezium.time.MicroTimestamp`,
 `org.apache.kafka.connect.data.Decimal` with its scale, ...), the value is decoded as it says;
 otherwise as declared. Anything else raises EnvelopeError with a reason fit for the dead-letter table.
+
+Debezium's placeholder for a value PostgreSQL did not send (an unchanged TOASTed column of an update,
+or of the create half of a primary-key change) is never data: the column is named in
+`Change.unavailable` and holds None until `spark.unavailable` fills it from the row's previous image.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from catalog.declarations import SourceTable
 from catalog.evolution import TypedSample
 from catalog.errors import EnvelopeError
 from spark.coerce import MAX_MICROS, Wire, coerce
+from spark.unavailable import is_placeholder
 
 OPS = ("c", "r", "u", "d")
 # Connect logical types -> the encoding they mean (see catalog.declarations.Encoding) and the type.
@@ -51,6 +56,9 @@ class Change:
     row: tuple[Any, ...] | None  # declared columns in order; None for a delete
     unknown: tuple[tuple[str, Any], ...] = ()  # after-image fields the declaration lacks (schema drift)
     absent: tuple[str, ...] = ()  # declared columns the after-image lacks (stored as NULL)
+    unavailable: tuple[str, ...] = ()  # declared columns Debezium sent its placeholder for (None in `row` until filled)
+    fill_from: tuple[Any, ...] | None = None  # the key whose stored row fills `unavailable` (a moved row's old key)
+    line: tuple[str, str] | None = None  # (raw line, origin) of a change with unavailable values: its dead letter if unfilled
 
     @property
     def is_delete(self) -> bool:
@@ -179,13 +187,28 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip:
         value = image.get(name)
         if value is None:
             raise EnvelopeError(f"missing primary-key field {name!r} in '{image_name}'")
+        if is_placeholder(value):
+            raise EnvelopeError(f"primary-key field {name!r} holds Debezium's placeholder for an unavailable value")
         key.append(coerce(source.column(name), value, wires.get(name)))
     if op == "d":  # the rest of a delete's before-image may be placeholders: never read
         return Change(source.name, op, tuple(key), position, source_ts, None)
-    row = tuple(coerce(column, image.get(column.name), wires.get(column.name)) for column in source.columns)
+    # An unchanged TOASTed value: Debezium's placeholder, unless the before-image (REPLICA IDENTITY FULL) has it.
+    before = envelope.get("before") if isinstance(envelope.get("before"), dict) else {}
+    before_wires = field_wires(schema, "before") if schema is not None and before else {}
+    values, unavailable = {}, []
+    for column in source.columns:
+        value, wire = image.get(column.name), wires.get(column.name)
+        if is_placeholder(value):
+            if column.name in before and before[column.name] is not None and not is_placeholder(before[column.name]):
+                value, wire = before[column.name], before_wires.get(column.name)
+            else:
+                unavailable.append(column.name)
+                continue
+        values[column.name] = coerce(column, value, wire)
+    row = tuple(values.get(name) for name in source.column_names)
     names = source.column_names
     unknown = absent = ()
     if len(image) != len(names) or not all(name in image for name in names):
-        unknown = tuple((k, _sample(v, wires.get(k))) for k, v in image.items() if k not in names)
+        unknown = tuple((k, None if is_placeholder(v) else _sample(v, wires.get(k))) for k, v in image.items() if k not in names)
         absent = tuple(n for n in names if n not in image)
-    return Change(source.name, op, tuple(key), position, source_ts, row, unknown, absent)
+    return Change(source.name, op, tuple(key), position, source_ts, row, unknown, absent, tuple(unavailable))

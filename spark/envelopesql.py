@@ -25,9 +25,13 @@ from catalog.declarations import Column, SourceTable
 from catalog.tables import DELETED, OP, POSITION, SOURCE_TS
 from spark.coerce import MAX_MICROS, MIN_MICROS
 from spark.literals import q
+from spark.unavailable import SPELLINGS
 
 CLEAN = "_lmv_clean"
 SEQ = "_lmv_seq"  # the line's place in the unit: on equal positions the later line wins
+# A line holding Debezium's placeholder for an unavailable value, in any spelling, is the driver's
+# (spark.unavailable); so is one that is not UTF-8 (its dead letter says where).
+PLACEHOLDERS = "|".join(re.escape(s) for s in sorted(SPELLINGS))
 # JSON kinds (schema_of_variant) each declared type accepts; integers are BIGINT whatever their width.
 _KINDS = {
     "string": ("STRING",),
@@ -207,6 +211,7 @@ SELECT {columns},
        value, file, {SEQ},
        coalesce(
          NOT ({too_long})
+         AND is_valid_utf8(value) AND NOT value RLIKE '{PLACEHOLDERS}'
          AND {unwrapped_only}
          AND schema_of_variant(e) LIKE 'OBJECT%'
          AND op IN ('c', 'r', 'u', 'd')

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from catalog.declarations import SourceTable
@@ -23,7 +24,7 @@ from catalog.settings import LakeSettings
 from catalog.storage import Location, as_location
 from catalog.tables import TableNames
 from spark.batch import BatchProcessor, BatchResult
-from spark.changeset import check_landing, local_path
+from spark.changeset import check_landing, decode_lines, local_path
 from spark import lifecycle
 from spark.bulk import Lines
 from spark.directwrite import DirectWriter
@@ -176,25 +177,27 @@ def run_ingest(
                 on_batch(outcome)
             products.deliver()
             return
-        table = frame.toArrow()
+        table = frame.select(F.col("value").cast("binary").alias("value"), "file").toArrow()  # bytes: any line decodes
         skips = file_skips(planned, set(table.column("file").to_pylist()))
         starts = range(0, max(table.num_rows, 1), chunk_size)
         for chunk, start in enumerate(starts):
             part = table.slice(start, chunk_size)
-            lines = list(zip(part.column("value").to_pylist(), part.column("file").to_pylist(), strict=True))
+            lines = list(zip(decode_lines(part.column("value").to_pylist()), part.column("file").to_pylist(), strict=True))
             outcome = processor.process(BatchRef(identity[0], batch_id, chunk), lines, skips if chunk == 0 else None, last=chunk == len(starts) - 1)
             result.batches.append(outcome)
             if on_batch is not None:
                 on_batch(outcome)
             products.deliver()
 
-    reader = spark.readStream.format("text").option("ignoreMissingFiles", "true")
+    # Paths are literal: Spark globs a listed file's path again when it reads it (`a[x].json` read
+    # `ax.json` in its place, twice), so the landing folder is listed recursively, globbing off.
+    reader = spark.readStream.format("text").options(ignoreMissingFiles="true", recursiveFileLookup="true", __globPaths__="false")
     max_files = max_files_per_trigger or settings.max_files_per_batch
     if max_files:
         reader = reader.option("maxFilesPerTrigger", str(max_files))
     else:
         reader = reader.option("maxBytesPerTrigger", str(settings.max_bytes_per_batch))
-    stream = reader.load(str(landing.resolve() / "*" / "*")).selectExpr("value", "_metadata.file_path AS file")
+    stream = reader.load(str(landing.resolve())).selectExpr("value", "_metadata.file_path AS file")
     name = f"lakemv_ingest_{settings.catalog_name}"
     run_stream(stream, each_batch, checkpoint, name, processor, products, once=once, trigger_seconds=trigger_seconds, on_ready=on_ready)
     return result

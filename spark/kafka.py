@@ -28,6 +28,7 @@ from catalog.settings import LakeSettings
 from catalog.storage import Location
 from spark import lifecycle
 from spark.batch import BatchResult
+from spark.changeset import decode_lines
 from spark.ingest import IngestResult, new_processor, run_stream, stream_id
 from spark.journal import BatchRef
 from spark.maintain import ViewResult
@@ -124,7 +125,8 @@ def run_kafka_ingest(
         if not identity:
             identity.append(stream_id(checkpoint))
         table = frame.toArrow().sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-        topic_of, partition, offset, value = (table.column(c).to_pylist() for c in ("topic", "partition", "offset", "value"))
+        topic_of, partition, offset = (table.column(c).to_pylist() for c in ("topic", "partition", "offset"))
+        value = decode_lines(table.column("value").to_pylist())  # bytes: a record that is not UTF-8 is a dead letter
         records, boundaries = [], []
         for i in range(table.num_rows):
             if topics.transaction_topic is not None and topic_of[i] == topics.transaction_topic:
@@ -176,7 +178,7 @@ def run_kafka_ingest(
     }
     stream = (
         spark.readStream.format("kafka").options(**options).load()
-        .selectExpr("topic", "partition", "offset", "CAST(value AS STRING) AS value")
+        .selectExpr("topic", "partition", "offset", "value")
     )  # fmt: skip
     name = f"lakemv_kafka_{settings.catalog_name}"
     run_stream(stream, each_batch, checkpoint, name, processor, products, once=once, trigger_seconds=trigger_seconds, on_ready=on_ready)

@@ -169,7 +169,7 @@ def _json_or_text(value: bytes | None) -> Any:
         return None
     try:
         return json.loads(value)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return value.decode(errors="replace")  # what a broken producer wrote
 
 

@@ -48,6 +48,12 @@ def test_each_kind_of_bad_input_is_a_dead_letter_or_a_counted_skip_and_good_line
     good = [dbz("c", 100 + i, user(f"u{i}@x", f"u{i}", id=i)) for i in range(5)]
     lines = [good[0], good[1], *(line for line, folder, _ in HOSTILE if folder == "users"), "", "null", good[2], good[3], good[4]]
     (landing / "users" / "a.json").write_text("\n".join(lines) + "\n")
+    # Bytes that are not UTF-8 in one line of a file: that line's dead letter, its neighbours land.
+    not_utf8 = b'{"op": "c", "after": {"username": "caf\xe9"}}'
+    (landing / "users" / "bytes.json").write_bytes(dbz("c", 150, user("b1@x", "b1", id=11)).encode() + b"\n" + not_utf8 + b"\n")
+    # A name that reads as a glob is taken literally: `we[ir]d.json` must not read `weid.json` again.
+    (landing / "users" / "we[ir]d.json").write_text(dbz("c", 160, user("w@x", "w", id=12)) + "\n")
+    (landing / "users" / "weid.json").write_text(json.dumps({"op": "q", "after": user("q@x", "q"), "source": {"lsn": 170}}) + "\n")
     (landing / "nope" / "x.json").write_text(HOSTILE[-1][0] + "\n")
     (landing / "users" / "empty.json").write_text("")
     gone = landing / "users" / "gone.json"
@@ -68,7 +74,9 @@ def test_each_kind_of_bad_input_is_a_dead_letter_or_a_counted_skip_and_good_line
         assert reason in output, (reason, output[-2000:])
 
     letters = _dead_letters(warehouse)
-    assert len(letters) == len(HOSTILE), letters
+    assert len(letters) == len(HOSTILE) + 2, letters
+    assert [d["reason"] for d in letters if d["reason"].startswith("not valid UTF-8")] == ["not valid UTF-8: byte 0xe9 at byte offset 38"]
+    assert len([d for d in letters if d["reason"].startswith("unknown op 'q'")]) == 1  # read once
     for line, folder, fragment in HOSTILE:
         matching = [d for d in letters if fragment in d["reason"]]
         assert len(matching) == 1, (fragment, [d["reason"] for d in letters])
@@ -80,4 +88,4 @@ def test_each_kind_of_bad_input_is_a_dead_letter_or_a_counted_skip_and_good_line
     assert ingest(warehouse, landing, ingest_env(100)) is None
     out = lakemv("--warehouse", str(warehouse), "query", "select email from users order by email", "--format", "json").stdout
     emails = [json.loads(line)["email"] for line in out.splitlines() if line.strip()]
-    assert emails == sorted([f"u{i}@x" for i in range(5)] + ["late@x"])
+    assert emails == sorted([f"u{i}@x" for i in range(5)] + ["late@x", "b1@x", "w@x"])

@@ -26,10 +26,10 @@ def _canonical(table: pa.Table) -> list[str]:
     return sorted(json.dumps(r, sort_keys=True, default=str) for r in table.to_pylist())
 
 
-def assert_same_parse(spark, sources, lines: list[tuple[str, str]], max_line_chars: int | None = None) -> int:
+def assert_same_parse(spark, sources, lines: list[tuple[str, str]], max_line_chars: int | None = None, lookup=None, frame=None) -> int:
     """Compare the two parses; returns how many lines Spark parsed itself."""
-    expected = build_changeset(lines, sources, max_line_chars)
-    got = bulk_changeset(lines_frame(spark, lines), sources, 7, NOW, max_line_chars)
+    expected = build_changeset(lines, sources, max_line_chars, lookup=lookup)
+    got = bulk_changeset(frame or lines_frame(spark, lines), sources, 7, NOW, max_line_chars, lookup=lookup)
     for table in sorted(set(expected.changes) | set(got.rows)):
         want = changes_to_arrow(sources[table], expected.changes.get(table, []), 7, NOW)
         have = got.rows.get(table, mirror_arrow_schema(sources[table]).empty_table())
@@ -61,6 +61,44 @@ def test_a_generated_history_parses_the_same_in_spark(spark, sources):
     lines = _generated(sources, seed=3, users=150, rounds=4)
     assert len(lines) > 800
     assert assert_same_parse(spark, sources, lines) == len(lines)  # the generator's lines are all Spark's to parse
+
+
+def test_unavailable_values_and_undecodable_bytes_are_the_drivers_and_parse_the_same(spark, sources):
+    """Debezium's placeholder is filled from the previous image, which may be a line Spark vouches for;
+    a line that is not UTF-8 is a dead letter, never a failed unit."""
+    from pyspark.sql import functions as F
+
+    from spark.bulk import Lines
+    from spark.changeset import decode_lines
+    from spark.unavailable import PLACEHOLDER
+
+    def repo(name, description, stars):
+        after = {"name": name, "owner": "o", "description": description, "star_count": stars, "fork_count": 0, "created_at": 0, "updated_at": 0}
+        return after
+
+    def line(op, lsn, after, before=None):
+        return json.dumps({"op": op, "before": before, "after": after, "source": {"lsn": lsn, "ts_ms": 0}}).encode()
+
+    raw = [
+        line("c", 1, repo("a", "long text", 1)),
+        line("u", 2, repo("a", PLACEHOLDER, 2)),  # filled by the line before, which Spark could parse
+        line("u", 3, repo("b", PLACEHOLDER, 5)),  # filled by the stored row
+        line("u", 4, repo("z", PLACEHOLDER, 5)),  # nothing holds it: a dead letter
+        line("d", 5, None, {"owner": "o", "name": "b"}),
+        line("c", 5, repo("b2", PLACEHOLDER, 5)),  # the rename of b: b's values
+        line("c", 6, repo("c", "plain", 1)),
+        b'{"op": "c", "after": {"name": "caf\xe9"}}',
+    ]
+    files = [at("repos")] * len(raw)
+    lines = list(zip(decode_lines(raw), files, strict=True))
+    stored = {("o", "b"): ("b", "o", "kept", 4, 0, 0, 0)}
+    lookup = lambda table, keys: {k: stored[k] for k in keys if k in stored}  # noqa: E731
+    frame = spark.createDataFrame(pa.table({"value": pa.array(raw, pa.binary()), "file": files})).withColumn("value", F.col("value").cast("string"))
+    assert_same_parse(spark, sources, lines, lookup=lookup, frame=Lines(frame))
+    parsed = build_changeset(lines, sources, lookup=lookup)
+    rows = {c.key: c.row for c in parsed.changes["repos"] if not c.is_delete}
+    assert rows[("o", "a")][2] == "long text" and rows[("o", "b2")][2] == "kept" and ("o", "z") not in rows
+    assert sorted(d.reason.split(":")[0] for d in parsed.dead_letters) == ["not valid UTF-8", "unavailable value in description"]
 
 
 def test_edge_values_spark_vouches_for_parse_the_same(spark, sources):
