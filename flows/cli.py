@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from catalog.errors import ConfigError, LakemvError
+from catalog.writer import writer_lock
 from flows.console import console, err_console, render
 from flows.lake import Lake
 from flows.progress import terminal
@@ -160,6 +161,9 @@ def ingest(
             "give --landing DIR or --kafka HOST:PORT (or set LAKEMV_KAFKA_BOOTSTRAP), not both" if landing else
             "nothing to ingest from: give --landing DIR or --kafka HOST:PORT (or set LAKEMV_KAFKA_BOOTSTRAP)"
         )  # fmt: skip
+    settings = ctx.obj.settings
+    with writer_lock(settings.local_root, settings.catalog_name, settings.warehouse):  # refused before anything starts; the flow holds it
+        pass
     if kafka is not None:
         from spark.kafka import check_bootstrap
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from prefect import flow
 
 from catalog.errors import ConfigError
+from catalog.writer import writer_lock
 from flows.lake import Lake
 from flows.progress import report
 from spark import lifecycle
@@ -47,8 +48,6 @@ def maintain(
     `once` processes what is there now and returns (the scheduled deployment); otherwise the stream
     runs until the flow run is cancelled or the process is interrupted.
     """
-    from spark.ingest import run_ingest
-
     lifecycle.install()  # in a deployment's flow-run process too: SIGINT/SIGTERM stop it and its JVM
     lake = Lake.at(warehouse)
     kafka = kafka or (None if landing else lake.settings.kafka_bootstrap)
@@ -56,6 +55,13 @@ def maintain(
         raise ConfigError("maintain needs either a landing folder or Kafka brokers (LAKEMV_KAFKA_BOOTSTRAP), not both")
     if landing is not None:
         check_landing(Path(landing))
+    with writer_lock(lake.settings.local_root, lake.settings.catalog_name, lake.settings.warehouse):  # refused at once if held
+        return _maintain(lake, landing, kafka, once, trigger_seconds, max_files_per_trigger)
+
+
+def _maintain(lake: Lake, landing: str | None, kafka: str | None, once: bool, trigger_seconds: float, max_files_per_trigger: int | None) -> dict:
+    from spark.ingest import run_ingest
+
     sources = lake.sources
     with report.status("starting Spark..."):
         spark = lake.spark()

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from catalog.settings import LakeSettings
+from catalog.writer import lock_path
 from tests.conftest import LAKEMV
 from tests.e2e.cli import ledger_sum
 from tests.e2e.crash_harness import (
@@ -126,6 +127,15 @@ def test_a_stop_while_idle_between_batches_is_just_as_clean(tmp_path):
     process, mark = start(["--warehouse", str(tmp_path / "wh"), "ingest", "--landing", str(landing)], env, log)
     wait_for(lambda: any("java" in p for p in marked(mark)), 120, "JVM", process, log)
     time.sleep(5)  # the stream is up and idle
+    # One writer per lake: a second ingest is refused at once, told who holds the lake.
+    settings = LakeSettings(warehouse=tmp_path / "wh")
+    held_by = lock_path(settings.local_root, settings.catalog_name)
+    wait_for(lambda: held_by.exists() and f'"pid": {process.pid},' in held_by.read_text(), 60, "the writer lock", process, log)
+    second = subprocess.run([LAKEMV, "--warehouse", str(tmp_path / "wh"), "ingest", "--landing", str(landing), "--once"],
+                            env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert second.returncode == 1 and second.stdout == "", second
+    assert second.stderr.startswith(f"error: the lake {tmp_path / 'wh'} is being written by pid {process.pid} on "), second.stderr
+    assert second.stderr.count("\n") == 1 and "one writer per lake" in second.stderr, second.stderr
     signal_group_and_check(process, mark, signal.SIGINT, log)
 
 
