@@ -249,6 +249,16 @@ class SourceRegistry(Mapping[str, SourceTable]):
         return f"SourceRegistry({', '.join(self._tables)})"
 
 
+def read_definition(path: Path) -> str:
+    """A definition file's text; one that cannot be read, or is not UTF-8, is a ConfigError naming it."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}; save the file as UTF-8", str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read it: {exc.strerror}", str(path)) from None
+
+
 def parse_source(text: str, location: str) -> SourceTable:
     """Parse one TOML declaration; errors name the file and the offending field."""
     try:
@@ -270,5 +280,5 @@ def load_sources(dirs: Iterable[Path]) -> SourceRegistry:
         if not folder.is_dir():
             raise ConfigError("sources folder does not exist", str(folder))
         for path in sorted(folder.glob("*.toml")):
-            tables.append(parse_source(path.read_text(), str(path)))
+            tables.append(parse_source(read_definition(path), str(path)))
     return SourceRegistry(tables)

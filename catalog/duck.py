@@ -29,7 +29,7 @@ def connect_duckdb(threads: int | None = None, settings: LakeSettings | None = N
         config["threads"] = str(threads)
     con = duckdb.connect(config=config)
     remote = settings is not None and settings.remote
-    for name in ("avro", "iceberg", *(("httpfs",) if remote else ())):
+    for name in ("avro", "iceberg", *(("httpfs", "aws") if remote else ())):
         duckdb_extensions.import_extension(name, con=con)
         con.execute(f"LOAD {name}")
     con.execute("SET TimeZone = 'UTC'")
@@ -47,7 +47,7 @@ def s3_secret(settings: LakeSettings) -> str:
     if s3.access_key_id:
         parts += [f"KEY_ID '{_literal(s3.access_key_id)}'", f"SECRET '{_literal(s3.secret_access_key or '')}'"]
     else:
-        parts.append("PROVIDER credential_chain")
+        parts += ["PROVIDER credential_chain", "VALIDATION 'none'"]  # the AWS chain, or none at all for an open store
     return f"CREATE OR REPLACE SECRET lakemv_s3 ({', '.join(parts)})"
 
 
@@ -112,9 +112,14 @@ def lake_connection(
 
 def run_query(settings: LakeSettings, sources: Mapping[str, SourceTable], sql: str) -> pa.Table:
     """Run ad-hoc SQL over the lake in DuckDB; a bad query raises QueryError with DuckDB's reason."""
+    if not sql.strip() or not sql.strip().strip(";").strip():
+        raise QueryError("the query is empty: give a SELECT, e.g. lakemv query \"select * from users limit 5\"")
     con = lake_connection(settings, sources)
     try:
-        return con.execute(sql).to_arrow_table()
+        result = con.execute(sql)
+        if result.description is None:  # a statement that returns no rows (e.g. SET)
+            raise QueryError("the statement returned no result: lakemv query runs queries (SELECT ...)")
+        return result.to_arrow_table()
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0]
         if isinstance(exc, duckdb.CatalogException) and "does not exist" in first:

@@ -2,6 +2,23 @@
 
 from __future__ import annotations
 
+import re
+
+
+# What a credential looks like inside a message: a URL's password, a JSON or `key=value` setting whose
+# name says secret, password, token, jaas or credential.
+_SECRETS = (
+    (re.compile(r"(://[^:/@\s'\"]+:)[^@\s'\"]+@"), r"\1****@"),
+    (re.compile(r"""((?:secret|password|passwd|token|jaas|credential)[\w.-]*["']?\s*[:=]\s*)("[^"]*"|'[^']*'|[^\s,;}'"]+)""", re.I), r"\1****"),
+)
+
+
+def redact(text: str) -> str:
+    """`text` with credentials masked, for any message, log line or echo of a setting."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
 
 class LakemvError(Exception):
     """Base of every error lakemv raises on purpose (a user mistake or an expected failure)."""

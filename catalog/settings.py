@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlparse
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from catalog.errors import ConfigError
+from catalog.errors import ConfigError, redact
 from catalog.storage import S3_SCHEMES, Location, S3Options, is_remote, location
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +24,27 @@ def _json_object(value: Any, what: str) -> Any:
         return json.loads(value) if value.strip() else {}
     except json.JSONDecodeError as exc:
         raise ValueError(f"not a JSON object of {what} ({exc.msg})") from None
+
+
+# LAKEMV_ variables that are not settings: debugging, and the fault points the crash tests arm (spark.faults).
+OTHER_VARIABLES = frozenset(
+    {"LAKEMV_DEBUG", "LAKEMV_CRASH_AT", "LAKEMV_CRASH_SIGNAL", "LAKEMV_HOLD_AT", "LAKEMV_HOLD_SIGNAL",
+     "LAKEMV_TEST_RUN", "LAKEMV_LOG", "LAKEMV_VIEW_EXAMPLES", "LAKEMV_SHAPE_EXAMPLES", "LAKEMV_EVENT_EXAMPLES"}
+)  # fmt: skip
+
+
+def unknown_variables(environ: dict[str, str]) -> list[str]:
+    """A warning for each LAKEMV_ variable that is no setting (a typo is otherwise ignored in silence),
+    naming the closest known one."""
+    import difflib
+
+    known = {f"LAKEMV_{name.upper()}" for name in LakeSettings.model_fields} | OTHER_VARIABLES
+    warnings = []
+    for name in sorted(n for n in environ if n.startswith("LAKEMV_") and n not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        warnings.append(f"{name} is not a lakemv setting ({hint}see docs for the settings); it is ignored")
+    return warnings
 
 
 class LakeSettings(BaseSettings):
@@ -144,6 +165,17 @@ class LakeSettings(BaseSettings):
     driver_memory: str = "4g"
     shuffle_partitions: int = Field(default=4, ge=1)
 
+    @field_validator("catalog_uri")
+    @classmethod
+    def _catalog_uri(cls, value: str | None) -> str | None:
+        """A URI whose port is not a number is refused here, not deep inside a catalog client."""
+        if value:
+            try:
+                urlparse(value.strip()).port  # noqa: B018
+            except ValueError as exc:
+                raise ValueError(f"not a usable URI: {exc}") from None
+        return value
+
     @field_validator("sources_dirs", mode="before")
     @classmethod
     def _path_list(cls, value: Any) -> Any:
@@ -175,6 +207,8 @@ class LakeSettings(BaseSettings):
         if isinstance(value, dict):
             pairs = []
             for view, kinds in value.items():
+                if not isinstance(kinds, str | list | tuple):
+                    raise ValueError(f"view {view!r}: expected a list of sink kinds such as [\"kafka\", \"delta\"], got {kinds!r}")
                 listed = [k.strip() for k in kinds.split(",")] if isinstance(kinds, str) else list(kinds)
                 pairs.append((str(view), tuple(str(k).lower() for k in listed if str(k).strip())))
             return tuple(sorted(pairs))
@@ -260,8 +294,9 @@ class LakeSettings(BaseSettings):
         url = self.catalog_uri or f"sqlite:///{self.local_root / 'catalog.db'}"
         try:
             parsed = make_url(url)
-        except ArgumentError as exc:
-            raise ConfigError(f"cannot parse catalog URI {url!r}: {exc}", "LAKEMV_CATALOG_URI") from None
+            parsed.port  # noqa: B018 - a port that is not a number fails here, not deep in a catalog client
+        except (ArgumentError, ValueError) as exc:
+            raise ConfigError(f"cannot parse catalog URI {redact(url)!r}: {redact(str(exc))}", "LAKEMV_CATALOG_URI") from None
         backend = parsed.get_backend_name()
         if backend not in ("sqlite", "postgresql"):
             raise ConfigError(

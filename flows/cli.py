@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from catalog.errors import ConfigError, LakemvError
+from catalog.failures import explain as explain_failure
+from catalog.settings import unknown_variables
 from catalog.writer import writer_lock
-from flows.console import console, err_console, render
+from flows.console import console, err_console, error_line, render
 from flows.lake import Lake
 from flows.progress import terminal
 from spark import lifecycle
@@ -77,6 +80,8 @@ def main_options(
         typer.Option(help="Warehouse: a folder or s3://bucket/prefix (env LAKEMV_WAREHOUSE).", show_default="./warehouse"),
     ] = None,
 ) -> None:
+    for warning in unknown_variables(dict(os.environ)):
+        err_console.print(error_line("warning:", warning, "yellow"))
     ctx.obj = Lake.at(warehouse)
 
 
@@ -100,7 +105,7 @@ def generate(
     config = WorkloadConfig(users=users, seed=seed, rounds=rounds, changes_per_round=changes_per_round)
     workload, events, files = generate_files(config, ctx.obj.sources, out)
     live = ", ".join(f"{t} {len(r)}" for t, r in workload.state.items())
-    console.print(f"wrote {events} events in {files} files to {out} ({time.perf_counter() - started:.1f}s); live rows: {live}")
+    console.print(f"wrote {events} events in {files} files to {escape(str(out))} ({time.perf_counter() - started:.1f}s); live rows: {live}")
 
 
 @app.command("generate-events")
@@ -126,7 +131,7 @@ def generate_events(
     for number, lines in enumerate(EventWorkload(config).rounds()):
         total += write_round(out, number, lines) if out is not None else produce_round(check_bootstrap(kafka or ""), lines)
     where = str(out) if out is not None else f"Kafka at {kafka}"
-    console.print(f"wrote {total:,} events in {rounds} rounds to {where} ({time.perf_counter() - started:.1f}s)")
+    console.print(f"wrote {total:,} events in {rounds} rounds to {escape(str(where))} ({time.perf_counter() - started:.1f}s)")
 
 
 def _check_landing(ctx: typer.Context, landing: Path, once: bool) -> None:
@@ -347,7 +352,7 @@ def serve(
         from flows.deployments import Schedules, deployments
 
         schedules = Schedules(maintain_every, continuous, trigger_seconds, compact_every, verify_every)
-        console.print(f"Prefect API: {api}")
+        console.print(f"Prefect API: {escape(str(api))}")
         with temporary_settings(updates={PREFECT_API_URL: api}):
             # Prefect's runner takes SIGTERM for itself when it runs in the main thread; in a worker
             # thread it leaves the signals to lakemv, which stops the server and every flow run.
@@ -447,12 +452,12 @@ def demo(
     console.rule("3. query the lake (DuckDB)")
     for table in ctx.obj.sources:
         count = run_query(settings, ctx.obj.sources, f'SELECT count(*) AS n FROM "{table}"').column("n")[0].as_py()
-        console.print(f"[bold]{table}[/bold]: {count} live rows")
+        console.print(f"[bold]{escape(table)}[/bold]: {count} live rows")
         print(render(run_query(settings, ctx.obj.sources, f'SELECT * FROM "{table}" LIMIT 3'), "table"))
     console.rule("4. materialized views, maintained incrementally in every batch")
     for view in ctx.obj.plans:
         count = run_query(settings, ctx.obj.sources, f'SELECT count(*) AS n FROM "{view}"').column("n")[0].as_py()
-        console.print(f"[bold]{view}[/bold]: {count} rows (key: {', '.join(ctx.obj.plans[view].key_names)})")
+        console.print(f"[bold]{escape(view)}[/bold]: {count} rows (key: {escape(', '.join(ctx.obj.plans[view].key_names))})")
         print(render(run_query(settings, ctx.obj.sources, f'SELECT * FROM "{view}" LIMIT 2'), "json"))
     console.print("try: lakemv query \"select username, count(*) from pull_requests p join users u on p.author = u.username group by 1 order by 2 desc limit 5\"")
 
@@ -483,20 +488,25 @@ def main() -> None:
 
             traceback.print_exc()
     except LakemvError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(error_line("error:", str(exc)))
         code = 1
     except typer.TyperException as exc:  # usage mistakes (typer vendors click's exceptions)
         ctx = getattr(exc, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        err_console.print(f"[red]error:[/red] {message}{hint}")
+        err_console.print(error_line("error:", f"{message}{hint}"))
         code = getattr(exc, "exit_code", 2)
     except Exception as exc:  # noqa: BLE001 - last resort: one line unless debugging
         if os.environ.get("LAKEMV_DEBUG"):
             raise
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        err_console.print(f"[red]internal error:[/red] {type(exc).__name__}: {first} (LAKEMV_DEBUG=1 shows the trace)")
-        code = 70
+        reason = explain_failure(exc)
+        if reason is not None:  # the machine's fault, not lakemv's: disk full, permissions, a server down
+            err_console.print(error_line("error:", reason))
+            code = 1
+        else:
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            err_console.print(error_line("internal error:", f"{type(exc).__name__}: {first} (LAKEMV_DEBUG=1 shows the trace)"))
+            code = 70
     if lifecycle.stopping():  # however the stop surfaced (an exception, or an exit code from a library)
         code = 128 + lifecycle.last_signal()
         err_console.print(f"stopped ({lifecycle.signal_name()}); work cut short is redone by the next run")

@@ -206,7 +206,10 @@ class Cluster(Services):
         (self.folder / "rest").mkdir(parents=True, exist_ok=True)
         env = rest_catalog_env(c.warehouse, c.s3_endpoint, c.access_key, c.secret_key, f"jdbc:sqlite:{self.folder / 'rest' / 'catalog.db'}")
         env["CATALOG_REST_PORT"] = str(c.rest_port)
-        self._spawn("rest", self._java("rest", "-cp", classpath, "org.apache.iceberg.rest.RESTCatalogServer", heap="384m"), env=env)
+        self._spawn("rest", self._java(
+            # at INFO the server logs each table's properties, the object store's secret among them
+            "rest", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, "org.apache.iceberg.rest.RESTCatalogServer", heap="384m"
+        ), env=env)
         self._wait("rest", self._rest_ready, 60)
 
     def _rest_ready(self) -> bool:

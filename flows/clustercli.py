@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from flows.console import console
 
@@ -46,7 +47,7 @@ def up(
     with console.status("starting the object store, the REST catalog and Spark..."):
         status = cluster.up(spark=spark)
     _show(status)
-    console.print(f'next: [bold]eval "$(lakemv cluster env{" --dir " + str(folder) if folder else ""})"[/], then any lakemv command runs on it')
+    console.print(f'next: [bold]eval "$(lakemv cluster env{escape(" --dir " + str(folder)) if folder else ""})"[/], then any lakemv command runs on it')
 
 
 @cluster_app.command()
@@ -59,7 +60,7 @@ def down(
     cluster = _cluster(ctx, folder)
     with console.status("stopping..."):
         cluster.down(purge=purge)
-    console.print("cluster stopped" + (" and removed" if purge else f"; its data stays in {cluster.folder}"))
+    console.print("cluster stopped" + (" and removed" if purge else f"; its data stays in {escape(str(cluster.folder))}"))
 
 
 @cluster_app.command()
@@ -67,7 +68,7 @@ def status(ctx: typer.Context, folder: Folder = None) -> None:
     """Show each component: running or not, its process and address."""
     cluster = _cluster(ctx, folder)
     if not (cluster.folder / "cluster.json").exists():
-        console.print(f"no cluster in {cluster.folder}: start one with `lakemv cluster up`")
+        console.print(f"no cluster in {escape(str(cluster.folder))}: start one with `lakemv cluster up`")
         raise typer.Exit(1)
     result = cluster.status()
     _show(result)
@@ -84,6 +85,6 @@ def env(
     """Print the settings that point lakemv at the cluster: `eval "$(lakemv cluster env)"`."""
     cluster = _cluster(ctx, folder)
     if not (cluster.folder / "cluster.json").exists():
-        console.print(f"no cluster in {cluster.folder}: start one with `lakemv cluster up`")
+        console.print(f"no cluster in {escape(str(cluster.folder))}: start one with `lakemv cluster up`")
         raise typer.Exit(1)
     typer.echo("\n".join(f"export {k}={v}" for k, v in cluster.config.settings_env(spark=spark).items()))

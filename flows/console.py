@@ -22,6 +22,14 @@ console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def error_line(label: str, message: str, style: str = "red") -> Text:
+    """`label` in `style`, then `message` as it is, credentials masked: a path or name holding `[/x]`
+    is text, never markup."""
+    from catalog.errors import redact
+
+    return Text.assemble((label, style), " ", redact(message))
+
+
 def plain(value: Any) -> Any:
     """A JSON-ready version of a query value: timestamps as ISO-8601 UTC ('Z'), dates ISO."""
     if isinstance(value, datetime):

@@ -12,8 +12,10 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from catalog.declarations import SourceRegistry, load_sources
-from catalog.errors import ConfigError
+from catalog.errors import ConfigError, redact
 from catalog.settings import LakeSettings
+
+SECRET_FIELDS = frozenset({"s3_secret_access_key", "kafka_options"})  # never echoed in an error
 
 
 def lake_settings(warehouse: str | Path | None = None) -> LakeSettings:
@@ -23,7 +25,9 @@ def lake_settings(warehouse: str | Path | None = None) -> LakeSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         value = first.get("input")
-        shown = f" (got {value!r})" if isinstance(value, str | int | float) and len(str(value)) < 200 else ""
+        shown = f" (got {redact(repr(value))})" if isinstance(value, str | int | float) and len(str(value)) < 200 else ""
+        if first["loc"] and str(first["loc"][0]) in SECRET_FIELDS:
+            shown = ""
         raise ConfigError(f"{first['msg']}{shown}", "LAKEMV_" + str(first["loc"][0]).upper()) from None
     except SettingsError as exc:  # a value the settings source could not decode at all
         field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "settings"

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from flows.console import console
 
@@ -61,7 +62,7 @@ def down(
     stack = _stack(ctx, folder)
     with console.status("stopping..."):
         stack.down(purge=purge)
-    console.print("stack stopped" + (" and removed" if purge else f"; its data stays in {stack.folder}"))
+    console.print("stack stopped" + (" and removed" if purge else f"; its data stays in {escape(str(stack.folder))}"))
 
 
 @stack_app.command()
@@ -69,7 +70,7 @@ def status(ctx: typer.Context, folder: Folder = None) -> None:
     """Show each component: running or not, its process and address, the connector's state."""
     stack = _stack(ctx, folder)
     if not (stack.folder / "stack.json").exists():
-        console.print(f"no stack in {stack.folder}: start one with `lakemv stack up`")
+        console.print(f"no stack in {escape(str(stack.folder))}: start one with `lakemv stack up`")
         raise typer.Exit(1)
     result = stack.status()
     _show(result)
@@ -105,7 +106,7 @@ def generate(
             statements += apply(con, workload.transactions(changes))
     finally:
         con.close()
-    console.print(f"ran {statements:,} statements against {stack.config.postgres_url}")
+    console.print(f"ran {statements:,} statements against {escape(stack.config.postgres_url)}")
 
 
 @stack_app.command()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -114,23 +115,45 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
     }
 
 
-def _forward_stderr(stream) -> None:  # noqa: ANN001 - the JVM's stderr pipe
+# Conf keys whose values are credentials (the S3 secret, a catalog's password; Spark's own redaction
+# pattern is alike): `spark-submit` would show them to every local user in `ps`.
+_SECRET_KEY = re.compile(r"(?i)secret|password|token|credential")
+
+
+def is_secret_key(key: str) -> bool:
+    return _SECRET_KEY.search(key) is not None
+
+
+def _forward_stderr(stream, log: Path) -> None:  # noqa: ANN001 - the JVM's stderr pipe
+    """The JVM's own log lines go to `log`, not the terminal: a failure reaches the user once, as
+    lakemv's one `error:` line (LAKEMV_DEBUG=1 shows them on stderr too)."""
+    debug = bool(os.environ.get("LAKEMV_DEBUG"))
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        sink = log.open("ab")
+    except OSError:
+        sink = None
     for line in iter(stream.readline, b""):
         if line.startswith(BANNER) or lifecycle.stopping():  # a JVM told to stop logs what it aborts
             continue
         try:
-            sys.stderr.write(line.decode("utf-8", "replace"))
-            sys.stderr.flush()
+            if sink is not None:
+                sink.write(line)
+                sink.flush()
+            if debug or sink is None:
+                sys.stderr.write(line.decode("utf-8", "replace"))
+                sys.stderr.flush()
         except (OSError, ValueError):
             pass
 
 
-def _launch_jvm(conf: SparkConf) -> None:
-    """Start Spark's JVM gateway in a session of its own, its banner filtered, stopped with lakemv."""
+def _launch_jvm(conf: SparkConf, log: Path) -> None:
+    """Start Spark's JVM gateway in a session of its own, its banner filtered, its log lines in `log`,
+    stopped with lakemv."""
     gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
     SparkContext._ensure_initialized(gateway=gateway)
     process = gateway.proc
-    threading.Thread(target=_forward_stderr, args=(process.stderr,), name="spark-stderr", daemon=True).start()
+    threading.Thread(target=_forward_stderr, args=(process.stderr, log), name="spark-stderr", daemon=True).start()
     lifecycle.adopt("spark", process)
     quiet_py4j()
     lifecycle.on_stop(_cancel_jobs)
@@ -203,8 +226,9 @@ def _session(settings: LakeSettings) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = {"spark.master": settings.spark_master, "spark.app.name": "lakemv", **base_conf(settings)}
     with SparkContext._lock:
-        if SparkContext._gateway is None:
-            _launch_jvm(SparkConf(loadDefaults=False).setAll(list(conf.items())))
+        if SparkContext._gateway is None:  # secrets reach the JVM through its gateway below, never its command line
+            public = SparkConf(loadDefaults=False).setAll([(k, v) for k, v in conf.items() if not is_secret_key(k)])
+            _launch_jvm(public, settings.local_root / "_lakemv" / "jvm.log")
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)

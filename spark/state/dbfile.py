@@ -17,6 +17,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+from catalog.errors import ConfigError
+
 _PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-262144", "temp_store=MEMORY")
 
 
@@ -47,6 +49,8 @@ def _sealed(path: Path) -> bool:
 def open_checked(path: str) -> tuple[sqlite3.Connection, bool]:
     """Connect to the store's file; return the connection and whether its pages were checked (they
     are unless the file is sealed). Raises sqlite3.DatabaseError for a file SQLite cannot read whole."""
+    if path != ":memory:" and Path(path).is_dir():
+        raise ConfigError("a folder stands where lakemv keeps its local state file: move it away (the state is rebuilt from the lake)", path)
     checked = path == ":memory:" or not _sealed(Path(path))
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:

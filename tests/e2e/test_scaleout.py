@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -115,6 +116,40 @@ def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
+class CommandLines:
+    """Samples every process's command line while it runs (`ps` shows them to any local user)."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            for entry in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    self.seen.add(entry.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                except OSError:
+                    continue
+
+    def __enter__(self) -> CommandLines:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _holding(folder: Path, secret: str, skip: tuple[Path, ...] = ()) -> list[str]:
+    """Files under `folder` (not under `skip`) whose bytes hold `secret`."""
+    found = []
+    for path in folder.rglob("*"):
+        if path.is_file() and not any(path.is_relative_to(s) for s in skip) and secret.encode() in path.read_bytes():
+            found.append(str(path))
+    return found
+
+
 def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_rest_catalog(
     cluster: Cluster, tmp_path: Path, sources, monkeypatch: pytest.MonkeyPatch
 ):
@@ -133,8 +168,18 @@ def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_
     monkeypatch.chdir(tmp_path)  # a stray local ./warehouse would show here
     for number in (0, 1):
         move_round(staging, landing, number)
-    lakemv("ingest", "--landing", str(landing), "--once", env=env)
+    with CommandLines() as commands:
+        ingested = lakemv("ingest", "--landing", str(landing), "--once", env=env)
     reference_round(0, 1)
+
+    # The object store's secret reached the driver and the executors, but never a command line, the
+    # output, a log or a file lakemv wrote (the stack's own 0600 settings file and s3proxy's hold it).
+    secret = cluster.config.secret_key
+    assert any("org.apache.spark.executor.CoarseGrainedExecutorBackend" in c for c in commands.seen), "no executor was sampled"
+    assert not [c for c in commands.seen if secret in c], "the S3 secret is on a command line"
+    assert secret not in ingested.stdout + ingested.stderr
+    assert not _holding(cluster.folder, secret, skip=(cluster.folder / "cluster.json", cluster.folder / "s3proxy.properties")), "a log holds the S3 secret"
+    assert not _holding(tmp_path, secret), "a file lakemv wrote holds the S3 secret"
 
     # the Spark application ran on the cluster (with a cluster master no task runs in the driver): the
     # master lists it with its cores, and the worker launched its executor with the jars the driver shipped
