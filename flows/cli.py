@@ -58,7 +58,12 @@ def _run_flow(ctx: typer.Context, flow: str, *, spark: bool = False, **parameter
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings(updates={PREFECT_API_URL: api.ready()}), terminal(console):
-        return flow(warehouse=str(ctx.obj.settings.warehouse), **parameters)
+        try:
+            return flow(warehouse=str(ctx.obj.settings.warehouse), **parameters)
+        finally:  # the run's logs reach the API while it is up (else: "APILogWorker failed with N pending items")
+            from prefect.logging.handlers import APILogWorker
+
+            APILogWorker.drain_all(timeout=5)
 
 
 def _stack_commands() -> None:
@@ -170,8 +175,9 @@ def ingest(
     with writer_lock(settings.local_root, settings.catalog_name, settings.warehouse):  # refused before anything starts; the flow holds it
         pass
     if kafka is not None:
-        from spark.kafka import check_bootstrap
+        from spark.kafka import check_bootstrap, reach_brokers
 
+        reach_brokers(check_bootstrap(kafka), settings.kafka_options)  # before Spark, which would wait for one forever
         _run_flow(ctx, "flows.maintain:maintain", spark=True, kafka=check_bootstrap(kafka), once=once, trigger_seconds=trigger_seconds)
         return
     assert landing is not None

@@ -55,6 +55,10 @@ def maintain(
         raise ConfigError("maintain needs either a landing folder or Kafka brokers (LAKEMV_KAFKA_BOOTSTRAP), not both")
     if landing is not None:
         check_landing(Path(landing))
+    else:
+        from spark.kafka import reach_brokers
+
+        reach_brokers(kafka, lake.settings.kafka_options)
     with writer_lock(lake.settings.local_root, lake.settings.catalog_name, lake.settings.warehouse):  # refused at once if held
         return _maintain(lake, landing, kafka, once, trigger_seconds, max_files_per_trigger)
 

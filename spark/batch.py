@@ -216,8 +216,15 @@ class BatchProcessor(StoreSteps):
 
     def _parse(self, lines: list[tuple[str, str]] | Lines, batch_id: int, now: int, marks: Mapping[str, int | None]) -> ChangeSet:
         if isinstance(lines, Lines):
-            return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars, marks, self._live_rows)
-        return build_changeset(lines, self.sources, self.max_line_chars, marks, self._live_rows)
+            return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars, marks, self._live_rows, self._applied_position)
+        return build_changeset(lines, self.sources, self.max_line_chars, marks, self._live_rows, self._applied_position)
+
+    def _applied_position(self) -> int:
+        """The highest source position the mirrors hold (asked only when an incremental snapshot's
+        reads arrive: they take their place after it, spark.changeset.ReadPlacer)."""
+        tables = [self.names.mirror(t) for t, s in sorted(self.sources.items()) if not s.is_events]
+        union = " UNION ALL ".join(f"SELECT max({POSITION}) AS p FROM {t}" for t in tables)
+        return self.spark.sql(f"SELECT coalesce(max(p), 0) FROM ({union})").first()[0]
 
     def _live_rows(self, table: str, keys: Sequence[tuple]) -> dict[tuple, tuple]:
         """The stored live rows of `keys` (declared columns, as a parsed change holds them): from the

@@ -12,7 +12,7 @@ same code for both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -22,7 +22,7 @@ from pyspark.sql.window import Window
 
 from catalog.declarations import SourceTable
 from catalog.tables import BATCH_ID, INGESTED_AT, POSITION, mirror_arrow_schema
-from spark.changeset import ChangeSet, changes_to_arrow, decode_lines, dedupe, keep_unavailable, parse_line
+from spark.changeset import ChangeSet, ReadPlacer, changes_to_arrow, decode_lines, dedupe, keep_unavailable, parse_line
 from spark.envelope import Change
 from spark.unavailable import Lookup
 from spark.envelopesql import CLEAN, SEQ, parse_sql
@@ -51,6 +51,7 @@ def bulk_changeset(
     max_line_chars: int | None,
     watermarks: Mapping[str, int | None] | None = None,
     lookup: Lookup | None = None,
+    applied: Callable[[], int] | None = None,
 ) -> ChangeSet:
     """The unit's change set, parsed and deduplicated by Spark (see the module docstring).
 
@@ -86,6 +87,8 @@ def bulk_changeset(
         result.events += result.set_wise  # every clean line is an event; parse_line counts the rest
         python: dict[str, list[tuple[int, Change]]] = {}
         _parse_lines(fallback, sources, result, max_line_chars, watermarks, python)
+        if any(c.follows for changes in python.values() for _, c in changes):
+            python = _place_reads(python, [parsed[t].where(F.col(CLEAN)).select(POSITION, SEQ) for t in parsed], applied)
         # A table with values Debezium did not send is parsed in the driver whole: those values are
         # the previous image's, which may be any earlier line of the unit (spark.unavailable).
         whole = sorted(t for t, changes in python.items() if not sources[t].is_events and any(c.unavailable for _, c in changes))
@@ -145,6 +148,28 @@ def _parse_lines(
         change = parse_line(text, file, sources, result, max_line_chars, watermarks)
         if change is not None:
             into.setdefault(change.table, []).append((seq, change))
+
+
+def _place_reads(
+    python: dict[str, list[tuple[int, Change]]], clean: list[DataFrame], applied: Callable[[], int] | None
+) -> dict[str, list[tuple[int, Change]]]:
+    """Incremental snapshot reads placed after the changes before them in the unit, those Spark parsed
+    included (`spark.changeset.ReadPlacer`)."""
+    positions: list[tuple[int, int | None]] = []  # (line, position of a clean line), in line order below
+    for frame in clean:
+        table = frame.toArrow()
+        positions += zip(table.column(SEQ).to_pylist(), table.column(POSITION).to_pylist(), strict=True)
+    entries = sorted([(seq, 0, pos, None) for seq, pos in positions] + [(seq, 1, None, (t, c)) for t, cs in python.items() for seq, c in cs], key=lambda e: e[:2])
+    placer = ReadPlacer(applied)
+    placed: dict[str, list[tuple[int, Change]]] = {}
+    for seq, _, position, item in entries:
+        if item is None:
+            if position is not None:
+                placer.saw(position)
+            continue
+        table, change = item
+        placed.setdefault(table, []).append((seq, placer(change)))
+    return placed
 
 
 def _latest(frame: DataFrame, source: SourceTable) -> DataFrame:

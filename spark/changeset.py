@@ -8,7 +8,7 @@ change only if its position is newer than the stored one, so the same rule holds
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -168,17 +168,45 @@ def build_changeset(
     max_line_chars: int | None = None,
     watermarks: Mapping[str, int | None] | None = None,
     lookup: Lookup | None = None,
+    applied: Callable[[], int] | None = None,
 ) -> ChangeSet:
     """Parse `(line, file)` pairs and dedupe them per table; a line over `max_line_chars` is not parsed.
-    `lookup(table, keys)` gives stored live rows, to keep the values Debezium sent no value for."""
+    `lookup(table, keys)` gives stored live rows, to keep the values Debezium sent no value for;
+    `applied()` the highest source position the lake holds, to place incremental snapshot reads."""
     result = ChangeSet()
     parsed: dict[str, list[Change]] = {}
+    placed = ReadPlacer(applied)
     for text, file in lines:
         change = parse_line(text, file, sources, result, max_line_chars, watermarks)
         if change is not None:
-            parsed.setdefault(change.table, []).append(change)
+            parsed.setdefault(change.table, []).append(placed(change))
     result.changes = {table: dedupe(sources[table], keep_unavailable(sources[table], changes, result, lookup), result) for table, changes in parsed.items()}
     return result
+
+
+class ReadPlacer:
+    """Gives an incremental snapshot's read (Debezium sends it with no LSN) the position of the change
+    before it in the stream: Debezium emits a read when its chunk's window closes and drops it if the
+    row changed within the window, so it is newer than every change before it and older than every
+    change after it. Changes pass in stream order; the first read asks `applied()` for where the lake
+    stands."""
+
+    def __init__(self, applied: Callable[[], int] | None):
+        self.applied = applied
+        self.high: int | None = None
+
+    def saw(self, position: int) -> None:
+        if self.high is None or position > self.high:
+            self.high = position
+
+    def __call__(self, change: Change) -> Change:
+        if not change.follows:
+            self.saw(change.position)
+            return change
+        if self.applied is not None:
+            self.high = max(self.high or 0, self.applied())
+            self.applied = None
+        return replace(change, position=self.high or 0)
 
 
 def keep_unavailable(source: SourceTable, changes: list[Change], result: ChangeSet, lookup: Lookup | None) -> list[Change]:

@@ -58,6 +58,7 @@ class Change:
     absent: tuple[str, ...] = ()  # declared columns the after-image lacks (stored as NULL)
     unavailable: tuple[str, ...] = ()  # declared columns Debezium sent its placeholder for (None in `row` until filled)
     fill_from: tuple[Any, ...] | None = None  # the key whose stored row fills `unavailable` (a moved row's old key)
+    follows: bool = False  # an incremental snapshot's read: no source position of its own (see `place_reads`)
     line: tuple[str, str] | None = None  # (raw line, origin) of a change with unavailable values: its dead letter if unfilled
 
     @property
@@ -172,7 +173,8 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip:
     image = envelope.get(image_name)
     if not isinstance(image, dict):
         raise EnvelopeError(f"op {op!r} needs an object in '{image_name}', found {json.dumps(image)[:40]}")
-    position = _position(envelope, source)
+    follows = op == "r" and _lookup(envelope, "source.snapshot") == "incremental" and _lookup(envelope, source.ordering[0]) is None
+    position = 0 if follows else _position(envelope, source)
     source_ts = _lookup(envelope, "source.ts_ms")
     if source_ts is None:
         source_ts = envelope.get("ts_ms")
@@ -211,4 +213,4 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip:
     if len(image) != len(names) or not all(name in image for name in names):
         unknown = tuple((k, None if is_placeholder(v) else _sample(v, wires.get(k))) for k, v in image.items() if k not in names)
         absent = tuple(n for n in names if n not in image)
-    return Change(source.name, op, tuple(key), position, source_ts, row, unknown, absent, tuple(unavailable))
+    return Change(source.name, op, tuple(key), position, source_ts, row, unknown, absent, tuple(unavailable), follows=follows)

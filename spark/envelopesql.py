@@ -212,6 +212,7 @@ SELECT {columns},
        coalesce(
          NOT ({too_long})
          AND is_valid_utf8(value) AND NOT value RLIKE '{PLACEHOLDERS}'
+         AND NOT (op = 'r' AND try_variant_get(e, '$.source.snapshot', 'string') = 'incremental')
          AND {unwrapped_only}
          AND schema_of_variant(e) LIKE 'OBJECT%'
          AND op IN ('c', 'r', 'u', 'd')

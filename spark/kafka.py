@@ -78,6 +78,23 @@ def check_bootstrap(bootstrap: str) -> str:
     return text
 
 
+def reach_brokers(bootstrap: str, options: Sequence[tuple[str, str]] = (), timeout: float = 10.0) -> None:
+    """ConfigError unless a broker at `bootstrap` answers within `timeout` (Spark's Kafka source would
+    wait for one forever)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    conf = {"bootstrap.servers": bootstrap, "log_level": 0, **dict(options)}  # its log lines would repeat our one
+    try:
+        AdminClient(conf).list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise ConfigError(
+            f"no Kafka broker answered at {bootstrap} within {timeout:.0f} s ({exc.args[0].str() if exc.args else exc}): "
+            "start Kafka (lakemv stack up), or fix --kafka / LAKEMV_KAFKA_BOOTSTRAP",
+            "--kafka",
+        ) from None
+
+
 def kafka_checkpoint(settings: LakeSettings) -> Location:
     """One checkpoint per (catalog, topic prefix): the broker address may change, the offsets not."""
     digest = hashlib.sha1(f"{settings.catalog_name}:kafka:{settings.kafka_topic_prefix}".encode()).hexdigest()[:12]

@@ -26,10 +26,10 @@ def _canonical(table: pa.Table) -> list[str]:
     return sorted(json.dumps(r, sort_keys=True, default=str) for r in table.to_pylist())
 
 
-def assert_same_parse(spark, sources, lines: list[tuple[str, str]], max_line_chars: int | None = None, lookup=None, frame=None) -> int:
+def assert_same_parse(spark, sources, lines: list[tuple[str, str]], max_line_chars: int | None = None, lookup=None, frame=None, applied=None) -> int:
     """Compare the two parses; returns how many lines Spark parsed itself."""
-    expected = build_changeset(lines, sources, max_line_chars, lookup=lookup)
-    got = bulk_changeset(frame or lines_frame(spark, lines), sources, 7, NOW, max_line_chars, lookup=lookup)
+    expected = build_changeset(lines, sources, max_line_chars, lookup=lookup, applied=applied)
+    got = bulk_changeset(frame or lines_frame(spark, lines), sources, 7, NOW, max_line_chars, lookup=lookup, applied=applied)
     for table in sorted(set(expected.changes) | set(got.rows)):
         want = changes_to_arrow(sources[table], expected.changes.get(table, []), 7, NOW)
         have = got.rows.get(table, mirror_arrow_schema(sources[table]).empty_table())
@@ -93,11 +93,21 @@ def test_unavailable_values_and_undecodable_bytes_are_the_drivers_and_parse_the_
     lines = list(zip(decode_lines(raw), files, strict=True))
     stored = {("o", "b"): ("b", "o", "kept", 4, 0, 0, 0)}
     lookup = lambda table, keys: {k: stored[k] for k in keys if k in stored}  # noqa: E731
+    # An incremental snapshot's reads (no LSN) take their place after the lines before them, Spark's too.
+    raw += [
+        json.dumps({"op": "r", "after": repo("c", "as read", 9), "source": {"lsn": None, "ts_ms": 10**12, "snapshot": "incremental"}}).encode(),
+        line("u", 3, repo("d", "d", 1)),
+        json.dumps({"op": "r", "after": repo("d", "as read", 9), "source": {"ts_ms": 10**12, "snapshot": "incremental"}}).encode(),
+        line("u", 7, repo("d", "after the read", 1)),
+    ]
+    files = [at("repos")] * len(raw)
+    lines = list(zip(decode_lines(raw), files, strict=True))
     frame = spark.createDataFrame(pa.table({"value": pa.array(raw, pa.binary()), "file": files})).withColumn("value", F.col("value").cast("string"))
-    assert_same_parse(spark, sources, lines, lookup=lookup, frame=Lines(frame))
-    parsed = build_changeset(lines, sources, lookup=lookup)
+    assert_same_parse(spark, sources, lines, lookup=lookup, frame=Lines(frame), applied=lambda: 1)
+    parsed = build_changeset(lines, sources, lookup=lookup, applied=lambda: 1)
     rows = {c.key: c.row for c in parsed.changes["repos"] if not c.is_delete}
     assert rows[("o", "a")][2] == "long text" and rows[("o", "b2")][2] == "kept" and ("o", "z") not in rows
+    assert rows[("o", "c")][2] == "as read" and rows[("o", "d")][2] == "after the read"
     assert sorted(d.reason.split(":")[0] for d in parsed.dead_letters) == ["not valid UTF-8", "unavailable value in description"]
 
 

@@ -128,3 +128,25 @@ def test_bytes_that_are_not_utf8_are_a_dead_letter_that_says_where(sources):
     (letter,) = batch.dead_letters
     assert letter.reason.startswith("not valid UTF-8") and "\\xe9" in letter.raw
     assert batch.skipped["tombstone (null value)"] == 1
+
+
+def test_an_incremental_snapshots_read_takes_the_place_of_the_change_before_it(sources):
+    """Debezium sends an incremental snapshot's reads with no LSN (source.snapshot = "incremental"): a
+    read stands after every change before it in the stream and before every change after it."""
+
+    def read(name, description):
+        return json.dumps({"op": "r", "after": repo("o", name, description), "source": {"lsn": None, "ts_ms": 99_999_999_999, "snapshot": "incremental"}})
+
+    lines = [
+        (line("u", 500, repo("o", "a", "before the window")), REPOS),
+        (read("a", "as read"), REPOS),  # newer than lsn 500
+        (read("b", "as read"), REPOS),
+        (line("u", 700, repo("o", "b", "after the window")), REPOS),  # newer than the read
+    ]
+    batch = build_changeset(lines, sources, applied=lambda: 300)
+    rows = {c.key: (c.position, c.row[2]) for c in batch.changes["repos"]}
+    assert rows == {("o", "a"): (500, "as read"), ("o", "b"): (700, "after the window")}
+    # The first read of a unit stands after what the lake already holds.
+    asked = []
+    batch = build_changeset([(read("c", "x"), REPOS)], sources, applied=lambda: asked.append(1) or 1234)
+    assert [c.position for c in batch.changes["repos"]] == [1234] and asked == [1]
