@@ -63,12 +63,19 @@ BOOKKEEPING_ARROW = (
     pa.field(BATCH_ID, pa.int64()),
 )
 
+# A stream commits every few seconds: each commit's previous metadata file is deleted once newer
+# ones replace it (Iceberg keeps the last few), rather than left for orphan removal.
+METADATA_PROPERTIES = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+}
 # Merge-on-read everywhere: a MERGE writes small delete files instead of rewriting data files.
 TABLE_PROPERTIES = {
     "format-version": "2",
     "write.delete.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
+    **METADATA_PROPERTIES,
 }
 
 

@@ -296,7 +296,9 @@ def compact(
     tables: Annotated[
         list[str] | None, typer.Argument(help="Tables as namespace.name (default: every mirror, view and ops table).")
     ] = None,
-    retention_hours: Annotated[float, typer.Option(min=1, help="Expire snapshots older than this.")] = 120.0,
+    retention_hours: Annotated[
+        float, typer.Option(min=0.25, help="Expire snapshots older than this (keeping the last 5, and those a stream's replay may need).")
+    ] = 2.0,
     orphan_age_hours: Annotated[float, typer.Option(min=1, help="Remove unreferenced files older than this.")] = 72.0,
     tombstone_retention_hours: Annotated[
         float, typer.Option(min=1, help="Purge mirror tombstones ingested longer ago than this.")

@@ -24,18 +24,18 @@ def table_layouts(lake: Lake) -> dict[str, object]:
 
 
 @task(name="compact-table", cache_policy=NO_CACHE)  # a SparkSession argument: nothing to cache on
-def compact_table(spark, catalog: str, table: str, sort, retention: timedelta, orphan_age: timedelta, tombstones):  # noqa: ANN001, ANN201
+def compact_table(spark, catalog: str, table: str, sort, retention: timedelta, pinned, orphan_age: timedelta, tombstones):  # noqa: ANN001, ANN201
     from spark.maintenance import maintain_table
 
     return maintain_table(
-        spark, catalog, table, sort=sort, retention=retention, orphan_age=orphan_age, tombstone_retention=tombstones
+        spark, catalog, table, sort=sort, retention=retention, pinned=pinned, orphan_age=orphan_age, tombstone_retention=tombstones
     )
 
 
 @flow(name="compact", validate_parameters=True)
 def compact(
     tables: list[str] | None = None,
-    retention_hours: float = 120.0,
+    retention_hours: float = 2.0,
     orphan_age_hours: float = 72.0,
     tombstone_retention_hours: float = 168.0,
     warehouse: str | None = None,
@@ -45,7 +45,7 @@ def compact(
     Mirrors are sorted by the columns views look them up by and views by their key. Safe while
     `maintain` commits: lost commit races are retried on both sides, and a rewrite never changes rows.
     """
-    from spark.maintenance import lake_tables
+    from spark.maintenance import lake_tables, pinned_since
     from spark.session import use_catalog
 
     lake = Lake.at(warehouse)
@@ -61,6 +61,7 @@ def compact(
     layouts = table_layouts(lake)
     retention, orphan_age = timedelta(hours=retention_hours), timedelta(hours=orphan_age_hours)
     tombstones = timedelta(hours=tombstone_retention_hours)
+    pinned = pinned_since(lake.settings.checkpoint_root)  # snapshots a stream's replay may need
     results = []
     for table in chosen:
         with report.status(f"compacting {table}..."):
@@ -70,6 +71,7 @@ def compact(
                 table,
                 layouts.get(table),
                 retention,
+                pinned,
                 orphan_age,
                 tombstones if table.startswith(f"{MIRROR_NAMESPACE}.") else None,
             )

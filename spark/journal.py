@@ -16,6 +16,7 @@ removed as later batches start.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,7 @@ class Journal:
             "write_id": ref.write_id,
             "tables": {t: p.images is not None for t, p in plans.items()},
             "watermarks": dict(watermarks or {}),
+            "saved_at": time.time(),  # snapshots since then may be needed by a replay (oldest_pending)
         }
         (entry / "manifest.json").write_text(json.dumps(meta))
         entry.sync()
@@ -134,6 +136,12 @@ class Journal:
             for source, mark in meta.get("watermarks", {}).items():
                 found[source] = lowest(found[source], mark) if source in found else mark
         return found
+
+    def oldest_saved_at(self) -> float | None:
+        """When the oldest unit still in the journal was saved (epoch seconds): a replay of it looks
+        for its earlier commits in the snapshots since, so snapshot expiry keeps those."""
+        times = [meta.get("saved_at", 0.0) for meta in self._manifests()]  # an entry from before the stamp: as old as can be
+        return min(times) if times else None
 
     def write_ids(self) -> set[str]:
         """Write ids of the units with an entry: the last batch's, which a restart may replay."""

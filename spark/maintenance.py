@@ -18,13 +18,16 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import SparkSession
 
 from catalog.errors import ConfigError
-from catalog.tables import DELETED, INGESTED_AT
+from catalog.storage import Location
+from catalog.tables import DELETED, INGESTED_AT, METADATA_PROPERTIES
 from spark.commits import Retries
 from spark.layout import SortOrder
 
-# Iceberg's own default for history.expire.max-snapshot-age-ms. A replayed batch finds its earlier
-# appends by the write ids in snapshot summaries, so snapshots must outlive any ingest outage.
-DEFAULT_RETENTION = timedelta(days=5)
+# A stream commits every few seconds: days of snapshots make every commit rewrite a metadata file that
+# lists them all. A replayed batch finds its earlier appends by the write ids in snapshot summaries,
+# so expiry also keeps every snapshot since the oldest unit a journal may still replay (`pinned_since`).
+DEFAULT_RETENTION = timedelta(hours=2)
+PIN_MARGIN = timedelta(minutes=10)  # a unit's first commits come after its journal entry; clocks differ
 # Iceberg's own default: a file younger than this may belong to a commit still in flight.
 DEFAULT_ORPHAN_AGE = timedelta(days=3)
 MIN_ORPHAN_AGE = timedelta(hours=1)
@@ -87,6 +90,24 @@ def _purge_tombstones(spark: SparkSession, full: str, older_than: datetime, retr
     return int(count)
 
 
+def _ensure_properties(spark: SparkSession, table: str) -> None:
+    """lakemv's table properties on a table an earlier version created without some of them."""
+    have = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    missing = {k: v for k, v in METADATA_PROPERTIES.items() if have.get(k) != v}
+    if missing:
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({pairs})")
+
+
+def pinned_since(checkpoints: Location) -> datetime | None:
+    """When the oldest unit any stream's journal may still replay was saved (spark.journal): expiry
+    keeps the snapshots since. None when no journal holds a unit."""
+    from spark.journal import Journal
+
+    oldest = [t for name in checkpoints.children() if (t := Journal(checkpoints / name / "lakemv-journal").oldest_saved_at()) is not None]
+    return datetime.fromtimestamp(min(oldest), UTC) if oldest else None
+
+
 def maintain_table(
     spark: SparkSession,
     catalog: str,
@@ -94,6 +115,7 @@ def maintain_table(
     *,
     sort: SortOrder | None = None,
     retention: timedelta = DEFAULT_RETENTION,
+    pinned: datetime | None = None,
     retain_last: int = 5,
     orphan_age: timedelta = DEFAULT_ORPHAN_AGE,
     tombstone_retention: timedelta | None = None,
@@ -103,8 +125,9 @@ def maintain_table(
 
     In order: purge tombstones older than `tombstone_retention` (mirrors only), rewrite data files
     (in `sort` order when given), rewrite position delete files, expire snapshots older than
-    `retention` (keeping `retain_last`), remove files no snapshot references that are older than
-    `orphan_age`.
+    `retention` (keeping `retain_last`, and every snapshot since `pinned`: see `pinned_since`), remove
+    files no snapshot references that are older than `orphan_age`. Sets lakemv's table properties a
+    table created by an earlier version lacks (old metadata files are deleted after each commit).
     """
     if orphan_age < MIN_ORPHAN_AGE:
         raise ConfigError(
@@ -116,6 +139,7 @@ def maintain_table(
     started = time.perf_counter()
     now = datetime.now(UTC)
     full = f"{catalog}.{table}"
+    _ensure_properties(spark, full)
     data_before, deletes_before, bytes_before = _files(spark, full)
     purged = 0 if tombstone_retention is None else _purge_tombstones(spark, full, now - tombstone_retention, retries)
     strategy = f", strategy => 'sort', sort_order => '{sort.sql()}'" if sort else ""
@@ -136,7 +160,7 @@ def maintain_table(
         f"expire_snapshots {table}",
         lambda: spark.sql(
             f"CALL {catalog}.system.expire_snapshots(table => '{table}', "
-            f"older_than => {_timestamp(now - retention)}, retain_last => {retain_last})"
+            f"older_than => {_timestamp(min(now - retention, pinned - PIN_MARGIN) if pinned else now - retention)}, retain_last => {retain_last})"
         ).collect(),
     )
     orphans = retries.run(

@@ -48,3 +48,4 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_holders_lock_
     with writer_lock(tmp_path, "other", "another lake"):  # another catalog is another lake
         with pytest.raises(LakeBusy), writer_lock(tmp_path, "other", "another lake"):
             pass
+
