@@ -252,7 +252,10 @@ class SourceRegistry(Mapping[str, SourceTable]):
 def read_definition(path: Path) -> str:
     """A definition file's text; one that cannot be read, or is not UTF-8, is a ConfigError naming it."""
     try:
-        return path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8")
+        if not text.strip():
+            raise ConfigError("the file is empty", str(path))
+        return text
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}; save the file as UTF-8", str(path)) from None
     except OSError as exc:
@@ -277,8 +280,18 @@ def load_sources(dirs: Iterable[Path]) -> SourceRegistry:
     """Load every `*.toml` declaration from the given folders (missing folders are an error)."""
     tables = []
     for folder in dirs:
-        if not folder.is_dir():
-            raise ConfigError("sources folder does not exist", str(folder))
-        for path in sorted(folder.glob("*.toml")):
+        check_folder(folder, "sources folder")
+        found = sorted(folder.glob("*.toml"))
+        if not found:
+            raise ConfigError("sources folder holds no declarations (<table>.toml files)", str(folder))
+        for path in found:
             tables.append(parse_source(read_definition(path), str(path)))
     return SourceRegistry(tables)
+
+
+def check_folder(folder: Path, what: str) -> None:
+    """A ConfigError unless `folder` is a folder, saying what it is instead."""
+    if folder.is_file():
+        raise ConfigError(f"{what} is a file, not a folder", str(folder))
+    if not folder.is_dir():
+        raise ConfigError(f"{what} does not exist", str(folder))

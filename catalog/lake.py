@@ -117,12 +117,13 @@ def ensure_warehouse(settings: LakeSettings) -> None:
     """Create the warehouse folder (the local folder, for a warehouse in an object store), or say
     clearly why it cannot be used."""
     folder = settings.local_root
+    what = "LAKEMV_LOCAL_DIR" if settings.local_dir is not None else "the warehouse folder"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"cannot create the warehouse folder: {exc.strerror}", str(folder)) from None
+        raise ConfigError(f"cannot create {what} there: {exc.strerror}", str(folder)) from None
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError("the warehouse folder is not writable", str(folder))
+        raise ConfigError(f"{what} is not writable", str(folder))
 
 
 def bootstrap(settings: LakeSettings) -> None:

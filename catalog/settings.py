@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlparse
@@ -21,9 +22,12 @@ def _json_object(value: Any, what: str) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value) if value.strip() else {}
+        parsed = json.loads(value) if value.strip() else {}
     except json.JSONDecodeError as exc:
         raise ValueError(f"not a JSON object of {what} ({exc.msg})") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"expected a JSON object of {what}, found a JSON {type(parsed).__name__}")
+    return parsed
 
 
 # LAKEMV_ variables that are not settings: debugging, and the fault points the crash tests arm (spark.faults).
@@ -38,10 +42,10 @@ def unknown_variables(environ: dict[str, str]) -> list[str]:
     naming the closest known one."""
     import difflib
 
-    known = {f"LAKEMV_{name.upper()}" for name in LakeSettings.model_fields} | OTHER_VARIABLES
+    settings = sorted(f"LAKEMV_{name.upper()}" for name in LakeSettings.model_fields)
     warnings = []
-    for name in sorted(n for n in environ if n.startswith("LAKEMV_") and n not in known):
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    for name in sorted(n for n in environ if n.startswith("LAKEMV_") and n not in settings and n not in OTHER_VARIABLES):
+        close = difflib.get_close_matches(name, settings, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
         warnings.append(f"{name} is not a lakemv setting ({hint}see docs for the settings); it is ignored")
     return warnings
@@ -165,6 +169,35 @@ class LakeSettings(BaseSettings):
     driver_memory: str = "4g"
     shuffle_partitions: int = Field(default=4, ge=1)
 
+    @field_validator("spark_master")
+    @classmethod
+    def _spark_master(cls, value: str) -> str:
+        """A master Spark can start with, checked before a JVM fails on it."""
+        if not re.fullmatch(r"local(\[(\*|\d+)(,\d+)?\])?|(spark|k8s|mesos)://\S+|yarn", value.strip()):
+            raise ValueError("expected local, local[N], local[*], spark://host:port, k8s://... or yarn")
+        return value.strip()
+
+    @field_validator("driver_memory", "executor_memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        """A JVM heap size as Spark reads it: a number with an optional unit (512m, 4g)."""
+        if not re.fullmatch(r"\d+[kmgt]?b?", value.strip(), re.IGNORECASE):
+            raise ValueError("expected a size such as 512m or 4g")
+        return value.strip()
+
+    @field_validator("s3_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            parsed = urlparse(value.strip())
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                raise ValueError("expected the store's URL, http(s)://host[:port]")
+            try:
+                parsed.port  # noqa: B018
+            except ValueError as exc:
+                raise ValueError(f"not a usable URL: {exc}") from None
+        return value
+
     @field_validator("catalog_uri")
     @classmethod
     def _catalog_uri(cls, value: str | None) -> str | None:
@@ -224,6 +257,8 @@ class LakeSettings(BaseSettings):
     def _warehouse(cls, value: Any) -> str:
         """A folder (made absolute) or an S3 prefix, spelled s3://bucket/prefix whatever the scheme given."""
         text = str(value).strip()
+        if not text:
+            raise ValueError("the warehouse is empty: give a folder or s3://bucket/prefix")
         scheme = urlparse(text).scheme if "://" in text else ""
         if scheme in S3_SCHEMES:
             parsed = urlparse(text)

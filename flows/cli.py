@@ -87,6 +87,8 @@ def main_options(
 ) -> None:
     for warning in unknown_variables(dict(os.environ)):
         err_console.print(error_line("warning:", warning, "yellow"))
+    if warehouse is not None and not warehouse.strip():
+        raise ConfigError("the warehouse is empty: give a folder or s3://bucket/prefix", "--warehouse")
     ctx.obj = Lake.at(warehouse)
 
 
@@ -130,6 +132,8 @@ def generate_events(
 
     if (out is None) == (kafka is None):
         raise ConfigError("give either --out DIR or --kafka HOST:PORT", "generate-events")
+    if out is not None and out.exists() and not out.is_dir():
+        raise ConfigError("cannot create the output folder: a file stands there", str(out))
     started = time.perf_counter()
     config = EventConfig(events=events, rounds=rounds, seed=seed, late_share=late_share, duplicate_share=duplicate_share)
     total = 0
@@ -144,7 +148,11 @@ def _check_landing(ctx: typer.Context, landing: Path, once: bool) -> None:
     from spark.changeset import check_landing
 
     check_landing(landing)
-    if once and not any(landing.glob("*/*")):
+    landed = (  # files in table folders, as Spark lists them (no hidden names)
+        p for folder in landing.iterdir() if folder.is_dir() for p in folder.rglob("*")
+        if p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(landing).parts)
+    )  # fmt: skip
+    if once and next(landed, None) is None:
         tables = ", ".join(ctx.obj.sources)
         raise ConfigError(
             f"the landing directory holds no files: nothing to ingest (expected <landing>/<table>/*.json for {tables}; "
@@ -165,6 +173,7 @@ def ingest(
     max_files_per_trigger: Annotated[int | None, typer.Option(min=1, help="Backpressure: files per batch.")] = None,
 ) -> None:
     """Stream landing files or Kafka topics into the mirror tables and maintain the views (the `maintain` flow)."""
+    option_kafka = kafka is not None
     kafka = kafka or (None if landing is not None else ctx.obj.settings.kafka_bootstrap)
     if (landing is None) == (kafka is None):
         raise ConfigError(
@@ -177,8 +186,9 @@ def ingest(
     if kafka is not None:
         from spark.kafka import check_bootstrap, reach_brokers
 
-        reach_brokers(check_bootstrap(kafka), settings.kafka_options)  # before Spark, which would wait for one forever
-        _run_flow(ctx, "flows.maintain:maintain", spark=True, kafka=check_bootstrap(kafka), once=once, trigger_seconds=trigger_seconds)
+        given = check_bootstrap(kafka, "--kafka" if option_kafka else "LAKEMV_KAFKA_BOOTSTRAP")
+        reach_brokers(given, settings.kafka_options)  # before Spark, which would wait for one forever
+        _run_flow(ctx, "flows.maintain:maintain", spark=True, kafka=given, once=once, trigger_seconds=trigger_seconds)
         return
     assert landing is not None
     _check_landing(ctx, landing, once)
@@ -418,6 +428,23 @@ def status(
                 )
 
 
+def _kafka_progress(lake: Lake, checkpoint) -> tuple[int | None, str]:  # noqa: ANN001 - a catalog.storage.Location
+    """(records behind, what that means): the stream's consumed offsets against the topics' ends."""
+    from confluent_kafka import KafkaException
+
+    from spark.kafka import KafkaTopics, consumed_offsets, records_behind
+
+    settings = lake.settings
+    if not settings.kafka_bootstrap:
+        return None, "unknown: set LAKEMV_KAFKA_BOOTSTRAP to compare with the topics' ends"
+    try:
+        pattern = KafkaTopics.of(settings, lake.sources).pattern
+        behind = records_behind(settings.kafka_bootstrap, pattern, consumed_offsets(checkpoint), settings.kafka_options)
+    except KafkaException as exc:
+        return None, f"unknown: Kafka at {settings.kafka_bootstrap} did not answer ({exc.args[0].str() if exc.args else exc})"
+    return behind, "caught up" if behind == 0 else f"{behind:,} records behind"
+
+
 def _stream_tables(lake: Lake) -> dict:
     """The Kafka stream's transaction mode, and each data product's lag behind its view's feed."""
     import pyarrow as pa
@@ -426,9 +453,12 @@ def _stream_tables(lake: Lake) -> dict:
     from spark.sinks import Publisher, declared_sinks
 
     found = {}
-    mode = mode_path(kafka_checkpoint(lake.settings))
-    if mode.exists():
-        found["stream"] = pa.Table.from_pylist([{"source": "kafka", **json.loads(mode.read_text())}])
+    checkpoint = kafka_checkpoint(lake.settings)
+    mode = mode_path(checkpoint)
+    if mode.exists() or (checkpoint / "commits").exists():
+        row = {"source": "kafka", **(json.loads(mode.read_text()) if mode.exists() else {})}
+        row["records_behind"], row["progress"] = _kafka_progress(lake, checkpoint)
+        found["stream"] = pa.Table.from_pylist([row])
     sinks = declared_sinks(lake.settings, lake.plans.values())
     if sinks:
         try:
@@ -501,7 +531,7 @@ def main() -> None:
     except typer.TyperException as exc:  # usage mistakes (typer vendors click's exceptions)
         ctx = getattr(exc, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        message = (exc.format_message() if hasattr(exc, "format_message") else str(exc)) or "Missing command."
         err_console.print(error_line("error:", f"{message}{hint}"))
         code = getattr(exc, "exit_code", 2)
     except Exception as exc:  # noqa: BLE001 - last resort: one line unless debugging

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from catalog.errors import ConfigError
+
 from flows.console import console
 
 cluster_app = typer.Typer(
@@ -22,6 +24,14 @@ def _cluster(ctx: typer.Context, folder: Path | None):  # noqa: ANN202 - flows.c
     from flows.cluster import Cluster, ClusterConfig
 
     return Cluster(ClusterConfig.load(folder or ctx.obj.settings.cluster_dir))
+
+
+def _existing(ctx: typer.Context, folder: Path | None):  # noqa: ANN202 - flows.cluster.Cluster
+    """The cluster in the folder; a ConfigError when none was started there."""
+    cluster = _cluster(ctx, folder)
+    if not (cluster.folder / "cluster.json").exists():
+        raise ConfigError(f"no cluster in {cluster.folder}: start one with `lakemv cluster up`")
+    return cluster
 
 
 def _show(status) -> None:  # noqa: ANN001 - flows.services.ServicesStatus
@@ -66,10 +76,7 @@ def down(
 @cluster_app.command()
 def status(ctx: typer.Context, folder: Folder = None) -> None:
     """Show each component: running or not, its process and address."""
-    cluster = _cluster(ctx, folder)
-    if not (cluster.folder / "cluster.json").exists():
-        console.print(f"no cluster in {escape(str(cluster.folder))}: start one with `lakemv cluster up`")
-        raise typer.Exit(1)
+    cluster = _existing(ctx, folder)
     result = cluster.status()
     _show(result)
     if not result.running:
@@ -83,8 +90,5 @@ def env(
     spark: Annotated[bool, typer.Option(help="Point Spark at the cluster (off: the driver's own threads).")] = True,
 ) -> None:
     """Print the settings that point lakemv at the cluster: `eval "$(lakemv cluster env)"`."""
-    cluster = _cluster(ctx, folder)
-    if not (cluster.folder / "cluster.json").exists():
-        console.print(f"no cluster in {escape(str(cluster.folder))}: start one with `lakemv cluster up`")
-        raise typer.Exit(1)
+    cluster = _existing(ctx, folder)
     typer.echo("\n".join(f"export {k}={v}" for k, v in cluster.config.settings_env(spark=spark).items()))

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from catalog.errors import ConfigError
+
 from flows.console import console
 
 stack_app = typer.Typer(
@@ -22,6 +24,14 @@ def _stack(ctx: typer.Context, folder: Path | None):  # noqa: ANN202 - flows.sta
     from flows.stack import Stack, StackConfig
 
     return Stack(StackConfig.load(folder or ctx.obj.settings.stack_dir))
+
+
+def _existing(ctx: typer.Context, folder: Path | None):  # noqa: ANN202 - flows.stack.Stack
+    """The stack in the folder; a ConfigError when none was started there."""
+    stack = _stack(ctx, folder)
+    if not (stack.folder / "stack.json").exists():
+        raise ConfigError(f"no stack in {stack.folder}: start one with `lakemv stack up`")
+    return stack
 
 
 def _show(status) -> None:  # noqa: ANN001 - flows.services.ServicesStatus
@@ -68,10 +78,7 @@ def down(
 @stack_app.command()
 def status(ctx: typer.Context, folder: Folder = None) -> None:
     """Show each component: running or not, its process and address, the connector's state."""
-    stack = _stack(ctx, folder)
-    if not (stack.folder / "stack.json").exists():
-        console.print(f"no stack in {escape(str(stack.folder))}: start one with `lakemv stack up`")
-        raise typer.Exit(1)
+    stack = _existing(ctx, folder)
     result = stack.status()
     _show(result)
     if not result.running:
@@ -94,7 +101,7 @@ def generate(
     from workload.github import WorkloadConfig
     from workload.postgres import PostgresWorkload, apply, load_state
 
-    stack = _stack(ctx, folder)
+    stack = _existing(ctx, folder)
     sources = {n: s for n, s in ctx.obj.sources.items() if n in stack.config.tables}
     workload = PostgresWorkload(WorkloadConfig(users=users, seed=seed), sources)
     con = psycopg2.connect(stack.config.postgres_url)
@@ -112,5 +119,10 @@ def generate(
 @stack_app.command()
 def env(ctx: typer.Context, folder: Folder = None) -> None:
     """Print the settings that point lakemv at the stack: `eval "$(lakemv stack env)"`."""
-    c = _stack(ctx, folder).config
+    from flows.stack import USER
+
+    c = _existing(ctx, folder).config
     typer.echo(f"export LAKEMV_KAFKA_BOOTSTRAP={c.bootstrap}\nexport LAKEMV_KAFKA_TOPIC_PREFIX={c.topic_prefix}")
+    # libpq's own variables: `psql` (and any PostgreSQL client) reaches the stack's database as they are
+    typer.echo(f"# PostgreSQL: {c.postgres_url}")
+    typer.echo(f"export PGHOST=127.0.0.1\nexport PGPORT={c.postgres_port}\nexport PGDATABASE={c.database}\nexport PGUSER={USER}")

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from catalog.declarations import SourceTable
 from catalog.evolution import infer_column, with_columns
-from catalog.tables import POSITION, SOURCE_TS, TableNames, mirror_arrow_schema
+from catalog.tables import DELETED, POSITION, SOURCE_TS, TableNames, mirror_arrow_schema
 from spark.batchresult import BatchResult
 from spark.batchstore import StoreSteps
 from spark.bulk import Lines, bulk_changeset
@@ -216,8 +216,14 @@ class BatchProcessor(StoreSteps):
 
     def _parse(self, lines: list[tuple[str, str]] | Lines, batch_id: int, now: int, marks: Mapping[str, int | None]) -> ChangeSet:
         if isinstance(lines, Lines):
-            return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars, marks, self._live_rows, self._applied_position)
-        return build_changeset(lines, self.sources, self.max_line_chars, marks, self._live_rows, self._applied_position)
+            return bulk_changeset(lines, self.sources, batch_id, now, self.max_line_chars, marks, self._live_rows, self._applied_position, self._live_keys)
+        return build_changeset(lines, self.sources, self.max_line_chars, marks, self._live_rows, self._applied_position, self._live_keys)
+
+    def _live_keys(self, table: str) -> list[tuple]:
+        """The primary keys of a mirror's live rows (asked only for a TRUNCATE: it deletes them all)."""
+        key = self.sources[table].primary_key
+        rows = self.spark.sql(f"SELECT {', '.join(f'`{k}`' for k in key)} FROM {self.names.mirror(table)} WHERE NOT {DELETED}").toArrow()
+        return change_values(rows)
 
     def _applied_position(self) -> int:
         """The highest source position the mirrors hold (asked only when an incremental snapshot's

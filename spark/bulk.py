@@ -22,7 +22,16 @@ from pyspark.sql.window import Window
 
 from catalog.declarations import SourceTable
 from catalog.tables import BATCH_ID, INGESTED_AT, POSITION, mirror_arrow_schema
-from spark.changeset import ChangeSet, ReadPlacer, changes_to_arrow, decode_lines, dedupe, keep_unavailable, parse_line
+from spark.changeset import (
+    ChangeSet,
+    ReadPlacer,
+    changes_to_arrow,
+    decode_lines,
+    dedupe,
+    expand_truncates,
+    keep_unavailable,
+    parse_line,
+)
 from spark.envelope import Change
 from spark.unavailable import Lookup
 from spark.envelopesql import CLEAN, SEQ, parse_sql
@@ -52,6 +61,7 @@ def bulk_changeset(
     watermarks: Mapping[str, int | None] | None = None,
     lookup: Lookup | None = None,
     applied: Callable[[], int] | None = None,
+    live_keys: Callable[[str], list[tuple]] | None = None,
 ) -> ChangeSet:
     """The unit's change set, parsed and deduplicated by Spark (see the module docstring).
 
@@ -91,14 +101,17 @@ def bulk_changeset(
             python = _place_reads(python, [parsed[t].where(F.col(CLEAN)).select(POSITION, SEQ) for t in parsed], applied)
         # A table with values Debezium did not send is parsed in the driver whole: those values are
         # the previous image's, which may be any earlier line of the unit (spark.unavailable).
-        whole = sorted(t for t, changes in python.items() if not sources[t].is_events and any(c.unavailable for _, c in changes))
+        whole = sorted(
+            {t for t, changes in python.items() if not sources[t].is_events and any(c.unavailable for _, c in changes)} | set(result.truncates)
+        )  # and a TRUNCATE, which deletes what the unit's earlier lines made too
         for table in whole:
             clean = _raw(parsed[table].where(F.col(CLEAN)).select("value", "file", SEQ))
             result.set_wise -= clean.num_rows
             result.line_by_line += clean.num_rows
             result.events -= clean.num_rows
             _parse_lines(clean, sources, result, max_line_chars, watermarks, python)
-            changes = keep_unavailable(sources[table], [c for _, c in sorted(python.pop(table), key=lambda p: p[0])], result, lookup)
+            changes = keep_unavailable(sources[table], [c for _, c in sorted(python.pop(table, []), key=lambda p: p[0])], result, lookup)
+            changes = expand_truncates(changes, result.truncates.get(table), live_keys)
             result.rows[table] = changes_to_arrow(sources[table], dedupe(sources[table], changes, result), batch_id, ingested_at_micros)
         for table in [t for t in python if sources[t].is_events]:
             result.changes[table] = dedupe(sources[table], [c for _, c in sorted(python.pop(table), key=lambda p: p[0])], result)

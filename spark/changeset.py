@@ -19,7 +19,7 @@ import pyarrow as pa
 from catalog.declarations import SourceTable
 from catalog.errors import ConfigError, EnvelopeError
 from catalog.tables import mirror_arrow_schema
-from spark.envelope import Change, Skip, parse_envelope
+from spark.envelope import Change, Skip, Truncate, parse_envelope
 from spark.events import DUPLICATE, LATE_COUNTED, first_per_key, late_reason, parse_event
 from spark.unavailable import Lookup, carry, fill, lost_reason, unfilled_keys
 
@@ -47,6 +47,7 @@ class ChangeSet:
     rows: dict[str, pa.Table] = field(default_factory=dict)  # mirror rows per table, when Spark parsed the unit (spark.bulk)
     set_wise: int = 0  # lines Spark parsed (spark.bulk)
     line_by_line: int = 0  # lines of such a unit parsed one by one in the driver (parse_line)
+    truncates: dict[str, list[Truncate]] = field(default_factory=dict)  # TRUNCATEs per table (see `expand_truncates`)
 
     @property
     def max_position(self) -> dict[str, int]:
@@ -117,6 +118,10 @@ def parse_line(
     if isinstance(outcome, Skip):
         result.skipped[outcome.reason] += 1
         return None
+    if isinstance(outcome, Truncate):
+        result.events += 1
+        result.truncates.setdefault(table, []).append(outcome)
+        return None
     if source.is_events and watermarks:
         late = late_reason(outcome, source, watermarks.get(table))
         if late is not None:
@@ -169,10 +174,12 @@ def build_changeset(
     watermarks: Mapping[str, int | None] | None = None,
     lookup: Lookup | None = None,
     applied: Callable[[], int] | None = None,
+    live_keys: Callable[[str], list[tuple]] | None = None,
 ) -> ChangeSet:
     """Parse `(line, file)` pairs and dedupe them per table; a line over `max_line_chars` is not parsed.
     `lookup(table, keys)` gives stored live rows, to keep the values Debezium sent no value for;
-    `applied()` the highest source position the lake holds, to place incremental snapshot reads."""
+    `applied()` the highest source position the lake holds, to place incremental snapshot reads;
+    `live_keys(table)` the keys of a table's live rows, for a TRUNCATE."""
     result = ChangeSet()
     parsed: dict[str, list[Change]] = {}
     placed = ReadPlacer(applied)
@@ -180,8 +187,28 @@ def build_changeset(
         change = parse_line(text, file, sources, result, max_line_chars, watermarks)
         if change is not None:
             parsed.setdefault(change.table, []).append(placed(change))
-    result.changes = {table: dedupe(sources[table], keep_unavailable(sources[table], changes, result, lookup), result) for table, changes in parsed.items()}
+    for table in result.truncates:
+        parsed.setdefault(table, [])
+    result.changes = {
+        table: dedupe(sources[table], expand_truncates(keep_unavailable(sources[table], changes, result, lookup), result.truncates.get(table), live_keys), result)
+        for table, changes in parsed.items()
+    }  # fmt: skip
     return result
+
+
+def expand_truncates(changes: list[Change], truncates: list[Truncate] | None, live_keys: Callable[[str], list[tuple]] | None) -> list[Change]:
+    """A TRUNCATE as what it does: a delete, at its position, of every row the table held before it:
+    those the lake holds (`live_keys`) and those this unit's earlier changes made. Changes after it
+    (higher positions) win over those deletes as any later change does."""
+    if not truncates:
+        return changes
+    table = truncates[0].table
+    held = list(live_keys(table)) if live_keys is not None else []
+    deletes = []
+    for truncate in truncates:
+        keys = dict.fromkeys([*held, *(c.key for c in changes if c.position < truncate.position)])
+        deletes += [Change(table, "d", key, truncate.position, truncate.source_ts_ms, None) for key in keys]
+    return [*changes, *deletes]
 
 
 class ReadPlacer:

@@ -24,7 +24,7 @@ from catalog.errors import EnvelopeError
 from spark.coerce import MAX_MICROS, Wire, coerce
 from spark.unavailable import is_placeholder
 
-OPS = ("c", "r", "u", "d")
+OPS = ("c", "r", "u", "d")  # and "t", a TRUNCATE (see Truncate)
 # Connect logical types -> the encoding they mean (see catalog.declarations.Encoding) and the type.
 LOGICAL_TYPES = {
     "io.debezium.time.MicroTimestamp": "micros",
@@ -67,6 +67,15 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
+class Truncate:
+    """A TRUNCATE of a source table at a source position: every row it held before is deleted then."""
+
+    table: str
+    position: int
+    source_ts_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Skip:
     """A line that is legitimately not a change (blank line, Kafka tombstone); counted, not stored."""
 
@@ -91,6 +100,17 @@ def _position(envelope: dict[str, Any], source: SourceTable) -> int:
             return value
         raise EnvelopeError(f"source position {path} must be a non-negative integer, got {value!r}")
     raise EnvelopeError(f"no source position: none of {', '.join(source.ordering)} is present")
+
+
+def _source_ts(envelope: dict[str, Any]) -> int | None:
+    source_ts = _lookup(envelope, "source.ts_ms")
+    if source_ts is None:
+        source_ts = envelope.get("ts_ms")
+    if source_ts is not None and (
+        not isinstance(source_ts, int) or isinstance(source_ts, bool) or not 0 <= source_ts <= MAX_MICROS // 1000
+    ):
+        raise EnvelopeError(f"source.ts_ms must be epoch millis within years 1970-9999, got {source_ts!r}")
+    return source_ts
 
 
 def field_wires(schema: Any, image: str) -> dict[str, Wire]:
@@ -158,7 +178,7 @@ def _sample(value: Any, wire: Wire | None) -> Any:
     return TypedSample(value, wire.type, None if wire.type == "decimal" else wire.encoding, wire.precision, wire.scale)
 
 
-def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip:
+def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip | Truncate:
     """Parse one line of a landing file (or one Kafka value, None for a tombstone) for `source`."""
     unwrapped = _unwrap(text)
     if isinstance(unwrapped, Skip):
@@ -167,6 +187,8 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip:
     if "op" not in envelope:
         raise EnvelopeError("not a Debezium envelope: no 'op' field")
     op = envelope["op"]
+    if op == "t":  # TRUNCATE (Debezium sends it when skipped.operations does not name `t`)
+        return Truncate(source.name, _position(envelope, source), _source_ts(envelope))
     if op not in OPS:
         raise EnvelopeError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
     image_name = "before" if op == "d" else "after"
@@ -175,13 +197,7 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip:
         raise EnvelopeError(f"op {op!r} needs an object in '{image_name}', found {json.dumps(image)[:40]}")
     follows = op == "r" and _lookup(envelope, "source.snapshot") == "incremental" and _lookup(envelope, source.ordering[0]) is None
     position = 0 if follows else _position(envelope, source)
-    source_ts = _lookup(envelope, "source.ts_ms")
-    if source_ts is None:
-        source_ts = envelope.get("ts_ms")
-    if source_ts is not None and (
-        not isinstance(source_ts, int) or isinstance(source_ts, bool) or not 0 <= source_ts <= MAX_MICROS // 1000
-    ):
-        raise EnvelopeError(f"source.ts_ms must be epoch millis within years 1970-9999, got {source_ts!r}")
+    source_ts = _source_ts(envelope)
 
     wires = field_wires(schema, image_name) if schema is not None else {}
     key = []

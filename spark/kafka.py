@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,11 +71,11 @@ class KafkaTopics:
         return "^(" + "|".join(re.escape(n) for n in names) + ")$"
 
 
-def check_bootstrap(bootstrap: str) -> str:
-    """`HOST:PORT[,HOST:PORT...]`, or a usage error saying what was expected."""
+def check_bootstrap(bootstrap: str, where: str = "--kafka") -> str:
+    """`HOST:PORT[,HOST:PORT...]`, or a usage error saying what was expected (and where it came from)."""
     text = bootstrap.strip()
     if not _ADDRESS.match(text):
-        raise ConfigError(f"expected HOST:PORT (comma-separated for several brokers), got {bootstrap!r}", "--kafka")
+        raise ConfigError(f"expected HOST:PORT (comma-separated for several brokers), got {bootstrap!r}", where)
     return text
 
 
@@ -99,6 +100,36 @@ def kafka_checkpoint(settings: LakeSettings) -> Location:
     """One checkpoint per (catalog, topic prefix): the broker address may change, the offsets not."""
     digest = hashlib.sha1(f"{settings.catalog_name}:kafka:{settings.kafka_topic_prefix}".encode()).hexdigest()[:12]
     return settings.checkpoint_root / f"kafka-{digest}"
+
+
+def consumed_offsets(checkpoint: Location) -> dict[tuple[str, int], int]:
+    """Per topic partition, the offset the stream has consumed up to: the end offsets of its last
+    committed batch, from Spark's checkpoint (empty before the first)."""
+    committed = [int(n) for n in (checkpoint / "commits").children() if n.isdigit()]
+    if not committed:
+        return {}
+    lines = (checkpoint / "offsets" / str(max(committed))).read_text().splitlines()
+    source = json.loads(lines[2]) if len(lines) > 2 else {}  # v1, the batch's metadata, then the Kafka source's offsets
+    return {(topic, int(p)): int(o) for topic, parts in source.items() for p, o in parts.items()}
+
+
+def records_behind(bootstrap: str, pattern: str, consumed: Mapping[tuple[str, int], int], options: Sequence[tuple[str, str]] = ()) -> int:
+    """Records in the stream's topics past what it consumed (a topic it has not read yet counts whole)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lakemv-status", "enable.auto.commit": False, "log_level": 0, **dict(options)})
+    try:
+        matching = re.compile(pattern)
+        behind = 0
+        for topic, meta in consumer.list_topics(timeout=5).topics.items():
+            if not matching.match(topic):
+                continue
+            for partition in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
+                behind += max(0, high - max(low, consumed.get((topic, partition), low)))
+        return behind
+    finally:
+        consumer.close()
 
 
 def mode_path(checkpoint: Location) -> Location:

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from catalog.declarations import IDENTIFIER, read_definition
+from catalog.declarations import IDENTIFIER, check_folder, read_definition
 from catalog.errors import ConfigError, ViewDefinitionError
 from catalog.tables import CHANGES_SUFFIX
 from spark.timewindows import rename_calls, rewrite_windows
@@ -168,8 +168,7 @@ def load_views(dirs: Iterable[Path]) -> ViewRegistry:
     """Load every `*.sql` definition from the given folders (a missing folder is an error)."""
     views = []
     for folder in dirs:
-        if not folder.is_dir():
-            raise ConfigError("views folder does not exist", str(folder))
+        check_folder(folder, "views folder")
         for path in sorted(folder.glob("*.sql")):
             views.append(parse_view(read_definition(path), path.stem, str(path)))
     return ViewRegistry(views)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,6 +228,18 @@ def test_postgres_debezium_kafka_to_views_and_data_products_exactly_once(stack: 
     lags = {line["sink"]: line for line in lines if line["kind"] == "sink"}
     assert set(lags) == {"lakemv.lake.user_profile.kafka", "lakemv.lake.user_profile.delta", "lakemv.lake.repo_summary.kafka"}
     assert all(s["pending"] == 0 for s in lags.values()), lags
+    # Operable: the stream's consumed offsets against the topics' ends say it is caught up, and behind
+    # once Debezium sends more.
+    assert stream[0]["records_behind"] == 0 and stream[0]["progress"] == "caught up", stream
+    apply(con, workload.transactions(20))
+    deadline = time.monotonic() + 60
+    while True:
+        status = [json.loads(line) for line in lakemv("--warehouse", str(warehouse), "status", "--format", "json", env=env).stdout.splitlines()]
+        row = next(line for line in status if line["kind"] == "stream")
+        if row["records_behind"] or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert row["records_behind"] > 0 and row["progress"] == f"{row['records_behind']:,} records behind", row
     con.close()
 
 
@@ -238,8 +251,15 @@ def test_stack_commands_report_and_point_lakemv_at_the_stack(stack: Stack):
     assert status.stdout.count("running") >= 3 and "RUNNING" in status.stdout
     env = lakemv("stack", "env", "--dir", folder).stdout
     assert f"export LAKEMV_KAFKA_BOOTSTRAP={stack.config.bootstrap}" in env
+    # libpq's variables reach the stack's database, as a user's psql would after `eval "$(lakemv stack env)"`
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in env.splitlines() if line.startswith("export "))
+    assert f"# PostgreSQL: {stack.config.postgres_url}" in env
+    with psycopg2.connect(host=exported["PGHOST"], port=exported["PGPORT"], dbname=exported["PGDATABASE"], user=exported["PGUSER"]) as con:
+        with con.cursor() as cur:
+            cur.execute("SELECT count(*) FROM users")
+            assert cur.fetchone()[0] > 0
     missing = lakemv("stack", "status", "--dir", folder + "-nowhere", check=False)
-    assert missing.returncode == 1 and "lakemv stack up" in missing.stdout
+    assert missing.returncode == 1 and "lakemv stack up" in missing.stderr and missing.stderr.startswith("error: no stack in")
     wrong = lakemv("ingest", "--kafka", "not an address", "--once", check=False)
     assert wrong.returncode == 1 and "expected HOST:PORT" in wrong.stderr and "Traceback" not in wrong.stderr
 

@@ -61,7 +61,7 @@ def test_position_falls_back_to_ts_ms(sources):
         ('"just a string"', "expected a JSON object, found str"),
         (json.dumps({"after": USER, "source": {"lsn": 1}}), "no 'op' field"),
         (line("x", after=USER), "unknown op 'x'"),
-        (line("t", after=None), "unknown op 't'"),
+        (line("m", after=None), "unknown op 'm'"),  # a logical decoding message (its own topic; never a table's)
         (line("c", after=None), "op 'c' needs an object in 'after'"),
         (line("d", before=None), "op 'd' needs an object in 'before'"),
         (line(after={**USER, "email": None}), "missing primary-key field 'email'"),

@@ -150,3 +150,18 @@ def test_an_incremental_snapshots_read_takes_the_place_of_the_change_before_it(s
     asked = []
     batch = build_changeset([(read("c", "x"), REPOS)], sources, applied=lambda: asked.append(1) or 1234)
     assert [c.position for c in batch.changes["repos"]] == [1234] and asked == [1]
+
+
+def test_a_truncate_deletes_every_row_the_table_held_before_it(sources):
+    """Debezium's `op: t` (with skipped.operations not naming it): the lake's live rows and the unit's
+    earlier rows are deleted at its position; a row created after it stays."""
+    truncate = json.dumps({"op": "t", "before": None, "after": None, "source": {"lsn": 50, "ts_ms": 1000}})
+    lines = [
+        (line("c", 40, repo("o", "made-earlier", "x")), REPOS),
+        (truncate, REPOS),
+        (line("c", 60, repo("o", "made-after", "y")), REPOS),
+    ]
+    batch = build_changeset(lines, sources, live_keys=lambda table: [("o", "stored")] if table == "repos" else [])
+    changes = {c.key: (c.op, c.position) for c in batch.changes["repos"]}
+    assert changes == {("o", "made-earlier"): ("d", 50), ("o", "stored"): ("d", 50), ("o", "made-after"): ("c", 60)}
+    assert batch.events == 3 and not batch.dead_letters
