@@ -94,7 +94,7 @@ def _mistake_env(tmp_path, case: str) -> tuple[dict[str, str], list[str]]:
         ("catalog down", ["query", "select 1"], "LAKEMV_CATALOG_URI: cannot open the Iceberg catalog database"),
         ("no prefect", ["verify", "user_profile"], "cannot reach the Prefect API at http://127.0.0.1:1/api"),
         ("partitions", ["status"], "LAKEMV_SHUFFLE_PARTITIONS: Input should be a valid integer"),
-        ("none", ["--warehouse", "{tmp}/a-file/wh", "status"], "cannot create the warehouse folder: Not a directory"),
+        ("none", ["--warehouse", "{tmp}/a-file/wh", "status"], "cannot create the warehouse folder there: Not a directory"),
         ("none", ["--warehouse", "{tmp}/a-file/wh", "query", "select 1"], "cannot create the warehouse folder"),
         ("none", ["explain", "nope"], "no view named 'nope'"),
         ("none", ["verify", "nope"], "no view named 'nope'"),
