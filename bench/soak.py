@@ -171,7 +171,8 @@ def main() -> None:
     log = (out / "serve.log").open("w")
     serve = subprocess.Popen(
         [LAKEMV, "serve", "--landing", str(landing), "--continuous", "--maintain-every", "60",
-         "--compact-every", str(args.compact_every), "--verify-every", str(args.verify_every)],
+         "--compact-every", str(args.compact_every), "--verify-every", str(args.verify_every),
+         *(["--retention-hours", str(args.retention_hours)] if args.retention_hours else [])],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     samples: list[dict] = []

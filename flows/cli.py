@@ -308,7 +308,7 @@ def compact(
     ] = None,
     retention_hours: Annotated[
         float, typer.Option(min=0.25, help="Expire snapshots older than this (keeping the last 5, and those a stream's replay may need).")
-    ] = 2.0,
+    ] = 1.0,
     orphan_age_hours: Annotated[float, typer.Option(min=1, help="Remove unreferenced files older than this.")] = 72.0,
     tombstone_retention_hours: Annotated[
         float, typer.Option(min=1, help="Purge mirror tombstones ingested longer ago than this.")
@@ -340,6 +340,9 @@ def serve(
     trigger_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds between batches when continuous.")] = 2.0,
     compact_every: Annotated[float, typer.Option(min=1, help="Seconds between compact runs.")] = 3600.0,
     verify_every: Annotated[float, typer.Option(min=1, help="Seconds between verify runs.")] = 3600.0,
+    retention_hours: Annotated[
+        float | None, typer.Option(min=0.25, help="Snapshot expiry of the compact runs (default: compact's own, 1 hour).")
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Port of the local Prefect server (when PREFECT_API_URL is unset).")] = None,
 ) -> None:
     """Serve the Prefect deployments maintain, compact, verify (scheduled) and backfill (on demand) until interrupted."""
@@ -369,7 +372,7 @@ def serve(
 
         from flows.deployments import Schedules, deployments
 
-        schedules = Schedules(maintain_every, continuous, trigger_seconds, compact_every, verify_every)
+        schedules = Schedules(maintain_every, continuous, trigger_seconds, compact_every, verify_every, retention_hours)
         console.print(f"Prefect API: {escape(str(api))}")
         with temporary_settings(updates={PREFECT_API_URL: api}):
             # Prefect's runner takes SIGTERM for itself when it runs in the main thread; in a worker

@@ -35,7 +35,7 @@ def compact_table(spark, catalog: str, table: str, sort, retention: timedelta, p
 @flow(name="compact", validate_parameters=True)
 def compact(
     tables: list[str] | None = None,
-    retention_hours: float = 2.0,
+    retention_hours: float = 1.0,
     orphan_age_hours: float = 72.0,
     tombstone_retention_hours: float = 168.0,
     warehouse: str | None = None,

@@ -34,6 +34,7 @@ class Schedules:
     trigger_seconds: float = 2.0
     compact_every: float = 3600.0
     verify_every: float = 3600.0
+    retention_hours: float | None = None  # snapshot expiry of the compact runs (None: the flow's default)
 
 
 def deployments(landing: Path | None, warehouse: str, schedules: Schedules, kafka: str | None = None) -> list[RunnerDeployment]:
@@ -57,7 +58,7 @@ def deployments(landing: Path | None, warehouse: str, schedules: Schedules, kafk
         compact.to_deployment(
             "lakemv-compact",
             interval=timedelta(seconds=schedules.compact_every),
-            parameters=lake,
+            parameters={**lake, **({"retention_hours": schedules.retention_hours} if schedules.retention_hours is not None else {})},
             concurrency_limit=ONE_AT_A_TIME,
             description="Compact, sort by lookup columns, expire snapshots, remove orphans, purge old tombstones.",
             **common,

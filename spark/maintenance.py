@@ -26,7 +26,7 @@ from spark.layout import SortOrder
 # A stream commits every few seconds: days of snapshots make every commit rewrite a metadata file that
 # lists them all. A replayed batch finds its earlier appends by the write ids in snapshot summaries,
 # so expiry also keeps every snapshot since the oldest unit a journal may still replay (`pinned_since`).
-DEFAULT_RETENTION = timedelta(hours=2)
+DEFAULT_RETENTION = timedelta(hours=1)
 PIN_MARGIN = timedelta(minutes=10)  # a unit's first commits come after its journal entry; clocks differ
 # Iceberg's own default: a file younger than this may belong to a commit still in flight.
 DEFAULT_ORPHAN_AGE = timedelta(days=3)

@@ -130,12 +130,16 @@ def test_a_stop_while_idle_between_batches_is_just_as_clean(tmp_path):
     # One writer per lake: a second ingest is refused at once, told who holds the lake.
     settings = LakeSettings(warehouse=tmp_path / "wh")
     held_by = lock_path(settings.local_root, settings.catalog_name)
-    wait_for(lambda: held_by.exists() and f'"pid": {process.pid},' in held_by.read_text(), 60, "the writer lock", process, log)
-    second = subprocess.run([LAKEMV, "--warehouse", str(tmp_path / "wh"), "ingest", "--landing", str(landing), "--once"],
-                            env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert second.returncode == 1 and second.stdout == "", second
-    assert second.stderr.startswith(f"error: the lake {tmp_path / 'wh'} is being written by pid {process.pid} on "), second.stderr
-    assert second.stderr.count("\n") == 1 and "one writer per lake" in second.stderr, second.stderr
+    try:
+        wait_for(lambda: held_by.exists() and f'"pid": {process.pid},' in held_by.read_text(), 60, "the writer lock", process, log)
+        second = subprocess.run([LAKEMV, "--warehouse", str(tmp_path / "wh"), "ingest", "--landing", str(landing), "--once"],
+                                env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert second.returncode == 1 and second.stdout == "", second
+        assert second.stderr.startswith(f"error: the lake {tmp_path / 'wh'} is being written by pid {process.pid} on "), second.stderr
+        assert second.stderr.count("\n") == 1 and "one writer per lake" in second.stderr, second.stderr
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)  # a failed check leaves no stream behind
+        raise
     signal_group_and_check(process, mark, signal.SIGINT, log)
 
 
