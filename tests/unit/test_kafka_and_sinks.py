@@ -136,3 +136,11 @@ def test_the_maintain_deployment_ingests_from_kafka_when_given_brokers(tmp_path:
     assert maintain.parameters["kafka"] == "127.0.0.1:9092" and "landing" not in maintain.parameters
     maintain = deployments(tmp_path / "landing", tmp_path, Schedules())[0]
     assert "kafka" not in maintain.parameters and maintain.parameters["landing"].endswith("landing")
+
+
+def test_the_compact_deployment_expires_snapshots_as_serve_is_told(tmp_path: Path):
+    from flows.deployments import Schedules, deployments
+
+    compact = deployments(tmp_path / "landing", tmp_path, Schedules(retention_hours=0.25))[1]
+    assert compact.name == "lakemv-compact" and compact.parameters["retention_hours"] == 0.25
+    assert "retention_hours" not in deployments(tmp_path / "landing", tmp_path, Schedules())[1].parameters
