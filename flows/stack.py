@@ -33,6 +33,7 @@ from catalog.errors import ConfigError
 from catalog.settings import PROJECT_ROOT
 from flows.services import ComponentStatus, Services, ServicesStatus, StackError, alive, free_port, port_open
 from spark import lifecycle
+from workload.postgres import SIGNAL_TABLE
 
 STACK_LIB = PROJECT_ROOT / "jvm" / "stack" / "lib"
 CONNECTOR = "lakemv-postgres"
@@ -173,11 +174,12 @@ class Stack(Services):
 
     def create_tables(self, sources: Mapping[str, SourceTable]) -> list[str]:
         """Create a table per declared source that PostgreSQL lacks; the names of those created."""
-        from workload.postgres import create_table_sql
+        from workload.postgres import SIGNAL_TABLE_SQL, create_table_sql
 
         created = []
         con = self._connect()
         with con, con.cursor() as cur:
+            cur.execute(SIGNAL_TABLE_SQL)
             for name, source in sorted(sources.items()):
                 cur.execute("SELECT to_regclass(%s)", (f"public.{name}",))
                 if cur.fetchone()[0] is None:
@@ -296,6 +298,12 @@ class Stack(Services):
             "decimal.handling.mode": "precise",
             "tombstones.on.delete": "true",
             "snapshot.mode": "initial",
+            # TRUNCATE reaches the lake (Debezium skips it by default); heartbeats keep the slot moving
+            # while the tables are quiet (their topic is not lakemv's); the signal table starts
+            # incremental snapshots (`INSERT INTO debezium_signal ... 'execute-snapshot'`).
+            "skipped.operations": "none",
+            "heartbeat.interval.ms": "10000",
+            "signal.data.collection": f"public.{SIGNAL_TABLE}",
         }
 
     def _start_connect(self) -> None:

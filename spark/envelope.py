@@ -40,6 +40,10 @@ LOGICAL_TYPES = {
     "io.debezium.time.ZonedTime": "iso",
     "org.apache.kafka.connect.data.Time": "millis",
     "org.apache.kafka.connect.data.Decimal": "base64",
+    # time.precision.mode=isostring (Debezium 3.1+): ISO-8601 text
+    "io.debezium.time.IsoTimestamp": "iso",
+    "io.debezium.time.IsoDate": "iso",
+    "io.debezium.time.IsoTime": "iso",
 }
 _LOGICAL_KIND = {name: kind for kind in ("Timestamp", "Date", "Time", "Decimal") for name in LOGICAL_TYPES if name.endswith(kind)}
 

@@ -37,6 +37,12 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+# Debezium's signal table (signal.data.collection): a row `execute-snapshot` starts an incremental
+# snapshot of the tables it names while changes keep streaming.
+SIGNAL_TABLE = "debezium_signal"
+SIGNAL_TABLE_SQL = f"CREATE TABLE IF NOT EXISTS public.{SIGNAL_TABLE} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+
+
 def create_table_sql(source: SourceTable) -> str:
     """CREATE TABLE for a declared source: its columns, primary key and unique keys."""
     columns = [f"{_q(c.name)} {postgres_type(c)}{' NOT NULL' if c.name in source.primary_key else ''}" for c in source.columns]

@@ -138,7 +138,7 @@ def test_compose_registers_the_connector_of_the_local_stack(compose, tmp_path):
 
 
 def test_compose_source_db_is_the_local_database(compose):
-    from workload.postgres import create_table_sql
+    from workload.postgres import SIGNAL_TABLE_SQL, create_table_sql
 
     source_db = compose["services"]["source-db"]
     command = source_db["command"]
@@ -147,7 +147,7 @@ def test_compose_source_db_is_the_local_database(compose):
     # the tables `lakemv stack up` creates, created on source-db's first start
     (mount,) = [c for c in source_db["configs"] if c["target"].startswith("/docker-entrypoint-initdb.d/")]
     sources = load_sources([PROJECT_ROOT / "catalog" / "sources"])
-    expected = "\n".join(f"{create_table_sql(sources[name])};" for name in sorted(sources))
+    expected = "\n".join([*(f"{create_table_sql(sources[name])};" for name in sorted(sources)), f"{SIGNAL_TABLE_SQL};"])
     assert compose["configs"][mount["source"]]["content"].strip() == expected
 
 

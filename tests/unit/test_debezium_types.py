@@ -18,7 +18,7 @@ import pytest
 
 from catalog.declarations import Column, SourceTable, parse_source
 from catalog.errors import ConfigError, EnvelopeError
-from spark.coerce import Wire
+from spark.coerce import Wire, coerce
 from spark.envelope import LOGICAL_TYPES, Change, Skip, field_wires, parse_envelope
 from workload.postgres import create_table_sql, postgres_type
 
@@ -149,6 +149,30 @@ def test_field_wires_read_logical_types_and_decimal_scale():
 )
 def test_measured_logical_types_map_to_encodings(name, encoding):
     assert LOGICAL_TYPES[name] == encoding
+
+
+@pytest.mark.parametrize(
+    ("mode", "name", "wire_value", "expected"),
+    [  # time.precision.mode, as Debezium's PostgreSQL connector spells 2024-01-15 10:30:00.123456 (UTC) in each
+        ("adaptive (timestamp(3))", "io.debezium.time.Timestamp", 1705314600123, 1705314600123000),
+        ("adaptive", "io.debezium.time.MicroTimestamp", 1705314600123456, 1705314600123456),
+        ("connect", "org.apache.kafka.connect.data.Timestamp", 1705314600123, 1705314600123000),
+        ("nanoseconds", "io.debezium.time.NanoTimestamp", 1705314600123456000, 1705314600123456),
+        ("isostring", "io.debezium.time.IsoTimestamp", "2024-01-15T10:30:00.123456Z", 1705314600123456),
+    ],
+)
+def test_every_time_precision_mode_gives_the_same_instant(mode, name, wire_value, expected):
+    from catalog.declarations import Column
+
+    column = Column(name="at", type="timestamp", encoding="millis")
+    parameters = {"type": "string" if isinstance(wire_value, str) else "int64", "field": "at", "name": name}
+    schema = {"type": "struct", "fields": [{"type": "struct", "field": "after", "fields": [parameters]}]}
+    wire = field_wires(schema, "after")["at"]
+    assert coerce(column, wire_value, wire) == expected, mode
+    assert wire.type == "timestamp"  # a new column of this kind is typed by it (schema drift)
+    days = field_wires({"type": "struct", "fields": [{"type": "struct", "field": "after", "fields": [
+        {"type": "string", "field": "d", "name": "io.debezium.time.IsoDate"}]}]}, "after")["d"]  # fmt: skip
+    assert coerce(Column(name="d", type="date"), "2024-01-15Z", days) == 19737 and days.type == "date"
 
 
 # ---- decimals -------------------------------------------------------------------------------------------
