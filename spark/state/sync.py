@@ -238,7 +238,11 @@ class StoreSync:
         travel = f" VERSION AS OF {snapshot}" if snapshot is not None else ""
         if kind == "mirror":
             part = self.store.mirrors[table]
-            columns = [q(c) for c in (*part.column_names, POSITION, DELETED)] + (["_file", "_pos AS _lmv_at"] if part.located else [])
+            # A snapshot is read with its own schema: a column added since (schema drift adds one
+            # without a snapshot) is NULL in every row it holds.
+            known = set(self.spark.sql(f"SELECT * FROM {identifier}{travel}").columns)
+            columns = [q(c) if c in known else f"NULL AS {q(c)}" for c in (*part.column_names, POSITION, DELETED)]
+            columns += ["_file", "_pos AS _lmv_at"] if part.located else []
             where = f" WHERE {self.retained[table]}" if table in self.retained else ""
             frame = self.spark.sql(f"SELECT {', '.join(columns)} FROM {identifier}{travel}{where}")
             data = frame.toArrow() if snapshot is not None else None
