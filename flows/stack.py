@@ -112,16 +112,28 @@ class Stack(Services):
 
     @property
     def postgres_home(self) -> Path:
-        """PostgreSQL's files: in the stack's folder, or, when lakemv runs as root (the server then runs
-        as `postgres`, who may not reach a folder under /root or pytest's 0700 temp dirs), in a folder
-        of postgres's own under the system temp dir, named after the stack's."""
-        if os.geteuid() != 0:
-            return self.folder / "postgres"
+        """PostgreSQL's files, in the stack's folder like everything else the stack runs."""
+        return self.folder / "postgres"
+
+    def _let_postgres_in(self, home: Path) -> None:
+        """As root, the server runs as `postgres`, who may not pass a folder above the stack's (/root,
+        pytest's 0700 temp dirs): each such folder gets an ACL entry letting postgres through (execute
+        only, nothing listed or read). An earlier version kept the data under the temp dir: it moves."""
+        for parent in reversed(home.parents):
+            if subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(parent)], capture_output=True).returncode:
+                done = subprocess.run(["setfacl", "-m", "u:postgres:x", str(parent)], capture_output=True, text=True)
+                if done.returncode:
+                    raise StackError(f"PostgreSQL's user cannot reach {home}: setfacl failed ({done.stderr.strip()}); use a --dir it can reach")
         digest = hashlib.sha1(str(self.folder).encode()).hexdigest()[:12]
-        return Path(tempfile.gettempdir()) / f"lakemv-postgres-{digest}"
+        earlier = Path(tempfile.gettempdir()) / f"lakemv-postgres-{digest}"
+        if earlier.is_dir() and not home.exists():
+            shutil.move(str(earlier), str(home))
 
     def _start_postgres(self) -> None:
         home = self.postgres_home
+        if os.geteuid() == 0:
+            home.parent.mkdir(parents=True, exist_ok=True)
+            self._let_postgres_in(home)
         data, run_dir = home / "data", home / "run"
         if not (data / "PG_VERSION").exists():
             data.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ missing=()
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+command -v setfacl >/dev/null 2>&1 || missing+=(acl)  # the local stack lets PostgreSQL's user into its folder (flows/stack.py)
 if ((${#missing[@]})); then
   say "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -256,8 +256,10 @@ def test_stack_commands_report_and_point_lakemv_at_the_stack(stack: Stack):
     assert f"# PostgreSQL: {stack.config.postgres_url}" in env
     with psycopg2.connect(host=exported["PGHOST"], port=exported["PGPORT"], dbname=exported["PGDATABASE"], user=exported["PGUSER"]) as con:
         with con.cursor() as cur:
-            cur.execute("SELECT count(*) FROM users")
-            assert cur.fetchone()[0] > 0
+            cur.execute("SELECT current_database(), current_user, to_regclass('public.users') IS NOT NULL")
+            assert cur.fetchone() == (stack.config.database, exported["PGUSER"], True)
+    # everything the stack runs lives in its folder: PostgreSQL's data too (as root, through an ACL entry)
+    assert (stack.folder / "postgres" / "data" / "PG_VERSION").exists()
     missing = lakemv("stack", "status", "--dir", folder + "-nowhere", check=False)
     assert missing.returncode == 1 and "lakemv stack up" in missing.stderr and missing.stderr.startswith("error: no stack in")
     wrong = lakemv("ingest", "--kafka", "not an address", "--once", check=False)
