@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -48,6 +49,8 @@ def up(
     spark: Annotated[bool, typer.Option(help="Start the Spark master and workers (off: the object store and catalog only).")] = True,
 ) -> None:
     """Start the object store, the REST catalog and the Spark cluster (whatever is not running yet)."""
+    if worker_memory is not None and not re.fullmatch(r"\d+[kmgt]?", worker_memory.strip(), re.IGNORECASE):
+        raise ConfigError(f"expected a size such as 2g or 512m, got {worker_memory!r}", "--worker-memory")
     cluster = _cluster(ctx, folder)
     if not (cluster.folder / "cluster.json").exists():
         c = cluster.config

@@ -184,6 +184,7 @@ MISTAKES = [
     mistake("stack-status-without-stack", ["stack", "status", "--dir", "{tmp}/no-stack"], "no stack in"),
     mistake("stack-env-without-stack", ["stack", "env", "--dir", "{tmp}/no-stack"], "no stack in"),
     mistake("stack-generate-without-stack", ["stack", "generate", "--dir", "{tmp}/no-stack", "--users", "3"], "no stack in"),
+    mistake("cluster-worker-memory-garbage", ["cluster", "up", "--dir", "{tmp}/no-cluster", "--worker-memory", "lots"], "--worker-memory"),
     mistake("cluster-status-without-cluster", ["cluster", "status", "--dir", "{tmp}/no-cluster"], "no cluster in"),
     mistake("cluster-env-without-cluster", ["cluster", "env", "--dir", "{tmp}/no-cluster"], "no cluster in"),
     # -- settings -------------------------------------------------------------------------------------
