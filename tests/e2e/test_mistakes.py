@@ -2,8 +2,7 @@
 ONE line on stderr that starts with `error:` and names the cause — no trace (Python's or Java's), no
 `internal error`, no credential echoed — with exit code 1 (a lakemv error) or 2 (a usage error).
 
-Only commands that fail before Spark or a Prefect API starts (a second or so each); `compact` of an
-unknown table is the exception while it checks the name only inside its flow.
+Only commands that fail before Spark or a Prefect API starts (a second or so each).
 """
 
 from __future__ import annotations
