@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
 
-from catalog.errors import ConfigError
+from catalog.errors import CommitConflict, ConfigError
 from catalog.storage import Location
 from catalog.tables import DELETED, INGESTED_AT, METADATA_PROPERTIES
 from spark.commits import Retries
@@ -53,6 +53,7 @@ class TableMaintenance:
     sort_order: str | None = None
     orphan_files_removed: int = 0
     tombstones_purged: int = 0
+    deferred: tuple[str, ...] = ()  # rewrites a writer kept winning the race against: the next run tries again
 
     def describe(self) -> str:
         return (
@@ -64,6 +65,7 @@ class TableMaintenance:
             + (f", {self.orphan_files_removed} orphan files removed" if self.orphan_files_removed else "")
             + (f", {self.tombstones_purged} tombstones purged" if self.tombstones_purged else "")
             + (f", {self.conflicts_retried} commit conflicts retried" if self.conflicts_retried else "")
+            + (f", {' and '.join(self.deferred)} deferred to the next run (the stream kept committing to the same files)" if self.deferred else "")
             + f" ({self.seconds:.1f}s)"
         )
 
@@ -143,19 +145,31 @@ def maintain_table(
     data_before, deletes_before, bytes_before = _files(spark, full)
     purged = 0 if tombstone_retention is None else _purge_tombstones(spark, full, now - tombstone_retention, retries)
     strategy = f", strategy => 'sort', sort_order => '{sort.sql()}'" if sort else ""
-    retries.run(
-        f"rewrite_data_files {table}",
-        lambda: spark.sql(
-            f"CALL {catalog}.system.rewrite_data_files(table => '{table}'{strategy}, "
-            "options => map('min-input-files', '2', 'delete-file-threshold', '1'))"
-        ).collect(),
-    )
-    retries.run(
-        f"rewrite_position_delete_files {table}",
-        lambda: spark.sql(
-            f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))"
-        ).collect(),
-    )
+    deferred = []
+    # A stream that MERGEs every few seconds adds deletes to the files a rewrite replaces: the rewrite
+    # commits its file groups one by one (a group that lost the race is left for the next run), and a
+    # rewrite that keeps losing is deferred, not a failed compaction: expiry and orphan removal, which
+    # keep metadata small, go on.
+    try:
+        retries.run(
+            f"rewrite_data_files {table}",
+            lambda: spark.sql(
+                f"CALL {catalog}.system.rewrite_data_files(table => '{table}'{strategy}, "
+                "options => map('min-input-files', '2', 'delete-file-threshold', '1', 'partial-progress.enabled', 'true', "
+                "'partial-progress.max-commits', '10', 'partial-progress.max-failed-commits', '10'))"
+            ).collect(),
+        )
+    except CommitConflict:
+        deferred.append("rewrite_data_files")
+    try:
+        retries.run(
+            f"rewrite_position_delete_files {table}",
+            lambda: spark.sql(
+                f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))"
+            ).collect(),
+        )
+    except CommitConflict:
+        deferred.append("rewrite_position_delete_files")
     expired = retries.run(
         f"expire_snapshots {table}",
         lambda: spark.sql(
@@ -184,6 +198,7 @@ def maintain_table(
         sort_order=sort.describe() if sort else None,
         orphan_files_removed=len(orphans),
         tombstones_purged=purged,
+        deferred=tuple(deferred),
     )
 
 
