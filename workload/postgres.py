@@ -165,7 +165,7 @@ def load_state(con, workload: PostgresWorkload) -> None:  # noqa: ANN001 - psyco
                 workload.state[table][key] = row
                 workload.order[table].append(key)
                 for value in row.values():
-                    for digits in re.findall(r"\d{7,}", str(value)):
+                    for digits in re.findall(r"(?<!\d)\d{7,15}(?!\d)", str(value)):  # a serial, not a run of digits in long text
                         largest = max(largest, int(digits))
     workload.serial = max(workload.serial, largest)
 
