@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
