@@ -44,8 +44,9 @@ def _holder(path: Path) -> str:
 
 
 @contextmanager
-def writer_lock(local_root: Path, catalog_name: str, lake: str) -> Iterator[Path]:
-    """Hold the lake's writer lock for the block; LakeBusy at once if another process holds it."""
+def writer_lock(local_root: Path, catalog_name: str, lake: str, *, probe: bool = False) -> Iterator[Path]:
+    """Hold the lake's writer lock for the block; LakeBusy at once if another process holds it.
+    With `probe`, only check that it is free (the holder's record is left as it is)."""
     path = lock_path(local_root, catalog_name)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,6 +61,9 @@ def writer_lock(local_root: Path, catalog_name: str, lake: str) -> Iterator[Path
                 f"the lake {lake} is being written by {_holder(path)}: one writer per lake; "
                 "stop that ingest first (or wait for it to finish)"
             ) from None
+        if probe:
+            yield path
+            return
         handle.seek(0)
         handle.truncate()
         command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv[:4]))

@@ -49,3 +49,18 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_holders_lock_
         with pytest.raises(LakeBusy), writer_lock(tmp_path, "other", "another lake"):
             pass
 
+
+
+def test_a_probe_leaves_the_holders_record_alone(tmp_path):
+    with writer_lock(tmp_path, "lake", "the-lake") as path:
+        held = path.read_text()
+    with writer_lock(tmp_path, "lake", "the-lake", probe=True):
+        pass
+    assert path.read_text() == held  # a probe says nothing about who holds the lake
+    holder = _holder(tmp_path)
+    try:
+        with pytest.raises(LakeBusy), writer_lock(tmp_path, "lake", "the-lake", probe=True):
+            pass
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
