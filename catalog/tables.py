@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from catalog.declarations import SourceTable
+from catalog.errors import ConfigError
 
 MIRROR_NAMESPACE = "mirror"
 OPS_NAMESPACE = "lakemv"
@@ -123,3 +124,10 @@ def mirror_ddl_columns(source: SourceTable) -> str:
 def tblproperties_sql(extra: dict[str, str] | None = None) -> str:
     props = {**TABLE_PROPERTIES, **(extra or {})}
     return ", ".join(f"'{k}'='{v}'" for k, v in props.items())
+
+
+def check_tables(chosen: list[str], known: list[str]) -> None:
+    """A ConfigError naming the tables of `chosen` the lake does not have, and the ones it has."""
+    unknown = sorted(set(chosen) - set(known))
+    if unknown:
+        raise ConfigError(f"no table {', '.join(unknown)} (tables: {', '.join(sorted(known)) or 'none yet'})", "TABLES")

@@ -317,13 +317,11 @@ def compact(
     """Compact files in the lookup-aware layout, expire snapshots, remove orphans, purge old tombstones."""
     if tables:  # named tables are checked before Spark starts: a typo costs a second, not a JVM
         from catalog.lake import pyiceberg_catalog
-        from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
+        from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
 
         catalog = pyiceberg_catalog(ctx.obj.settings)
-        known = {".".join(i) for ns in (MIRROR_NAMESPACE, VIEW_NAMESPACE, OPS_NAMESPACE) if (ns,) in catalog.list_namespaces() for i in catalog.list_tables(ns)}
-        unknown = sorted(set(tables) - known)
-        if unknown:
-            raise ConfigError(f"no table {', '.join(unknown)} (tables: {', '.join(sorted(known)) or 'none yet'})", "TABLES")
+        namespaces = catalog.list_namespaces()
+        check_tables(tables, [".".join(i) for ns in (MIRROR_NAMESPACE, VIEW_NAMESPACE, OPS_NAMESPACE) if (ns,) in namespaces for i in catalog.list_tables(ns)])
     _run_flow(
         ctx,
         "flows.compact:compact",

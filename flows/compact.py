@@ -8,8 +8,7 @@ from datetime import timedelta
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from catalog.errors import ConfigError
-from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
+from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
 from flows.lake import Lake
 from flows.progress import report
 
@@ -55,9 +54,7 @@ def compact(
     catalog = lake.settings.catalog_name
     known = lake_tables(spark, catalog, (MIRROR_NAMESPACE, VIEW_NAMESPACE, OPS_NAMESPACE))
     chosen = list(tables or known)
-    unknown = sorted(set(chosen) - set(known))
-    if unknown:
-        raise ConfigError(f"no table {', '.join(unknown)} (tables: {', '.join(known) or 'none yet'})", "TABLES")
+    check_tables(chosen, known)
     layouts = table_layouts(lake)
     retention, orphan_age = timedelta(hours=retention_hours), timedelta(hours=orphan_age_hours)
     tombstones = timedelta(hours=tombstone_retention_hours)
