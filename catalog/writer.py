@@ -5,7 +5,11 @@ right, but an operator sees Java traces, not the reason). The lock is an advisor
 the driver's own folder (`LakeSettings.local_root`), so the kernel drops it with the process that
 held it however that process ended: a killed holder leaves no stale lock to clean up, and the next
 writer takes it over. The file says who holds it (pid, host, since, command) for the refusal.
-Compaction, backfill and verify are built to run beside an ingest and take no lock.
+Backfill and verify are built to run beside an ingest and take no lock.
+
+Compaction takes turns with the stream (`CommitTurns`): a rewrite replaces the files a stream's
+MERGEs add deletes to every few seconds, so beside a busy stream it lost every race. While compaction
+rewrites a table, the stream waits between units (a unit is never cut), then goes on.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,3 +76,98 @@ def writer_lock(local_root: Path, catalog_name: str, lake: str, *, probe: bool =
         yield path
     finally:
         handle.close()  # closing the file releases the lock
+
+
+class CommitTurns:
+    """Turns at committing between one lake's stream and its compaction, by `flock` on two files in
+    the driver's folder (so, like the writer lock, per host, and freed by the kernel with a killed holder).
+
+    - The stream holds `commit-<catalog>.lock` while it applies a unit (`unit`).
+    - Compaction (`turn`) first holds `compaction-<catalog>.lock` (a request: compactors queue here),
+      then waits for the commit lock, which the stream gives up at the end of its unit. The stream
+      sees the request before its next unit and waits for the turn to end.
+    - After a turn, compaction lets a waiting stream run a unit before it asks again, so a compaction
+      of many tables pauses the stream once per table, not for all of them.
+    """
+
+    def __init__(self, local_root: Path, catalog_name: str):
+        folder = local_root / "_lakemv"
+        self.commit = folder / f"commit-{catalog_name}.lock"
+        self.request = folder / f"compaction-{catalog_name}.lock"
+        self.stream = folder / f"stream-{catalog_name}.json"  # the stream's units and whether it waits
+        self._handles: dict[Path, object] = {}
+
+    def _open(self, path: Path):  # noqa: ANN202 - a text file handle, kept open for the object's life
+        if path not in self._handles:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handles[path] = open(path, "a+")  # noqa: SIM115 - closed in close()
+        return self._handles[path]
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+
+    def _state(self) -> dict:
+        try:
+            return json.loads(self.stream.read_text() or "{}")
+        except (OSError, ValueError):
+            return {}
+
+    def _say(self, **state: object) -> None:
+        temporary = self.stream.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps({**self._state(), **state}))
+        os.replace(temporary, self.stream)
+
+    @contextmanager
+    def unit(self) -> Iterator[Callable[[], float]]:
+        """The stream's side: hold the commit lock for one unit, after any compaction turn ends.
+        Yields a function giving the seconds this unit waited for compaction."""
+        started = time.monotonic()
+        request = self._open(self.request)
+        try:
+            fcntl.flock(request, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # compaction asked for a turn: wait for it to end
+            self._say(waiting=True)
+            fcntl.flock(request, fcntl.LOCK_SH)
+        fcntl.flock(request, fcntl.LOCK_UN)
+        commit = self._open(self.commit)
+        fcntl.flock(commit, fcntl.LOCK_EX)
+        waited = time.monotonic() - started
+        self._say(waiting=False, units=int(self._state().get("units", 0)) + 1)
+        try:
+            yield lambda: waited
+        finally:
+            fcntl.flock(commit, fcntl.LOCK_UN)
+
+    @contextmanager
+    def turn(self, *, wait: float = 600.0, poll: float = 0.1) -> Iterator[bool]:
+        """Compaction's side: hold the lake's commits for the block. Yields True once the stream
+        (if one runs) is parked between units; False when its unit outlasted `wait` seconds (the
+        block then runs beside it, and a lost race is retried or deferred as before)."""
+        request = self._open(self.request)
+        fcntl.flock(request, fcntl.LOCK_EX)
+        commit = self._open(self.commit)
+        deadline = time.monotonic() + wait
+        held = False
+        try:
+            while True:
+                try:
+                    fcntl.flock(commit, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = True
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(poll)
+            yield held
+        finally:
+            units = int(self._state().get("units", 0))
+            waiting = bool(self._state().get("waiting"))
+            if held:
+                fcntl.flock(commit, fcntl.LOCK_UN)
+            fcntl.flock(request, fcntl.LOCK_UN)
+        if waiting:  # the stream's turn: one unit before compaction asks again (bounded: it may be idle)
+            deadline = time.monotonic() + 30.0
+            while int(self._state().get("units", 0)) == units and time.monotonic() < deadline:
+                time.sleep(poll)

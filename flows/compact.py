@@ -9,6 +9,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
+from catalog.writer import CommitTurns
 from flows.lake import Lake
 from flows.progress import report
 
@@ -23,11 +24,12 @@ def table_layouts(lake: Lake) -> dict[str, object]:
 
 
 @task(name="compact-table", cache_policy=NO_CACHE)  # a SparkSession argument: nothing to cache on
-def compact_table(spark, catalog: str, table: str, sort, retention: timedelta, pinned, orphan_age: timedelta, tombstones):  # noqa: ANN001, ANN201
+def compact_table(spark, catalog: str, table: str, sort, retention: timedelta, pinned, orphan_age: timedelta, tombstones, turns):  # noqa: ANN001, ANN201
     from spark.maintenance import maintain_table
 
     return maintain_table(
-        spark, catalog, table, sort=sort, retention=retention, pinned=pinned, orphan_age=orphan_age, tombstone_retention=tombstones
+        spark, catalog, table, sort=sort, retention=retention, pinned=pinned, orphan_age=orphan_age, tombstone_retention=tombstones,
+        turn=turns.turn,
     )
 
 
@@ -42,7 +44,8 @@ def compact(
     """Compact data and delete files, expire snapshots, remove orphan files, purge old tombstones.
 
     Mirrors are sorted by the columns views look them up by and views by their key. Safe while
-    `maintain` commits: lost commit races are retried on both sides, and a rewrite never changes rows.
+    `maintain` commits: each table's rewrites take a turn between the stream's units
+    (`catalog.writer.CommitTurns`), lost commit races are retried, and a rewrite never changes rows.
     """
     from spark.maintenance import lake_tables, pinned_since
     from spark.session import use_catalog
@@ -60,6 +63,7 @@ def compact(
     tombstones = timedelta(hours=tombstone_retention_hours)
     pinned = pinned_since(lake.settings.checkpoint_root)  # snapshots a stream's replay may need
     results = []
+    turns = CommitTurns(lake.settings.local_root, catalog)
     for table in chosen:
         with report.status(f"compacting {table}..."):
             result = compact_table(
@@ -71,9 +75,11 @@ def compact(
                 pinned,
                 orphan_age,
                 tombstones if table.startswith(f"{MIRROR_NAMESPACE}.") else None,
+                turns,
             )
         report.info(result.describe())
         results.append(result)
+    turns.close()
     totals = {
         key: sum(getattr(r, key) for r in results)
         for key in ("data_files_before", "data_files_after", "delete_files_before", "delete_files_after",

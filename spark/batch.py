@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from catalog.declarations import SourceTable
 from catalog.evolution import infer_column, with_columns
 from catalog.tables import DELETED, POSITION, SOURCE_TS, TableNames, mirror_arrow_schema
+from catalog.writer import CommitTurns
 from spark.batchresult import BatchResult
 from spark.batchstore import StoreSteps
 from spark.bulk import Lines, bulk_changeset
@@ -87,8 +88,10 @@ class BatchProcessor(StoreSteps):
         store: Store | None = None,
         view_workers: int = VIEW_WORKERS,
         direct: DirectWriter | None = None,
+        turns: CommitTurns | None = None,
     ):
         self.spark = spark
+        self.turns = turns
         self.view_workers = view_workers
         self.direct = direct
         self.max_line_chars = max_line_chars
@@ -142,7 +145,17 @@ class BatchProcessor(StoreSteps):
         `lines` are `(line, file)` pairs, or `Lines` still in Spark for a unit parsed set-wise.
         `file_skips` counts files that gave no lines (empty, or gone before Spark read them), by reason.
         `last`: no later unit of `ref`'s batch follows (those are judged by the watermarks this one was).
+        With `turns`, the unit starts after any compaction turn and holds off the next one until it ends.
         """
+        if self.turns is None:
+            return self._process(ref, lines, file_skips, last=last)
+        with self.turns.unit() as waited:
+            result = self._process(ref, lines, file_skips, last=last)
+        return replace(result, waited=round(waited(), 3))
+
+    def _process(
+        self, ref: BatchRef, lines: list[tuple[str, str]] | Lines, file_skips: Mapping[str, int] | None, *, last: bool
+    ) -> BatchResult:
         started = time.perf_counter()
         started_at = _now_micros()
         plans = None

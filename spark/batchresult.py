@@ -29,6 +29,7 @@ class BatchResult:
     notes: tuple[str, ...] = ()  # schema drift: columns added, columns missing, views affected
     steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step (parse, plan, mirrors, views, ledger)
     set_wise: bool = False  # Spark parsed the unit's lines (spark.bulk)
+    waited: float = 0.0  # seconds the unit waited for a compaction turn to end (catalog.writer.CommitTurns)
 
     def describe(self) -> str:
         name = f"batch {self.batch_id}" + (f".{self.chunk}" if self.chunk else "")
@@ -42,7 +43,7 @@ class BatchResult:
         )  # fmt: skip
         extra = (" (set-wise)" if self.set_wise else "") + (" (replayed)" if self.replayed else "") + (
             f", {self.conflicts_retried} commit conflicts retried" if self.conflicts_retried else ""
-        )
+        ) + (f", waited {self.waited:.1f}s for compaction" if self.waited >= 0.1 else "")
         reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.skip_reasons.items()))
         skipped = f"{self.skipped} skipped" + (f" ({reasons})" if reasons else "")
         unique = f" ({self.unique_violations} unique violations)" if self.unique_violations else ""

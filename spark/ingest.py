@@ -23,6 +23,7 @@ from catalog.declarations import SourceTable
 from catalog.settings import LakeSettings
 from catalog.storage import Location, as_location
 from catalog.tables import TableNames
+from catalog.writer import CommitTurns
 from spark.batch import BatchProcessor, BatchResult
 from spark.changeset import check_landing, decode_lines, local_path
 from spark import lifecycle
@@ -131,6 +132,7 @@ def new_processor(
         store=Store(state_path(settings, checkpoint)) if settings.local_state else None,
         view_workers=settings.view_workers,
         direct=DirectWriter(spark, settings) if settings.direct_writes else None,
+        turns=CommitTurns(settings.local_root, settings.catalog_name),  # compaction's rewrites take turns with the stream
     )
 
 

@@ -2,16 +2,21 @@
 
 Per table: purge old tombstones (mirrors), `rewrite_data_files` (small files and merge-on-read
 deletes into fewer, bigger files, sorted by the columns views look the table up by),
-`rewrite_position_delete_files`, `expire_snapshots`, `remove_orphan_files`. Each procedure commits optimistically; when an
-ingest MERGE wins the race, the procedure is retried with backoff (see spark.commits), and when a
-maintenance commit wins, ingest retries its MERGE. Nothing is lost either way: a rewrite never changes
-a table's rows.
+`rewrite_position_delete_files`, `expire_snapshots`, `remove_orphan_files`.
+
+A stream MERGEs into the same files every few seconds, and a rewrite whose files gained deletes while
+it ran cannot commit: beside a busy stream it lost every race (an hour's soak: files grew without
+bound). So the steps that rewrite or delete rows run in a turn (`catalog.writer.CommitTurns`): the
+stream finishes its unit and waits while the table is rewritten. What still loses a race (no turn:
+a stream on another host, or a unit that outlasted the wait) is retried with backoff (spark.commits),
+then deferred to the next run; expiry and orphan removal go on. A rewrite never changes a table's rows.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -54,6 +59,7 @@ class TableMaintenance:
     orphan_files_removed: int = 0
     tombstones_purged: int = 0
     deferred: tuple[str, ...] = ()  # rewrites a writer kept winning the race against: the next run tries again
+    waited: float = 0.0  # seconds until the stream gave compaction its turn (it finished a unit)
 
     def describe(self) -> str:
         return (
@@ -65,6 +71,7 @@ class TableMaintenance:
             + (f", {self.orphan_files_removed} orphan files removed" if self.orphan_files_removed else "")
             + (f", {self.tombstones_purged} tombstones purged" if self.tombstones_purged else "")
             + (f", {self.conflicts_retried} commit conflicts retried" if self.conflicts_retried else "")
+            + (f", waited {self.waited:.1f}s for the stream's unit" if self.waited >= 0.1 else "")
             + (f", {' and '.join(self.deferred)} deferred to the next run (the stream kept committing to the same files)" if self.deferred else "")
             + f" ({self.seconds:.1f}s)"
         )
@@ -110,46 +117,17 @@ def pinned_since(checkpoints: Location) -> datetime | None:
     return datetime.fromtimestamp(min(oldest), UTC) if oldest else None
 
 
-def maintain_table(
-    spark: SparkSession,
-    catalog: str,
-    table: str,
-    *,
-    sort: SortOrder | None = None,
-    retention: timedelta = DEFAULT_RETENTION,
-    pinned: datetime | None = None,
-    retain_last: int = 5,
-    orphan_age: timedelta = DEFAULT_ORPHAN_AGE,
-    tombstone_retention: timedelta | None = None,
-    retries: Retries | None = None,
-) -> TableMaintenance:
-    """Maintain `<catalog>.<table>` (table = 'namespace.name'), every step through Iceberg's procedures.
-
-    In order: purge tombstones older than `tombstone_retention` (mirrors only), rewrite data files
-    (in `sort` order when given), rewrite position delete files, expire snapshots older than
-    `retention` (keeping `retain_last`, and every snapshot since `pinned`: see `pinned_since`), remove
-    files no snapshot references that are older than `orphan_age`. Sets lakemv's table properties a
-    table created by an earlier version lacks (old metadata files are deleted after each commit).
-    """
-    if orphan_age < MIN_ORPHAN_AGE:
-        raise ConfigError(
-            f"orphan file age {orphan_age} is too short: files of a commit in flight would be deleted "
-            f"(at least {MIN_ORPHAN_AGE})",
-            "orphan age",
-        )
-    retries = retries or Retries()
-    started = time.perf_counter()
-    now = datetime.now(UTC)
+def _rewrite(
+    spark: SparkSession, catalog: str, table: str, sort: SortOrder | None, now: datetime, tombstone_retention: timedelta | None, retries: Retries
+) -> tuple[int, list[str]]:
+    """Purge old tombstones, rewrite data and position delete files: (tombstones purged, steps deferred)."""
     full = f"{catalog}.{table}"
-    _ensure_properties(spark, full)
-    data_before, deletes_before, bytes_before = _files(spark, full)
     purged = 0 if tombstone_retention is None else _purge_tombstones(spark, full, now - tombstone_retention, retries)
     strategy = f", strategy => 'sort', sort_order => '{sort.sql()}'" if sort else ""
     deferred = []
-    # A stream that MERGEs every few seconds adds deletes to the files a rewrite replaces: the rewrite
+    # Without a turn, a stream's MERGEs add deletes to the files a rewrite replaces: the rewrite then
     # commits its file groups one by one (a group that lost the race is left for the next run), and a
-    # rewrite that keeps losing is deferred, not a failed compaction: expiry and orphan removal, which
-    # keep metadata small, go on.
+    # rewrite that keeps losing is deferred, not a failed compaction.
     try:
         retries.run(
             f"rewrite_data_files {table}",
@@ -170,6 +148,48 @@ def maintain_table(
         )
     except CommitConflict:
         deferred.append("rewrite_position_delete_files")
+    return purged, deferred
+
+
+def maintain_table(
+    spark: SparkSession,
+    catalog: str,
+    table: str,
+    *,
+    sort: SortOrder | None = None,
+    retention: timedelta = DEFAULT_RETENTION,
+    pinned: datetime | None = None,
+    retain_last: int = 5,
+    orphan_age: timedelta = DEFAULT_ORPHAN_AGE,
+    tombstone_retention: timedelta | None = None,
+    retries: Retries | None = None,
+    turn: Callable[[], AbstractContextManager[object]] | None = None,
+) -> TableMaintenance:
+    """Maintain `<catalog>.<table>` (table = 'namespace.name'), every step through Iceberg's procedures.
+
+    In order: purge tombstones older than `tombstone_retention` (mirrors only), rewrite data files
+    (in `sort` order when given), rewrite position delete files, expire snapshots older than
+    `retention` (keeping `retain_last`, and every snapshot since `pinned`: see `pinned_since`), remove
+    files no snapshot references that are older than `orphan_age`. Sets lakemv's table properties a
+    table created by an earlier version lacks (old metadata files are deleted after each commit).
+    `turn` holds the lake's stream off while the purge and the rewrites commit (`CommitTurns.turn`).
+    """
+    if orphan_age < MIN_ORPHAN_AGE:
+        raise ConfigError(
+            f"orphan file age {orphan_age} is too short: files of a commit in flight would be deleted "
+            f"(at least {MIN_ORPHAN_AGE})",
+            "orphan age",
+        )
+    retries = retries or Retries()
+    started = time.perf_counter()
+    now = datetime.now(UTC)
+    full = f"{catalog}.{table}"
+    _ensure_properties(spark, full)
+    data_before, deletes_before, bytes_before = _files(spark, full)
+    asked = time.perf_counter()
+    with (turn or nullcontext)():
+        waited = time.perf_counter() - asked
+        purged, deferred = _rewrite(spark, catalog, table, sort, now, tombstone_retention, retries)
     expired = retries.run(
         f"expire_snapshots {table}",
         lambda: spark.sql(
@@ -199,6 +219,7 @@ def maintain_table(
         orphan_files_removed=len(orphans),
         tombstones_purged=purged,
         deferred=tuple(deferred),
+        waited=round(waited, 3),
     )
 
 

@@ -1,5 +1,6 @@
 """One writer per lake: a second writer is refused at once and told who holds the lake; a killed
-holder's lock is taken over. Real processes, no JVM."""
+holder's lock is taken over. Compaction takes turns with the stream's units. Real processes and
+threads, no JVM."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from catalog.writer import LakeBusy, lock_path, writer_lock
+from catalog.writer import CommitTurns, LakeBusy, lock_path, writer_lock
 
 HOLD = """
 import sys, time
@@ -50,7 +52,6 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_holders_lock_
             pass
 
 
-
 def test_a_probe_leaves_the_holders_record_alone(tmp_path):
     with writer_lock(tmp_path, "lake", "the-lake") as path:
         held = path.read_text()
@@ -64,3 +65,90 @@ def test_a_probe_leaves_the_holders_record_alone(tmp_path):
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
+
+
+class _Stream(threading.Thread):
+    """A stream applying units of `seconds` each, recording when each ran."""
+
+    def __init__(self, root, seconds: float):
+        super().__init__(daemon=True)
+        self.turns, self.seconds = CommitTurns(root, "lake"), seconds
+        self.units: list[tuple[float, float]] = []
+        self.waits: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            with self.turns.unit() as waited:
+                started = time.monotonic()
+                time.sleep(self.seconds)
+                self.units.append((started, time.monotonic()))
+            self.waits.append(waited())
+        self.turns.close()
+
+
+def test_compaction_turns_never_overlap_a_unit_and_the_stream_runs_a_unit_between_turns(tmp_path):
+    stream = _Stream(tmp_path, 0.05)
+    stream.start()
+    compaction = CommitTurns(tmp_path, "lake")
+    turns: list[tuple[float, float, int]] = []
+    try:
+        while len(stream.units) < 3:
+            time.sleep(0.01)
+        for _ in range(4):  # four tables
+            with compaction.turn(wait=5) as held:
+                assert held
+                started, before = time.monotonic(), len(stream.units)
+                time.sleep(0.3)  # the rewrite
+                assert len(stream.units) == before  # no unit ran during the turn
+                turns.append((started, time.monotonic(), before))
+    finally:
+        stream.stop.set()
+        stream.join(timeout=10)
+        compaction.close()
+    for started, ended, _ in turns:
+        assert not [u for u in stream.units if u[0] < ended and u[1] > started], "a unit overlapped a turn"
+    counts = [before for _, _, before in turns]
+    assert all(b > a for a, b in zip(counts, counts[1:])), f"the stream got no unit between turns: {counts}"
+    assert max(stream.waits) >= 0.2  # the stream waited for the turns, and says how long
+
+
+def test_a_turn_waits_for_a_long_unit_then_gives_up_and_a_killed_compaction_frees_the_stream(tmp_path):
+    stream = _Stream(tmp_path, 1.5)
+    stream.start()
+    compaction = CommitTurns(tmp_path, "lake")
+    try:
+        time.sleep(0.3)  # inside the first 1.5 s unit
+        started = time.monotonic()
+        with compaction.turn(wait=0.3) as held:
+            assert not held and time.monotonic() - started < 1.0  # ran beside the unit: races are retried
+    finally:
+        stream.stop.set()
+        stream.join(timeout=10)
+        compaction.close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", TURN, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout.readline().strip() == "turn"
+    waiting = _Stream(tmp_path, 0.01)
+    waiting.start()
+    time.sleep(0.5)
+    assert not waiting.units  # held off by the turn
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    deadline = time.monotonic() + 5
+    while not waiting.units and time.monotonic() < deadline:
+        time.sleep(0.01)
+    waiting.stop.set()
+    waiting.join(timeout=10)
+    assert waiting.units, "a killed compaction left the stream waiting"
+
+
+TURN = """
+import sys, time
+from pathlib import Path
+from catalog.writer import CommitTurns
+with CommitTurns(Path(sys.argv[1]), "lake").turn() as held:
+    print("turn", flush=True)
+    time.sleep(60)
+"""
