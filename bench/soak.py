@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -128,7 +129,20 @@ def sample(settings: LakeSettings, since: datetime) -> dict:
     }
 
 
-def report(samples: list[dict], args: argparse.Namespace, verified: list[str]) -> str:
+def compaction_summary(log: str) -> list[str]:
+    """What the compact runs said in serve's log: tables rewritten, rewrites deferred, the stream's waits."""
+    tables = re.findall(r"(\w+\.\w+): data files (\d+) -> (\d+), delete files (\d+) -> (\d+)", log, re.M)
+    deferred = len(re.findall(r"deferred to the next run", log))
+    waits = [float(w) for w in re.findall(r"waited ([0-9.]+)s for compaction", log)]
+    shrank = sum(1 for _, a, b, c, d in tables if int(b) + int(d) < int(a) + int(c))
+    return [
+        f"- compaction: {len(tables)} table runs, {shrank} shrank their files, {deferred} rewrites deferred (lost their race)",
+        f"- the stream waited for a compaction turn {len(waits)} times: median {statistics.median(waits) if waits else 0:.1f} s, "
+        f"longest {max(waits, default=0):.1f} s",
+    ]
+
+
+def report(samples: list[dict], args: argparse.Namespace, verified: list[str], compaction: list[str]) -> str:
     lines = [
         f"# Soak: {args.minutes} minutes at {args.rate} changes/s ({args.users:,} users), `serve --continuous`, "
         f"compact every {args.compact_every:.0f} s, verify every {args.verify_every:.0f} s",
@@ -143,6 +157,7 @@ def report(samples: list[dict], args: argparse.Namespace, verified: list[str]) -
             f"{s['snapshots']} | {f.get('data and delete files', 0)} | {f.get('metadata files', 0)} | {f.get('manifests and lists', 0)} | "
             f"{f.get('bytes', 0) / 2**20:,.1f} |"
         )
+    lines += ["", "Compaction:", *compaction]
     lines += ["", "Verify runs (DuckDB re-derives every view):", *(f"- {v}" for v in verified or ["none finished"])]
     return "\n".join(lines) + "\n"
 
@@ -196,9 +211,13 @@ def main() -> None:
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(timeout=60)
         log.close()
-    verified = [" ".join(line.split()) for line in (out / "serve.log").read_text().splitlines() if "mismatching" in line]
-    (out / "soak.json").write_text(json.dumps({"args": vars(args), "fed_changes": sum(fed), "samples": samples, "verified": verified}, indent=2))
-    (out / "soak.md").write_text(report(samples, args, verified))
+    text = (out / "serve.log").read_text()
+    verified = [" ".join(line.split()) for line in text.splitlines() if "mismatching" in line]
+    compaction = compaction_summary(text)
+    (out / "soak.json").write_text(json.dumps(
+        {"args": vars(args), "fed_changes": sum(fed), "samples": samples, "verified": verified, "compaction": compaction}, indent=2
+    ))
+    (out / "soak.md").write_text(report(samples, args, verified, compaction))
     print(f"wrote {out / 'soak.md'}")
 
 
