@@ -400,3 +400,124 @@ def test_debezium_as_postgresql_really_sends_it(stack: Stack, tmp_path: Path, so
     reasons = [r["reason"] for r in iceberg_rows(settings, "lakemv", "dead_letters", "reason")]
     assert not [r for r in reasons if "unknown op" in r or "unavailable" in r or "position" in r], reasons
     con.close()
+
+
+# The same table captured by three connectors, each spelling numbers and times its own way.
+VARIANTS = {
+    "measures_string": {"decimal.handling.mode": "string", "time.precision.mode": "connect"},
+    "measures_double": {"decimal.handling.mode": "double", "time.precision.mode": "adaptive_time_microseconds"},
+    "measures_iso": {"decimal.handling.mode": "precise", "time.precision.mode": "isostring"},
+}
+MEASURES_DDL = "(id bigint PRIMARY KEY, amount numeric(12,2), day date, at time(6), stamp timestamp(6), moment timestamptz(6))"
+MEASURES_TOML = """name = "{name}"
+primary_key = ["id"]
+columns = [
+  {{ name = "id", type = "bigint" }},
+  {{ name = "amount", type = "decimal(12,2)" }},
+  {{ name = "day", type = "date" }},
+  {{ name = "at", type = "time" }},
+  {{ name = "stamp", type = "timestamp" }},
+  {{ name = "moment", type = "timestamp" }},
+]
+"""
+MEASURES_ROWS = [
+    (1, "1234567890.12", "2024-01-15", "10:30:00.123456", "2024-01-15 10:30:00.123456", "2024-01-15 10:30:00.123456+02"),
+    (2, "-0.05", "1969-12-31", "00:00:00", "1969-12-31 23:59:59.5", "1970-01-01 00:00:00+00"),
+    (3, None, None, None, None, None),
+]
+
+
+def _register(stack: Stack, name: str, table: str, modes: dict[str, str]) -> None:
+    """Register one more Debezium connector on the stack's Connect worker (its REST API)."""
+    import urllib.request
+
+    config = {k: v for k, v in stack.connector_config().items() if k != "signal.data.collection"}
+    # Its own server name (two connectors of one name collide in Connect), its topic renamed into the stack's prefix.
+    config.update({"topic.prefix": name, "slot.name": name, "publication.name": name, "table.include.list": f"public.{table}",
+                   "provide.transaction.metadata": "false", "transforms": "route",
+                   "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
+                   "transforms.route.regex": rf"{name}\.public\.(.*)", "transforms.route.replacement": f"{stack.config.topic_prefix}.public.$1",
+                   **modes})  # fmt: skip
+    request = urllib.request.Request(
+        f"{stack.config.connect_url}/connectors", json.dumps({"name": name, "config": config}).encode(),
+        headers={"Content-Type": "application/json"}, method="POST",
+    )  # fmt: skip
+    urllib.request.urlopen(request, timeout=30).close()
+
+
+def _unregister(stack: Stack, name: str) -> None:
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{stack.config.connect_url}/connectors/{name}", method="DELETE"), timeout=30).close()
+
+
+def _events(bootstrap: str, topic: str) -> int:
+    return sum(1 for events in topic_events(bootstrap, topic).values() for e in events if e is not None)
+
+
+def _expected_measures(con, table: str, millis: bool) -> list[tuple]:  # noqa: ANN001 - psycopg2
+    """PostgreSQL's rows as the mirror should hold them: times as text, timestamps as epoch micros
+    (time.precision.mode=connect carries a time and a timestamp in milliseconds: the rest is not sent;
+    a timestamptz is ISO text in every mode)."""
+    cut = "date_trunc('milliseconds', {})" if millis else "{}"
+    with con.cursor() as cur:
+        cur.execute(
+            f"SELECT id, amount::text, day::text, to_char({cut.format('at')}, 'HH24:MI:SS.US'), "
+            f"(extract(epoch FROM {cut.format('stamp')}) * 1000000)::bigint, (extract(epoch FROM moment) * 1000000)::bigint "
+            f"FROM public.{table}"
+        )
+        return sorted(cur.fetchall())
+
+
+@pytest.mark.slow(120)
+def test_decimal_and_time_precision_modes_arrive_as_the_same_values(stack: Stack, tmp_path: Path):
+    """decimal.handling.mode (precise, string, double) and time.precision.mode (adaptive,
+    adaptive_time_microseconds, connect, isostring) as real connectors send them: a snapshot, then an
+    insert, an update and a delete, all read back from the mirrors equal to PostgreSQL."""
+    c = stack.config
+    declared = tmp_path / "sources"
+    declared.mkdir()
+    (tmp_path / "views").mkdir()
+    con = psycopg2.connect(c.postgres_url)
+    with con, con.cursor() as cur:
+        for table in VARIANTS:
+            (declared / f"{table}.toml").write_text(MEASURES_TOML.format(name=table))
+            cur.execute(f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} {MEASURES_DDL}")
+            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s)", MEASURES_ROWS)
+    names = [f"lakemv_{table}" for table in VARIANTS]
+    for name, (table, modes) in zip(names, VARIANTS.items(), strict=True):
+        _register(stack, name, table, modes)
+    try:
+        deadline = time.monotonic() + 90
+        while min(_events(c.bootstrap, f"{c.topic_prefix}.public.{t}") for t in VARIANTS) < 3:
+            assert time.monotonic() < deadline, "the connectors' snapshots did not arrive"
+            time.sleep(1)
+        with con, con.cursor() as cur:  # streamed changes, after the snapshot
+            for table in VARIANTS:
+                cur.execute(f"INSERT INTO {table} VALUES (4, 99.99, '2100-02-28', '23:59:59.999999', "
+                            "'2100-02-28 23:59:59.999999', '2100-02-28 23:59:59.999999-08')")  # fmt: skip
+                cur.execute(f"UPDATE {table} SET amount = amount + 0.01, at = '12:00:00.000001', moment = moment + interval '1 microsecond' WHERE id = 1")
+                cur.execute(f"DELETE FROM {table} WHERE id = 2")
+        deadline = time.monotonic() + 90
+        while min(_events(c.bootstrap, f"{c.topic_prefix}.public.{t}") for t in VARIANTS) < 6:  # 3 read, insert, update, delete
+            assert time.monotonic() < deadline, "the streamed changes did not arrive"
+            time.sleep(1)
+    finally:
+        for name in names:
+            _unregister(stack, name)
+    warehouse = tmp_path / "wh"
+    env = {"LAKEMV_KAFKA_TOPIC_PREFIX": c.topic_prefix, "LAKEMV_SOURCES_DIRS": str(declared), "LAKEMV_VIEWS_DIR": str(tmp_path / "views"),
+           "LAKEMV_KAFKA_TRANSACTIONS": "off"}  # fmt: skip
+    lakemv("--warehouse", str(warehouse), "ingest", "--kafka", c.bootstrap, "--once", env=env)
+    settings = LakeSettings(warehouse=warehouse)
+    select = 'id, CAST(amount AS VARCHAR), CAST("day" AS VARCHAR), "at", epoch_us(stamp), epoch_us(moment)'
+    for table, modes in VARIANTS.items():
+        lake = sorted(tuple(r.values()) for r in iceberg_rows(settings, MIRROR_NAMESPACE, table, select, "NOT _lmv_deleted"))
+        expected = _expected_measures(con, table, millis=modes["time.precision.mode"] == "connect")
+        assert lake == expected, f"{table} ({modes})"
+    letters = iceberg_rows(settings, "lakemv", "dead_letters", "reason")
+    assert not letters, letters
+    with con, con.cursor() as cur:
+        for name in names:
+            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active", (name,))
+    con.close()
