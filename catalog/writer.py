@@ -5,6 +5,12 @@ right, but an operator sees Java traces, not the reason). The lock is an advisor
 the driver's own folder (`LakeSettings.local_root`), so the kernel drops it with the process that
 held it however that process ended: a killed holder leaves no stale lock to clean up, and the next
 writer takes it over. The file says who holds it (pid, host, since, command) for the refusal.
+
+A `flock` is seen by one host only, and the driver's folder of a lake in an object store depends on
+where the writer started. So the holder also keeps a lease in the lake itself (`WriterLease`,
+`<warehouse>/_lakemv/writer-<catalog>.json`), renewed every few seconds: a writer elsewhere finds it
+fresh and is refused the same way; a lease not renewed for `LEASE_SECONDS` (its holder is gone), or
+held by a process of this host that no longer runs, is taken over.
 Backfill and verify are built to run beside an ingest and take no lock.
 
 Compaction takes turns with the stream (`CommitTurns`): a rewrite replaces the files a stream's
@@ -19,13 +25,16 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from catalog.errors import LakemvError
+from catalog.storage import Location
 
 
 class LakeBusy(LakemvError):
@@ -41,15 +50,33 @@ def _holder(path: Path) -> str:
         info = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         info = {}
+    return _who(info)
+
+
+def _who(info: dict) -> str:
     if not info:
         return "another process (it has not said who yet)"
     since = datetime.fromtimestamp(info.get("since", 0), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"pid {info.get('pid')} on {info.get('host')} since {since} ({info.get('command', '?')})"
 
 
+def _record() -> dict:
+    command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv[:4]))
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "command": command}
+
+
+def _busy(lake: str, holder: str) -> LakeBusy:
+    return LakeBusy(f"the lake {lake} is being written by {holder}: one writer per lake; stop that ingest first (or wait for it to finish)")
+
+
 @contextmanager
-def writer_lock(local_root: Path, catalog_name: str, lake: str, *, probe: bool = False) -> Iterator[Path]:
+def writer_lock(
+    local_root: Path, catalog_name: str, lake: str, *, probe: bool = False, lease: Location | None = None,
+    on_lost: Callable[[], None] | None = None,
+) -> Iterator[Path]:
     """Hold the lake's writer lock for the block; LakeBusy at once if another process holds it.
+    With `lease` (the lake's location), also hold its `WriterLease`, for writers on other hosts
+    (`on_lost`: called if another writer takes it over while the block runs).
     With `probe`, only check that it is free (the holder's record is left as it is)."""
     path = lock_path(local_root, catalog_name)
     try:
@@ -61,22 +88,114 @@ def writer_lock(local_root: Path, catalog_name: str, lake: str, *, probe: bool =
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise LakeBusy(
-                f"the lake {lake} is being written by {_holder(path)}: one writer per lake; "
-                "stop that ingest first (or wait for it to finish)"
-            ) from None
+            raise _busy(lake, _holder(path)) from None
+        held = WriterLease(lease, catalog_name, lake, on_lost=on_lost) if lease is not None else None
         if probe:
+            if held is not None:
+                held.check()
             yield path
             return
-        handle.seek(0)
-        handle.truncate()
-        command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv[:4]))
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "command": command}))
-        handle.flush()
-        yield path
+        if held is not None:
+            held.take()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps(_record()))
+            handle.flush()
+            yield path
+        finally:
+            if held is not None:
+                held.release()
     finally:
         handle.close()  # closing the file releases the lock
 
+
+LEASE_SECONDS = 30.0  # a lease not renewed for this long is stale: its holder is gone
+RENEW_SECONDS = 5.0
+
+
+class WriterLease:
+    """The writer lock across hosts: a small file in the lake, renewed by a thread while held.
+
+    Object stores have no locks; the lease is checked, written, then read back after a short settle,
+    so of two writers starting at the same moment the one whose write landed last keeps it and the
+    other is refused. A holder that finds its lease taken over (it stalled for longer than
+    `LEASE_SECONDS`) calls `on_lost`, which stops the stream before its next unit.
+    """
+
+    def __init__(self, lake: Location, catalog_name: str, name: str, *, settle: float = 0.5, on_lost: Callable[[], None] | None = None):
+        self.location = lake / "_lakemv" / f"writer-{catalog_name}.json"
+        self.name, self.settle = name, settle
+        self.token = uuid.uuid4().hex
+        self.on_lost = on_lost
+        self.lost = False
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._record = {**_record(), "token": self.token}
+
+    def _read(self) -> dict:
+        try:
+            info = json.loads(self.location.read_text() or "{}")
+        except (OSError, ValueError):
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    def _write(self) -> None:
+        self.location.write_text(json.dumps({**self._record, "renewed": time.time()}))
+
+    def _live(self, info: dict) -> bool:
+        if not info or info.get("token") == self.token:
+            return False
+        if time.time() - float(info.get("renewed", 0)) > LEASE_SECONDS:
+            return False
+        if info.get("host") == socket.gethostname():
+            try:
+                os.kill(int(info.get("pid", 0)), 0)
+            except ProcessLookupError:
+                return False  # its holder on this host has ended
+            except (PermissionError, ValueError, OverflowError):
+                pass
+        return True
+
+    def check(self) -> None:
+        """LakeBusy if another writer holds a live lease."""
+        info = self._read()
+        if self._live(info):
+            raise _busy(self.name, _who(info))
+
+    def take(self) -> None:
+        """Take the lease (LakeBusy if another writer holds it) and keep renewing it."""
+        self.check()
+        self._write()
+        time.sleep(self.settle)
+        info = self._read()
+        if info.get("token") != self.token:  # another writer wrote after us
+            raise _busy(self.name, _who(info))
+        self._renewer = threading.Thread(target=self._renew, name="lakemv-writer-lease", daemon=True)
+        self._renewer.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(RENEW_SECONDS):
+            try:
+                info = self._read()
+                if info and info.get("token") != self.token:
+                    self.lost = True
+                    if self.on_lost is not None:
+                        self.on_lost()
+                    return
+                self._write()
+            except OSError:
+                continue  # the store is unreachable for now: the next renewal tries again
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=RENEW_SECONDS)
+        try:
+            if self._read().get("token") == self.token:
+                self.location.remove()
+        except OSError:
+            pass  # left behind: stale after LEASE_SECONDS
 
 class CommitTurns:
     """Turns at committing between one lake's stream and its compaction, by `flock` on two files in

@@ -181,7 +181,7 @@ def ingest(
             "nothing to ingest from: give --landing DIR or --kafka HOST:PORT (or set LAKEMV_KAFKA_BOOTSTRAP)"
         )  # fmt: skip
     settings = ctx.obj.settings
-    with writer_lock(settings.local_root, settings.catalog_name, settings.warehouse, probe=True):  # refused before anything starts; the flow holds it
+    with writer_lock(settings.local_root, settings.catalog_name, settings.warehouse, probe=True, lease=settings.lake):  # refused before anything starts
         pass
     if kafka is not None:
         from spark.kafka import check_bootstrap, reach_brokers

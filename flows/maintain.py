@@ -59,8 +59,15 @@ def maintain(
         from spark.kafka import reach_brokers
 
         reach_brokers(kafka, lake.settings.kafka_options)
-    with writer_lock(lake.settings.local_root, lake.settings.catalog_name, lake.settings.warehouse):  # refused at once if held
+    settings = lake.settings
+    with writer_lock(settings.local_root, settings.catalog_name, settings.warehouse, lease=settings.lake, on_lost=_lease_lost):  # refused at once if held
         return _maintain(lake, landing, kafka, once, trigger_seconds, max_files_per_trigger)
+
+
+def _lease_lost() -> None:
+    """Another writer took the lake over (this one stalled past its lease): stop before the next unit."""
+    report.info("error: another writer took this lake's writer lease over (this stream stalled for longer than its lease): stopping", style="red")
+    lifecycle.STOP.set()
 
 
 def _maintain(lake: Lake, landing: str | None, kafka: str | None, once: bool, trigger_seconds: float, max_files_per_trigger: int | None) -> dict:

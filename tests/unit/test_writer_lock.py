@@ -4,6 +4,7 @@ threads, no JVM."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,20 +14,24 @@ import time
 
 import pytest
 
-from catalog.writer import CommitTurns, LakeBusy, lock_path, writer_lock
+from catalog import writer
+from catalog.storage import LocalLocation
+from catalog.writer import CommitTurns, LakeBusy, WriterLease, lock_path, writer_lock
 
 HOLD = """
 import sys, time
 from pathlib import Path
+from catalog.storage import LocalLocation
 from catalog.writer import writer_lock
-with writer_lock(Path(sys.argv[1]), "lake", "the-lake"):
+lease = LocalLocation(Path(sys.argv[2])) if len(sys.argv) > 2 else None
+with writer_lock(Path(sys.argv[1]), "lake", "the-lake", lease=lease):
     print("held", flush=True)
     time.sleep(60)
 """
 
 
-def _holder(root) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True)
+def _holder(root, lake=None) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(root), *([str(lake)] if lake else [])], stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "held"
     return process
 
@@ -152,3 +157,52 @@ with CommitTurns(Path(sys.argv[1]), "lake").turn() as held:
     print("turn", flush=True)
     time.sleep(60)
 """
+
+
+def test_a_writer_started_elsewhere_is_refused_by_the_lease_in_the_lake(tmp_path):
+    """Two driver folders (another working directory, or another host) on one lake: the lease in the
+    lake refuses the second writer; a holder that ended, or a lease not renewed, is taken over."""
+    lake = LocalLocation(tmp_path / "lake")
+    holder = _holder(tmp_path / "here", tmp_path / "lake")
+    try:
+        with pytest.raises(LakeBusy) as refused, writer_lock(tmp_path / "there", "lake", "the-lake", lease=lake):
+            pass
+        assert f"being written by pid {holder.pid} on " in str(refused.value)
+        with pytest.raises(LakeBusy), writer_lock(tmp_path / "there", "lake", "the-lake", probe=True, lease=lake):
+            pass
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    with writer_lock(tmp_path / "there", "lake", "the-lake", lease=lake):  # its holder ended: taken over at once
+        info = json.loads((tmp_path / "lake" / "_lakemv" / "writer-lake.json").read_text())
+        assert info["pid"] == os.getpid()
+    assert not (tmp_path / "lake" / "_lakemv" / "writer-lake.json").exists()  # released: removed
+
+    elsewhere = {"pid": 4242, "host": "another-host", "since": time.time(), "command": "lakemv ingest", "token": "x", "renewed": time.time()}
+    (tmp_path / "lake" / "_lakemv" / "writer-lake.json").write_text(json.dumps(elsewhere))
+    with pytest.raises(LakeBusy) as refused, writer_lock(tmp_path / "there", "lake", "the-lake", lease=lake):
+        pass
+    assert "pid 4242 on another-host" in str(refused.value)
+    stale = {**elsewhere, "renewed": time.time() - writer.LEASE_SECONDS - 1}
+    (tmp_path / "lake" / "_lakemv" / "writer-lake.json").write_text(json.dumps(stale))
+    with writer_lock(tmp_path / "there", "lake", "the-lake", lease=lake):  # not renewed: its holder is gone
+        pass
+
+
+def test_a_held_lease_is_renewed_and_a_takeover_is_noticed(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer, "RENEW_SECONDS", 0.05)
+    lost: list[bool] = []
+    lease = WriterLease(LocalLocation(tmp_path), "lake", "the-lake", settle=0.01, on_lost=lambda: lost.append(True))
+    lease.take()
+    try:
+        first = json.loads(lease.location.read_text())["renewed"]
+        time.sleep(0.3)
+        assert json.loads(lease.location.read_text())["renewed"] > first
+        lease.location.write_text(json.dumps({"pid": 1, "host": "h", "token": "other", "renewed": time.time()}))
+        deadline = time.monotonic() + 5
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lost and lease.lost
+    finally:
+        lease.release()
+    assert json.loads(lease.location.read_text())["token"] == "other"  # another's lease is left alone
