@@ -1,4 +1,5 @@
-"""A PostgreSQL-backed Iceberg JDBC catalog works by settings alone (a real server on loopback)."""
+"""A PostgreSQL-backed Iceberg JDBC catalog works by settings alone (a real server on loopback,
+password authentication): the password never reaches a command line, the output or a file lakemv writes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import psycopg2
 import pytest
 
 from tests.e2e.cli import lakemv, model_rows, queried_rows
+from tests.e2e.secrets import CommandLines, holding
 from workload.github import GitHubWorkload, WorkloadConfig
 
 
@@ -22,6 +24,9 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+PASSWORD = "pg-catalog-s3cr3t-7f2e"
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +41,17 @@ def postgres() -> Iterator[str]:
         shutil.chown(data, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
     port = _free_port()
-    run = lambda *cmd: subprocess.run([*as_user, *cmd], check=True, capture_output=True, text=True)  # noqa: E731
-    run(str(bin_dir / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "lake")
+    (data / "password").write_text(PASSWORD)
+    if as_user:
+        shutil.chown(data / "password", "postgres", "postgres")
+    env = {**os.environ, "PGPASSWORD": PASSWORD}
+    run = lambda *cmd: subprocess.run([*as_user, *cmd], check=True, capture_output=True, text=True, env=env)  # noqa: E731
+    run(str(bin_dir / "initdb"), "-D", str(data / "db"), "-A", "scram-sha-256", f"--pwfile={data / 'password'}", "-U", "lake")
     run(str(bin_dir / "pg_ctl"), "-D", str(data / "db"), "-w", "-l", str(data / "log"),
         "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start")  # fmt: skip
     try:
         run(str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "lake", "iceberg")
-        yield f"postgresql://lake@127.0.0.1:{port}/iceberg"
+        yield f"postgresql://lake:{PASSWORD}@127.0.0.1:{port}/iceberg"
     finally:
         run(str(bin_dir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop")
         shutil.rmtree(data, ignore_errors=True)
@@ -53,7 +62,12 @@ def test_ingest_and_query_through_a_postgresql_catalog(postgres, tmp_path, sourc
     env = {"LAKEMV_CATALOG_URI": postgres}
     landing, warehouse = tmp_path / "landing", tmp_path / "wh"
     lakemv("generate", "--out", str(landing), "--users", "150", "--seed", "9", "--rounds", "2", env=env)
-    lakemv("--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--once", env=env)
+    with CommandLines() as commands:
+        ingested = lakemv("--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--once", env=env)
+    assert [c for c in commands.seen if "SparkSubmit" in c], "the sampler never saw the JVM"
+    assert not [c for c in commands.seen if PASSWORD in c], "the catalog password is on a command line"
+    assert PASSWORD not in ingested.stdout + ingested.stderr
+    assert not holding(tmp_path, PASSWORD), "a file lakemv wrote holds the catalog password"
 
     truth = GitHubWorkload(WorkloadConfig(users=150, seed=9, rounds=2), sources)
     for _ in truth.rounds():

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from catalog.storage import s3_filesystem
 from flows.cluster import Cluster, ClusterConfig
 from tests.e2e.cli import lakemv, move_round
 from tests.e2e.crash_harness import Place, VIEWS, assert_same_lake, read_lake, run_trial
+from tests.e2e.secrets import CommandLines, holding
 
 pytestmark = pytest.mark.slow(300)
 
@@ -116,40 +116,6 @@ def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
-class CommandLines:
-    """Samples every process's command line while it runs (`ps` shows them to any local user)."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.05):
-            for entry in Path("/proc").glob("[0-9]*/cmdline"):
-                try:
-                    self.seen.add(entry.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-                except OSError:
-                    continue
-
-    def __enter__(self) -> CommandLines:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _holding(folder: Path, secret: str, skip: tuple[Path, ...] = ()) -> list[str]:
-    """Files under `folder` (not under `skip`) whose bytes hold `secret`."""
-    found = []
-    for path in folder.rglob("*"):
-        if path.is_file() and not any(path.is_relative_to(s) for s in skip) and secret.encode() in path.read_bytes():
-            found.append(str(path))
-    return found
-
-
 def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_rest_catalog(
     cluster: Cluster, tmp_path: Path, sources, monkeypatch: pytest.MonkeyPatch
 ):
@@ -178,8 +144,8 @@ def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_
     assert any("org.apache.spark.executor.CoarseGrainedExecutorBackend" in c for c in commands.seen), "no executor was sampled"
     assert not [c for c in commands.seen if secret in c], "the S3 secret is on a command line"
     assert secret not in ingested.stdout + ingested.stderr
-    assert not _holding(cluster.folder, secret, skip=(cluster.folder / "cluster.json", cluster.folder / "s3proxy.properties")), "a log holds the S3 secret"
-    assert not _holding(tmp_path, secret), "a file lakemv wrote holds the S3 secret"
+    assert not holding(cluster.folder, secret, skip=(cluster.folder / "cluster.json", cluster.folder / "s3proxy.properties")), "a log holds the S3 secret"
+    assert not holding(tmp_path, secret), "a file lakemv wrote holds the S3 secret"
 
     # the Spark application ran on the cluster (with a cluster master no task runs in the driver): the
     # master lists it with its cores, and the worker launched its executor with the jars the driver shipped
