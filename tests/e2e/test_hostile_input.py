@@ -89,3 +89,25 @@ def test_each_kind_of_bad_input_is_a_dead_letter_or_a_counted_skip_and_good_line
     out = lakemv("--warehouse", str(warehouse), "query", "select email from users order by email", "--format", "json").stdout
     emails = [json.loads(line)["email"] for line in out.splitlines() if line.strip()]
     assert emails == sorted([f"u{i}@x" for i in range(5)] + ["late@x", "b1@x", "w@x"])
+
+
+@pytest.mark.slow(45)
+def test_a_new_column_on_a_fresh_lake_is_added_and_every_later_start_works(tmp_path):
+    """Schema drift in the first line a lake ever sees (the mirror was created a moment before, without
+    the column), then a restart after the file is gone: both runs end cleanly, the column holds its value."""
+    landing, warehouse = tmp_path / "landing", tmp_path / "wh"
+    (landing / "users").mkdir(parents=True)
+    first = landing / "users" / "a.json"
+    first.write_text(dbz("c", 10, {**user("n@x", "n", id=1), "nickname": "nick"}) + "\n")
+    done = lakemv("--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--once")
+    said = " ".join(done.stdout.split())
+    assert "new column `nickname` (string) added to the mirror" in said and "error" not in said.lower(), said
+    first.unlink()
+    (landing / "users" / "b.json").write_text(dbz("c", 20, user("m@x", "m", id=2)) + "\n")
+    for _ in range(2):  # a later start, and one more: the local state reloads the evolved mirror each time
+        done = lakemv("--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--once")
+        assert "error" not in " ".join(done.stdout.split()).lower(), done.stdout
+    out = lakemv("--warehouse", str(warehouse), "query", "select email, nickname from users order by email", "--format", "json").stdout
+    assert [json.loads(line) for line in out.splitlines() if line.strip()] == [
+        {"email": "m@x", "nickname": None}, {"email": "n@x", "nickname": "nick"}
+    ]
