@@ -136,3 +136,26 @@ def test_mirror_tables_are_format_v2_merge_on_read(lake, apply):
     props = dict(lake.spark.sql(f"SHOW TBLPROPERTIES {lake.names.mirror('users')}").collect())
     assert props["format-version"] == "2"
     assert props["write.merge.mode"] == props["write.delete.mode"] == props["write.update.mode"] == "merge-on-read"
+
+
+@pytest.mark.parametrize("state", [False, True])
+def test_an_unavailable_value_keeps_the_stored_one_from_the_mirror_or_the_local_state(lake, tmp_path, state):
+    """Debezium's TOAST placeholder in a later batch is filled from the stored row: the mirror's, or the
+    local state's when it keeps the table (a view reads it)."""
+    from spark.planner import plan_view
+    from spark.state.store import Store
+    from spark.unavailable import PLACEHOLDER
+    from spark.views import parse_view
+
+    plans = [plan_view(parse_view("-- @key: owner, name\nSELECT owner, name, description FROM repos", "descriptions"), lake.sources)] if state else []
+    processor = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=Store(tmp_path / "state.sqlite") if state else None)
+    assert ("repos" in processor.store.mirrors) if state else processor.store is None
+
+    def repo(description, stars):
+        return {"owner": "o", "name": "a", "description": description, "star_count": stars, "fork_count": 0, "created_at": 0, "updated_at": 0}
+
+    processor.process_lines(0, [(dbz("c", 10, repo("a long text", 1)), at("repos"))])
+    result = processor.process_lines(1, [(dbz("u", 20, repo(PLACEHOLDER, 2)), at("repos"))])
+    assert result.dead_letters == 0
+    row = live(lake, "repos").select("description", "star_count").collect()
+    assert [tuple(r) for r in row] == [("a long text", 2)]
