@@ -10,6 +10,7 @@ the SQLite read transaction a second JdbcCatalog instance would otherwise hold (
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from functools import lru_cache
 
@@ -187,5 +188,16 @@ def rest_catalog(settings: LakeSettings) -> Catalog:
     try:
         return RestCatalog(settings.catalog_name, uri=uri, warehouse=settings.warehouse_uri, **_pyiceberg_s3(settings))
     except Exception as exc:  # noqa: BLE001 - requests' and pyiceberg's errors alike: the server is unusable
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot reach the REST catalog at {uri}: {reason}", "LAKEMV_CATALOG_URI") from None
+        raise ConfigError(f"cannot reach the REST catalog at {uri}: {_network_reason(exc)}", "LAKEMV_CATALOG_URI") from None
+
+
+def _network_reason(exc: BaseException) -> str:
+    """What went wrong on the network, in a few words: requests wraps the OS's reason
+    (`[Errno 111] Connection refused`) in a retry report holding the whole request URL."""
+    text = str(exc).strip()
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+    if found:
+        return found.group(1).strip().rstrip(".").lower()
+    if "timed out" in text.lower():
+        return "timed out"
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -201,7 +201,7 @@ MISTAKES = [
     mistake("catalog-uri-not-a-uri", ["status"], "cannot parse catalog URI", env={"LAKEMV_CATALOG_URI": "not a uri"}),
     mistake("catalog-database-down", ["status"], "cannot open the Iceberg catalog database", absent=("s3cretpw",),
             env={"LAKEMV_CATALOG_URI": "postgresql://lake:s3cretpw@127.0.0.1:1/lake"}),  # fmt: skip
-    mistake("catalog-rest-down", ["query", "select 1"], "cannot reach the REST catalog", env={"LAKEMV_CATALOG_URI": "http://127.0.0.1:1"}),
+    mistake("catalog-rest-down", ["query", "select 1"], ("cannot reach the REST catalog at http://127.0.0.1:1: connection refused",), env={"LAKEMV_CATALOG_URI": "http://127.0.0.1:1"}),
     mistake("kafka-options-malformed", ["status"], ("LAKEMV_KAFKA_OPTIONS", "JSON"), absent=("hunter2",),
             env={"LAKEMV_KAFKA_OPTIONS": '{"sasl.jaas.config": "password=hunter2", bad'}),  # fmt: skip
     mistake("kafka-options-a-list", ["status"], ("LAKEMV_KAFKA_OPTIONS", "JSON object"), env={"LAKEMV_KAFKA_OPTIONS": "[1, 2]"}),
