@@ -197,6 +197,7 @@ class WriterLease:
         except OSError:
             pass  # left behind: stale after LEASE_SECONDS
 
+
 class CommitTurns:
     """Turns at committing between one lake's stream and its compaction, by `flock` on two files in
     the driver's folder (so, like the writer lock, per host, and freed by the kernel with a killed holder).
@@ -233,9 +234,12 @@ class CommitTurns:
         except (OSError, ValueError):
             return {}
 
-    def _say(self, **state: object) -> None:
+    def _say(self, *, waiting: bool, ran: bool = False) -> None:
+        """The stream's record: whether it waits for a turn, and (`ran`) one unit more."""
+        state = self._state()
+        state.update(waiting=waiting, units=int(state.get("units", 0)) + ran)
         temporary = self.stream.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({**self._state(), **state}))
+        temporary.write_text(json.dumps(state))
         os.replace(temporary, self.stream)
 
     @contextmanager
@@ -253,7 +257,7 @@ class CommitTurns:
         commit = self._open(self.commit)
         fcntl.flock(commit, fcntl.LOCK_EX)
         waited = time.monotonic() - started
-        self._say(waiting=False, units=int(self._state().get("units", 0)) + 1)
+        self._say(waiting=False, ran=True)
         try:
             yield lambda: waited
         finally:
@@ -281,8 +285,8 @@ class CommitTurns:
                     time.sleep(poll)
             yield held
         finally:
-            units = int(self._state().get("units", 0))
-            waiting = bool(self._state().get("waiting"))
+            state = self._state()
+            units, waiting = int(state.get("units", 0)), bool(state.get("waiting"))
             if held:
                 fcntl.flock(commit, fcntl.LOCK_UN)
             fcntl.flock(request, fcntl.LOCK_UN)

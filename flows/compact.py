@@ -64,22 +64,24 @@ def compact(
     pinned = pinned_since(lake.settings.checkpoint_root)  # snapshots a stream's replay may need
     results = []
     turns = CommitTurns(lake.settings.local_root, catalog)
-    for table in chosen:
-        with report.status(f"compacting {table}..."):
-            result = compact_table(
-                spark,
-                catalog,
-                table,
-                layouts.get(table),
-                retention,
-                pinned,
-                orphan_age,
-                tombstones if table.startswith(f"{MIRROR_NAMESPACE}.") else None,
-                turns,
-            )
-        report.info(result.describe())
-        results.append(result)
-    turns.close()
+    try:
+        for table in chosen:
+            with report.status(f"compacting {table}..."):
+                result = compact_table(
+                    spark,
+                    catalog,
+                    table,
+                    layouts.get(table),
+                    retention,
+                    pinned,
+                    orphan_age,
+                    tombstones if table.startswith(f"{MIRROR_NAMESPACE}.") else None,
+                    turns,
+                )
+            report.info(result.describe())
+            results.append(result)
+    finally:
+        turns.close()
     totals = {
         key: sum(getattr(r, key) for r in results)
         for key in ("data_files_before", "data_files_after", "delete_files_before", "delete_files_after",

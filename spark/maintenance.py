@@ -124,30 +124,22 @@ def _rewrite(
     full = f"{catalog}.{table}"
     purged = 0 if tombstone_retention is None else _purge_tombstones(spark, full, now - tombstone_retention, retries)
     strategy = f", strategy => 'sort', sort_order => '{sort.sql()}'" if sort else ""
-    deferred = []
     # Without a turn, a stream's MERGEs add deletes to the files a rewrite replaces: the rewrite then
     # commits its file groups one by one (a group that lost the race is left for the next run), and a
     # rewrite that keeps losing is deferred, not a failed compaction.
-    try:
-        retries.run(
-            f"rewrite_data_files {table}",
-            lambda: spark.sql(
-                f"CALL {catalog}.system.rewrite_data_files(table => '{table}'{strategy}, "
-                "options => map('min-input-files', '2', 'delete-file-threshold', '1', 'partial-progress.enabled', 'true', "
-                "'partial-progress.max-commits', '10', 'partial-progress.max-failed-commits', '10'))"
-            ).collect(),
-        )
-    except CommitConflict:
-        deferred.append("rewrite_data_files")
-    try:
-        retries.run(
-            f"rewrite_position_delete_files {table}",
-            lambda: spark.sql(
-                f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))"
-            ).collect(),
-        )
-    except CommitConflict:
-        deferred.append("rewrite_position_delete_files")
+    steps = {
+        "rewrite_data_files": f"CALL {catalog}.system.rewrite_data_files(table => '{table}'{strategy}, "
+        "options => map('min-input-files', '2', 'delete-file-threshold', '1', 'partial-progress.enabled', 'true', "
+        "'partial-progress.max-commits', '10', 'partial-progress.max-failed-commits', '10'))",
+        "rewrite_position_delete_files": f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', "
+        "options => map('rewrite-all', 'true'))",
+    }
+    deferred = []
+    for step, sql in steps.items():
+        try:
+            retries.run(f"{step} {table}", lambda sql=sql: spark.sql(sql).collect())
+        except CommitConflict:
+            deferred.append(step)
     return purged, deferred
 
 
