@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from catalog.settings import PROJECT_ROOT
+from lakemv.catalog.settings import PROJECT_ROOT
 
 LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 RESULTS = PROJECT_ROOT / "bench" / "results"

@@ -5,7 +5,7 @@
 
 For each kind of event view - a window (`page_views_hourly`), an enrichment as of processing
 (`profile_viewers`, against a users table), a stream-stream join within the hour (`search_clicks`)
-- a fresh lake takes the generated stream (`workload.events`: out of order, some late, some twice)
+- a fresh lake takes the generated stream (`lakemv.workload.events`: out of order, some late, some twice)
 in units of `--unit` events, the way ingest applies them (the same BatchProcessor, the local state
 and direct commits). After each unit it records the wall and CPU seconds (this process and its
 JVM) and the local state: the events it keeps and its file size, and the driver's resident memory.
@@ -22,28 +22,28 @@ import platform
 import shutil
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from bench.suite import RESULTS, Meter, _resident_bytes
-from catalog.declarations import load_sources
-from catalog.duck import lake_connection
-from catalog.settings import PROJECT_ROOT, LakeSettings
-from catalog.tables import TableNames
-from catalog.verify import duckdb_sql
-from spark.batch import BatchProcessor
-from spark.directwrite import DirectWriter
-from spark.journal import BatchRef
-from spark.planner import plan_view
-from spark.planner.finality import checked_sql
-from spark.session import get_spark
-from spark.state.store import Store
-from spark.views import load_views
-from workload.events import EventConfig, EventWorkload
-from workload.github import GitHubWorkload, WorkloadConfig
+from lakemv.catalog.declarations import load_sources
+from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
+from lakemv.catalog.tables import TableNames
+from lakemv.core.batch.journal import BatchRef
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import load_views
+from lakemv.core.planner.finality import checked_sql
+from lakemv.core.state.store import Store
+from lakemv.duck.lake import lake_connection
+from lakemv.duck.verify import duckdb_sql
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.directwrite import DirectWriter
+from lakemv.spark.session import get_spark
+from lakemv.workload.events import EventConfig, EventWorkload
+from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 
 KINDS = {
     # view -> the event streams it reads

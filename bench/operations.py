@@ -18,8 +18,8 @@ import shutil
 import time
 from pathlib import Path
 
-from catalog.settings import PROJECT_ROOT
-from flows.lake import Lake
+from lakemv.catalog.settings import PROJECT_ROOT
+from lakemv.flows.lake import Lake
 
 RESULTS = PROJECT_ROOT / "bench" / "results"
 
@@ -36,11 +36,11 @@ def main() -> None:
     shutil.rmtree(args.root, ignore_errors=True)
     staging, landing, warehouse = args.root / "staging", args.root / "landing", args.root / "wh"
 
-    from flows.backfill import backfill
-    from flows.compact import compact
-    from flows.maintain import maintain
-    from flows.verify import verify
-    from workload.github import WorkloadConfig, generate_files
+    from lakemv.flows.backfill import backfill
+    from lakemv.flows.compact import compact
+    from lakemv.flows.ingest import ingest
+    from lakemv.flows.verify import verify
+    from lakemv.workload.github import WorkloadConfig, generate_files
 
     lake = Lake.at(warehouse)
     _, events, _ = generate_files(WorkloadConfig(users=args.users, seed=42, rounds=args.rounds), lake.sources, staging)
@@ -50,7 +50,7 @@ def main() -> None:
             target = landing / path.parent.name / path.name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(path, target)
-        record["maintain"].append(maintain(landing=str(landing), once=True, warehouse=str(warehouse)))
+        record["maintain"].append(ingest(landing=str(landing), once=True, warehouse=str(warehouse)))
     for view in ("user_profile", "repo_summary"):
         started = time.perf_counter()
         record[f"backfill_{view}"] = backfill(view=view, warehouse=str(warehouse))

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.suite import RESULTS, Scale
-from spark.batch import VIEW_WORKERS
+from lakemv.spark.batch.runner import VIEW_WORKERS
 
 CATEGORIES = (  # first match wins, over the whole sampled stack
     ("code generation (Janino)", ("org.codehaus.janino", "CodeGenerator")),

@@ -29,14 +29,14 @@ import psycopg2
 from rich.console import Console
 
 from bench.suite import machine, percentile
-from catalog.declarations import load_sources
-from catalog.duck import lake_connection, metadata_location, connect_duckdb
-from catalog.settings import PROJECT_ROOT, LakeSettings
-from catalog.tables import VIEW_NAMESPACE
-from catalog.verify import duckdb_sql
-from flows.stack import Stack, StackConfig
-from workload.github import WorkloadConfig
-from workload.postgres import PostgresWorkload, apply
+from lakemv.catalog.declarations import load_sources
+from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
+from lakemv.catalog.tables import VIEW_NAMESPACE
+from lakemv.duck.lake import connect_duckdb, lake_connection, metadata_location
+from lakemv.duck.verify import duckdb_sql
+from lakemv.ops.stack import Stack, StackConfig
+from lakemv.workload.github import WorkloadConfig
+from lakemv.workload.postgres import PostgresWorkload, apply
 
 TABLES = ("payment_info", "pull_requests", "repos", "stars", "users")
 LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
@@ -108,7 +108,7 @@ class Probe:
 
 
 def _duckdb_full(settings: LakeSettings, sources) -> float:  # noqa: ANN001
-    from spark.views import load_views
+    from lakemv.core.planner.definitions import load_views
 
     sql = duckdb_sql(load_views(settings.view_dirs)["user_profile"].sql)
     started = time.perf_counter()

@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from catalog.settings import PROJECT_ROOT, LakeSettings
+from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
 
 LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 RESULTS = PROJECT_ROOT / "bench" / "results"
@@ -65,9 +65,9 @@ def _spark_recompute(env: dict[str, str]) -> float:
 
 def _recompute_here() -> None:
     """(--recompute, in a child process with the configuration's settings) print the seconds."""
-    from catalog.tables import TableNames
-    from flows.lake import Lake
-    from spark.maintain import ViewMaintainer
+    from lakemv.catalog.tables import TableNames
+    from lakemv.flows.lake import Lake
+    from lakemv.spark.views.maintain import ViewMaintainer
 
     lake = Lake.at()
     view = ViewMaintainer(lake.spark(), TableNames(lake.settings.catalog_name), lake.sources, lake.plans[VIEW])
@@ -78,10 +78,10 @@ def _recompute_here() -> None:
 
 
 def _duckdb_recompute(settings: LakeSettings) -> tuple[float, int]:
-    from catalog.declarations import load_sources
-    from catalog.duck import lake_connection
-    from catalog.verify import duckdb_sql
-    from flows.lake import Lake
+    from lakemv.catalog.declarations import load_sources
+    from lakemv.duck.lake import lake_connection
+    from lakemv.duck.verify import duckdb_sql
+    from lakemv.flows.lake import Lake
 
     lake = Lake(settings)
     sources = load_sources(settings.sources_dirs)
@@ -94,7 +94,7 @@ def _duckdb_recompute(settings: LakeSettings) -> tuple[float, int]:
 
 def _unit_costs(settings: LakeSettings) -> dict[str, float]:
     """Median milliseconds of one catalog round trip and, in an object store, of a small PUT and GET."""
-    from catalog.lake import pyiceberg_catalog
+    from lakemv.catalog.lake import pyiceberg_catalog
 
     catalog = pyiceberg_catalog(settings)
     loads = []
@@ -177,7 +177,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/lakemv-scaleout-bench"))
     args = parser.parse_args()
 
-    from flows.cluster import Cluster, ClusterConfig
+    from lakemv.ops.cluster import Cluster, ClusterConfig
 
     shutil.rmtree(args.root, ignore_errors=True)
     staging = args.root / "staging"

@@ -27,8 +27,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from catalog.settings import PROJECT_ROOT, LakeSettings
-from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
+from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
+from lakemv.catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
 
 LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 RESULTS = PROJECT_ROOT / "bench" / "results"
@@ -36,9 +36,9 @@ RESULTS = PROJECT_ROOT / "bench" / "results"
 
 def feed(landing: Path, users: int, rate: float, every: float, stop: threading.Event, fed: list[int]) -> None:
     """Write the snapshot, then `rate` changes per second, a file set every `every` seconds, until `stop`."""
-    from catalog.declarations import load_sources
-    from workload.debezium import connect_schema, write_landing_files
-    from workload.github import GitHubWorkload, WorkloadConfig
+    from lakemv.catalog.declarations import load_sources
+    from lakemv.workload.debezium import connect_schema, write_landing_files
+    from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 
     sources = load_sources(LakeSettings().sources_dirs)
     workload = GitHubWorkload(WorkloadConfig(users=users, seed=11, rounds=1), sources)
@@ -60,7 +60,7 @@ def feed(landing: Path, users: int, rate: float, every: float, stop: threading.E
 
 def _metadata(settings: LakeSettings) -> dict[str, dict]:
     """Per table: its current metadata file's bytes and snapshot count."""
-    from catalog.lake import pyiceberg_catalog
+    from lakemv.catalog.lake import pyiceberg_catalog
 
     catalog = pyiceberg_catalog(settings)
     found = {}
@@ -96,8 +96,8 @@ def _files(warehouse: Path) -> Counter[str]:
 
 def _batches(settings: LakeSettings, since: datetime) -> list[tuple[float, int]]:
     """(seconds, events) of the batches committed since `since`, from the ledger."""
-    from catalog.duck import connect_duckdb, metadata_location
-    from catalog.tables import LEDGER
+    from lakemv.catalog.tables import LEDGER
+    from lakemv.duck.lake import connect_duckdb, metadata_location
 
     location = metadata_location(settings, OPS_NAMESPACE, LEDGER)
     if location is None:
@@ -185,7 +185,7 @@ def main() -> None:
     feeder.start()
     log = (out / "serve.log").open("w")
     serve = subprocess.Popen(
-        [LAKEMV, "serve", "--landing", str(landing), "--continuous", "--maintain-every", "60",
+        [LAKEMV, "serve", "--landing", str(landing), "--continuous", "--ingest-every", "60",
          "--compact-every", str(args.compact_every), "--verify-every", str(args.verify_every),
          *(["--retention-hours", str(args.retention_hours)] if args.retention_hours else [])],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

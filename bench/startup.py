@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from catalog.settings import PROJECT_ROOT
+from lakemv.catalog.settings import PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "bench" / "results"
 

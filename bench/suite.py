@@ -53,26 +53,25 @@ import pyspark
 from rich.console import Console
 
 from bench.report import write_report
-from catalog.declarations import load_sources
-from catalog.settings import PROJECT_ROOT
-from catalog.duck import lake_connection
-from catalog.settings import LakeSettings
-from catalog.tables import TableNames
-from catalog.verify import duckdb_sql
-from spark.batch import VIEW_WORKERS, BatchProcessor, BatchResult
-from spark.bulk import lines_frame
-from spark.cost import batch_estimate, key_profile, predict
-from spark.cost import statistics as mirror_statistics
-from spark.directwrite import DirectWriter
-from spark.ingest import checkpoint_dir, planned_files, run_ingest
-from spark.maintain import ViewMaintainer
-from spark.planner import plan_view
-from spark.state.store import Store
-from spark.session import get_spark
-from spark.views import load_views
-from workload.debezium import connect_schema, write_landing_files
-from workload.github import GitHubWorkload, WorkloadConfig
-from workload.shapes import copies, shape_view
+from lakemv.catalog.declarations import load_sources
+from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
+from lakemv.catalog.tables import TableNames
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.cost import batch_estimate, key_profile, predict
+from lakemv.core.planner.cost import statistics as mirror_statistics
+from lakemv.core.planner.definitions import load_views
+from lakemv.core.state.store import Store
+from lakemv.duck.lake import lake_connection
+from lakemv.duck.verify import duckdb_sql
+from lakemv.spark.batch.runner import VIEW_WORKERS, BatchProcessor, BatchResult
+from lakemv.spark.bulk import lines_frame
+from lakemv.spark.directwrite import DirectWriter
+from lakemv.spark.session import get_spark
+from lakemv.spark.stream.files import checkpoint_dir, planned_files, run_ingest
+from lakemv.spark.views.maintain import ViewMaintainer
+from lakemv.workload.debezium import connect_schema, write_landing_files
+from lakemv.workload.github import GitHubWorkload, WorkloadConfig
+from lakemv.workload.shapes import copies, shape_view
 
 RESULTS = Path(__file__).with_name("results")
 LAKEMV = PROJECT_ROOT / ".venv" / "bin" / "lakemv"

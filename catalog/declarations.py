@@ -38,8 +38,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from catalog.durations import format_duration, parse_duration
-from catalog.errors import ConfigError
+from lakemv.core.durations import format_duration, parse_duration
+from lakemv.core.errors import ConfigError
 
 ColumnType = Literal["string", "bigint", "int", "double", "boolean", "timestamp", "date", "time", "decimal"]
 # How a value is encoded on the wire when the message carries no Connect schema that says so

@@ -19,8 +19,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from catalog.errors import ConfigError
-from catalog.settings import LakeSettings
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import ConfigError
 
 
 def jdbc_properties(settings: LakeSettings) -> dict[str, str]:
@@ -144,7 +144,7 @@ def ensure_bucket(settings: LakeSettings) -> None:
     """Check that the warehouse's bucket can be reached, or say clearly why not (ConfigError)."""
     import pyarrow.fs as pafs
 
-    from catalog.storage import s3_filesystem, split_s3
+    from lakemv.catalog.storage import s3_filesystem, split_s3
 
     bucket, _ = split_s3(settings.warehouse)
     where = settings.s3.endpoint or "AWS S3"

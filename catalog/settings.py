@@ -11,8 +11,8 @@ from urllib.parse import unquote, urlparse
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from catalog.errors import ConfigError, redact
-from catalog.storage import S3_SCHEMES, Location, S3Options, is_remote, location
+from lakemv.catalog.storage import S3_SCHEMES, Location, S3Options, is_remote, location
+from lakemv.core.errors import ConfigError, redact
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def _json_object(value: Any, what: str) -> Any:
     return parsed
 
 
-# LAKEMV_ variables that are not settings: debugging, and the fault points the crash tests arm (spark.faults).
+# LAKEMV_ variables that are not settings: debugging, and the fault points the crash tests arm (lakemv.core.runtime.faults).
 OTHER_VARIABLES = frozenset(
     {"LAKEMV_DEBUG", "LAKEMV_CRASH_AT", "LAKEMV_CRASH_SIGNAL", "LAKEMV_HOLD_AT", "LAKEMV_HOLD_SIGNAL",
      "LAKEMV_TEST_RUN", "LAKEMV_LOG", "LAKEMV_VIEW_EXAMPLES", "LAKEMV_SHAPE_EXAMPLES", "LAKEMV_EVENT_EXAMPLES"}
@@ -71,12 +71,14 @@ class LakeSettings(BaseSettings):
         default=None, description="URL of an S3-compatible store (http://host:port); unset: AWS S3 itself."
     )
     s3_access_key_id: str | None = Field(default=None, description="S3 access key (unset: the AWS default chain).")
-    s3_secret_access_key: SecretStr | None = Field(default=None, description="S3 secret key.")
+    s3_secret_access_key: SecretStr | None = Field(default=None, description="S3 secret key; it never prints, in errors, logs or `lakemv status`.")
     s3_region: str = Field(default="us-east-1", description="S3 region (S3-compatible stores accept any).")
     s3_path_style: bool = Field(
         default=True, description="Path-style requests (http://host/bucket/key), as S3-compatible stores want."
     )
-    catalog_name: str = Field(default="lake", pattern=r"^[a-z][a-z0-9_]*$")
+    catalog_name: str = Field(
+        default="lake", pattern=r"^[a-z][a-z0-9_]*$", description="The Iceberg catalog's name in Spark: tables are <name>.mirror.users, <name>.views.user_profile."
+    )
     catalog_uri: str | None = Field(
         default=None,
         description="The Iceberg catalog: a REST catalog's URL (http://host:port), or the SQLAlchemy URL of a "
@@ -103,7 +105,7 @@ class LakeSettings(BaseSettings):
     )
     bulk_min_bytes: int | None = Field(
         default=None, ge=1, description="A batch of at least this many landing bytes is parsed set-wise by Spark "
-        "(spark.bulk) in one unit, instead of line by line in the driver in units of max_events_per_batch. "
+        "(lakemv.spark.bulk) in one unit, instead of line by line in the driver in units of max_events_per_batch. "
         "Default: 32 MiB on a cluster; never with a local master, where the driver parses faster (README).",
     )
     max_line_chars: int = Field(
@@ -111,13 +113,13 @@ class LakeSettings(BaseSettings):
     )
     local_state: bool = Field(
         default=True,
-        description="Keep the local indexed state (spark.state) next to the checkpoint: batches look rows up "
+        description="Keep the local indexed state (lakemv.core.state) next to the checkpoint: batches look rows up "
         "there instead of scanning the Iceberg tables.",
     )
     direct_writes: bool = Field(
         default=True, description="Commit a batch's small writes as Parquet files through Iceberg's API (appends, and "
         "position deletes of the rows they replace, whose places the local state keeps) instead of Spark MERGEs "
-        "(spark.directwrite).",
+        "(lakemv.spark.directwrite).",
     )
     view_workers: int = Field(
         default=4, ge=1, description="Views a batch maintains at once from the local state (each writes its own "
@@ -142,7 +144,7 @@ class LakeSettings(BaseSettings):
     )
     sinks: Annotated[tuple[tuple[str, tuple[str, ...]], ...], NoDecode] = Field(
         default=(), description="Data products besides the views' `@sink` headers, as JSON: "
-        "{\"user_profile\": [\"kafka\", \"delta\"]} (spark.sinks).",
+        "{\"user_profile\": [\"kafka\", \"delta\"]} (lakemv.spark.sinks.products).",
     )
     product_topic_prefix: str = Field(
         default="lakemv", pattern=r"^[A-Za-z0-9._-]+$", description="A view's Kafka data product is the topic <prefix>.<view>."
@@ -152,9 +154,9 @@ class LakeSettings(BaseSettings):
     delta_dir: Path | None = Field(default=None, description="Folder of the Delta data products; default <warehouse>/delta.")
     stack_dir: Path = Field(default=Path(".stack"), description="Folder of the local CDC stack (`lakemv stack up`).")
     cluster_dir: Path = Field(default=Path(".cluster"), description="Folder of the local scale-out stack (`lakemv cluster up`).")
-    jars_dir: Path = PROJECT_ROOT / "jvm" / "lib"
+    jars_dir: Path = Field(default=PROJECT_ROOT / "jvm" / "lib", description="The jars Spark loads (Iceberg, Delta, JDBC drivers, Kafka); `make setup` fetches them.")
     jvm_class_archive: bool = Field(
-        default=True, description="Start Spark's JVM from the class archive `make setup` builds (spark.class_archive)."
+        default=True, description="Start Spark's JVM from the class archive `make setup` builds (lakemv.spark.class_archive)."
     )
     jvm_options: str = Field(default="", description="Extra Java options for Spark's driver JVM.")
     spark_master: str = Field(
@@ -166,8 +168,8 @@ class LakeSettings(BaseSettings):
     )
     executor_memory: str = Field(default="1g", description="On a cluster, each executor's heap.")
     executor_cores: int | None = Field(default=None, ge=1, description="On a cluster, cores per executor (default: a worker's all).")
-    driver_memory: str = "4g"
-    shuffle_partitions: int = Field(default=4, ge=1)
+    driver_memory: str = Field(default="4g", description="Spark driver's heap (with a local master, the executors' too).")
+    shuffle_partitions: int = Field(default=4, ge=1, description="Spark's shuffle partitions (spark.sql.shuffle.partitions).")
 
     @field_validator("spark_master")
     @classmethod

@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from catalog.errors import ConfigError
+from lakemv.core.errors import ConfigError
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 

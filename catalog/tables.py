@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from catalog.declarations import SourceTable
-from catalog.errors import ConfigError
+from lakemv.catalog.declarations import SourceTable
+from lakemv.core.errors import ConfigError
 
 MIRROR_NAMESPACE = "mirror"
 OPS_NAMESPACE = "lakemv"
@@ -102,7 +102,7 @@ class TableNames:
 
     @property
     def ledger(self) -> str:
-        """One row per committed unit of ingest work (see spark.ledger)."""
+        """One row per committed unit of ingest work (see lakemv.spark.ledger)."""
         return f"{self.catalog}.{OPS_NAMESPACE}.{LEDGER}"
 
 

@@ -1,5 +1,5 @@
 """Who may write a view's main branch now: `maintain`, or a backfill that paused it (the record;
-spark.viewstate reads and writes it with Spark, catalog.verify reads it with pyiceberg).
+lakemv.spark.views.state reads and writes it with Spark, lakemv.duck.verify reads it with pyiceberg).
 
 The state is one table property of the view table, so it changes atomically with the catalog:
 

@@ -33,8 +33,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from catalog.errors import LakemvError
-from catalog.storage import Location
+from lakemv.catalog.storage import Location
+from lakemv.core.errors import LakemvError
 
 
 class LakeBusy(LakemvError):

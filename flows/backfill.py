@@ -6,9 +6,9 @@ from dataclasses import asdict
 
 from prefect import flow
 
-from flows.lake import Lake
-from flows.progress import report
-from spark import lifecycle
+from lakemv.core.runtime import lifecycle
+from lakemv.flows.lake import Lake
+from lakemv.flows.progress import report
 
 
 @flow(name="backfill", validate_parameters=True)
@@ -18,8 +18,8 @@ def backfill(view: str, dry_run: bool = False, warehouse: str | None = None) -> 
     Ingest keeps running: the view's maintenance is paused meanwhile and catches up afterwards, so
     no change is lost. With `dry_run`, logs the plan and the estimated row count and writes nothing.
     """
-    from spark.backfill import STEPS, Backfill
-    from spark.session import use_catalog
+    from lakemv.spark.session import use_catalog
+    from lakemv.spark.views.backfill import STEPS, Backfill
 
     lifecycle.install()  # in a deployment's flow-run process too: SIGINT/SIGTERM stop it and its JVM
     lake = Lake.at(warehouse)

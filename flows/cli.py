@@ -18,14 +18,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from catalog.errors import ConfigError, LakemvError
-from catalog.failures import explain as explain_failure
-from catalog.settings import unknown_variables
-from catalog.writer import writer_lock
-from flows.console import console, err_console, error_line, render
-from flows.lake import Lake
-from flows.progress import terminal
-from spark import lifecycle
+from lakemv.catalog.settings import unknown_variables
+from lakemv.catalog.writer import writer_lock
+from lakemv.core.errors import ConfigError, LakemvError
+from lakemv.core.failures import explain as explain_failure
+from lakemv.core.runtime import lifecycle
+from lakemv.flows.console import console, err_console, error_line, render
+from lakemv.flows.lake import Lake
+from lakemv.flows.progress import terminal
 
 app = typer.Typer(
     add_completion=False,
@@ -48,7 +48,7 @@ def _run_flow(ctx: typer.Context, flow: str, *, spark: bool = False, **parameter
     flows that use Spark, and the import of Prefect and the flow all proceed side by side: start-up
     costs the slowest of them, not their sum. So the flow module is imported only once both started.
     """
-    from flows.server import PrefectApi
+    from lakemv.flows.server import PrefectApi
 
     api = PrefectApi.configured() or PrefectApi.temporary()  # a child: stopped when lakemv exits
     if spark:
@@ -67,8 +67,8 @@ def _run_flow(ctx: typer.Context, flow: str, *, spark: bool = False, **parameter
 
 
 def _stack_commands() -> None:
-    from flows.clustercli import cluster_app
-    from flows.stackcli import stack_app
+    from lakemv.ops.clustercli import cluster_app
+    from lakemv.ops.stackcli import stack_app
 
     app.add_typer(stack_app, name="stack")
     app.add_typer(cluster_app, name="cluster")
@@ -102,7 +102,7 @@ def generate(
     changes_per_round: Annotated[int | None, typer.Option(min=1, help="Changes per change round.")] = None,
 ) -> None:
     """Write a GitHub CDC workload (Debezium JSON lines) into a landing directory."""
-    from workload.github import WorkloadConfig, generate_files
+    from lakemv.workload.github import WorkloadConfig, generate_files
 
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -127,8 +127,8 @@ def generate_events(
 ) -> None:
     """Write event streams (page views, profile views, searches, clicks) with out-of-order, late and
     repeated arrivals, for the sources in catalog/sources/events."""
-    from spark.kafka import check_bootstrap
-    from workload.events import EventConfig, EventWorkload, produce_round, write_round
+    from lakemv.spark.stream.kafka import check_bootstrap
+    from lakemv.workload.events import EventConfig, EventWorkload, produce_round, write_round
 
     if (out is None) == (kafka is None):
         raise ConfigError("give either --out DIR or --kafka HOST:PORT", "generate-events")
@@ -145,7 +145,7 @@ def generate_events(
 
 def _check_landing(ctx: typer.Context, landing: Path, once: bool) -> None:
     """A landing folder that cannot be what the user meant is a usage error, before anything starts."""
-    from spark.changeset import check_landing
+    from lakemv.core.cdc.changeset import check_landing
 
     check_landing(landing)
     landed = (  # files in table folders, as Spark lists them (no hidden names)
@@ -172,7 +172,7 @@ def ingest(
     trigger_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds between batches when continuous.")] = 2.0,
     max_files_per_trigger: Annotated[int | None, typer.Option(min=1, help="Backpressure: files per batch.")] = None,
 ) -> None:
-    """Stream landing files or Kafka topics into the mirror tables and maintain the views (the `maintain` flow)."""
+    """Stream landing files or Kafka topics into the mirror tables and maintain the views (the `ingest` flow)."""
     option_kafka = kafka is not None
     kafka = kafka or (None if landing is not None else ctx.obj.settings.kafka_bootstrap)
     if (landing is None) == (kafka is None):
@@ -184,17 +184,17 @@ def ingest(
     with writer_lock(settings.local_root, settings.catalog_name, settings.warehouse, probe=True, lease=settings.lake):  # refused before anything starts
         pass
     if kafka is not None:
-        from spark.kafka import check_bootstrap, reach_brokers
+        from lakemv.spark.stream.kafka import check_bootstrap, reach_brokers
 
         given = check_bootstrap(kafka, "--kafka" if option_kafka else "LAKEMV_KAFKA_BOOTSTRAP")
         reach_brokers(given, settings.kafka_options)  # before Spark, which would wait for one forever
-        _run_flow(ctx, "flows.maintain:maintain", spark=True, kafka=given, once=once, trigger_seconds=trigger_seconds)
+        _run_flow(ctx, "lakemv.flows.ingest:ingest", spark=True, kafka=given, once=once, trigger_seconds=trigger_seconds)
         return
     assert landing is not None
     _check_landing(ctx, landing, once)
     _run_flow(
         ctx,
-        "flows.maintain:maintain",
+        "lakemv.flows.ingest:ingest",
         spark=True,
         landing=str(landing.resolve()),
         once=once,
@@ -210,7 +210,7 @@ def query(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,  # noqa: A002
 ) -> None:
     """Query the lake with DuckDB: live rows only, no bookkeeping columns."""
-    from catalog.duck import run_query
+    from lakemv.duck.lake import run_query
 
     output = render(run_query(ctx.obj.settings, ctx.obj.sources, sql), format.value)
     if output:
@@ -244,9 +244,9 @@ def explain(
     sql: Annotated[bool, typer.Option("--sql", help="Also print the SQL that recomputes affected keys.")] = False,
 ) -> None:
     """Show how changes reach a view's key and how its affected rows are recomputed."""
-    from catalog.tables import TableNames
-    from spark.explain import explain as explain_plan
-    from spark.mirror import live_rows_sql
+    from lakemv.catalog.tables import TableNames
+    from lakemv.core.planner.explain import explain as explain_plan
+    from lakemv.spark.mirror import live_rows_sql
 
     plan = ctx.obj.plan(view)
     ctx.obj.checked_plans()
@@ -262,9 +262,9 @@ def _statistics(lake: Lake, plan):
     import duckdb
     from sqlglot.errors import SqlglotError
 
-    from catalog.duck import lake_connection, metadata_location
-    from catalog.tables import MIRROR_NAMESPACE
-    from spark.cost import statistics, trees
+    from lakemv.catalog.tables import MIRROR_NAMESPACE
+    from lakemv.core.planner.cost import statistics, trees
+    from lakemv.duck.lake import lake_connection, metadata_location
 
     empty = [t for t in plan.tables if metadata_location(lake.settings, MIRROR_NAMESPACE, t) is None]
     if empty:
@@ -286,7 +286,7 @@ def backfill(
 ) -> None:
     """Rebuild a view by write-audit-publish on an Iceberg branch; safe while ingest runs."""
     ctx.obj.plan(view)  # an unknown view is a usage error, before Prefect starts
-    _run_flow(ctx, "flows.backfill:backfill", spark=True, view=view, dry_run=dry_run)
+    _run_flow(ctx, "lakemv.flows.backfill:backfill", spark=True, view=view, dry_run=dry_run)
 
 
 @app.command()
@@ -297,7 +297,7 @@ def verify(
 ) -> None:
     """Recompute a view with DuckDB from the mirrors and diff it with the view table; exit 1 on any difference."""
     ctx.obj.plan(view)  # an unknown view is a usage error, before Prefect starts
-    _run_flow(ctx, "flows.verify:verify", view=view, sample=sample)
+    _run_flow(ctx, "lakemv.flows.verify:verify", view=view, sample=sample)
 
 
 @app.command()
@@ -316,15 +316,15 @@ def compact(
 ) -> None:
     """Compact files in the lookup-aware layout, expire snapshots, remove orphans, purge old tombstones."""
     if tables:  # named tables are checked before Spark starts: a typo costs a second, not a JVM
-        from catalog.lake import pyiceberg_catalog
-        from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
+        from lakemv.catalog.lake import pyiceberg_catalog
+        from lakemv.catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
 
         catalog = pyiceberg_catalog(ctx.obj.settings)
         namespaces = catalog.list_namespaces()
         check_tables(tables, [".".join(i) for ns in (MIRROR_NAMESPACE, VIEW_NAMESPACE, OPS_NAMESPACE) if (ns,) in namespaces for i in catalog.list_tables(ns)])
     _run_flow(
         ctx,
-        "flows.compact:compact",
+        "lakemv.flows.compact:compact",
         spark=True,
         tables=tables or None,
         retention_hours=retention_hours,
@@ -336,13 +336,15 @@ def compact(
 @app.command()
 def serve(
     ctx: typer.Context,
-    landing: Annotated[Path | None, typer.Option(help="Landing directory the maintain deployment ingests.")] = None,
+    landing: Annotated[Path | None, typer.Option(help="Landing directory the ingest deployment reads.")] = None,
     kafka: Annotated[
         str | None, typer.Option(help="Or Kafka brokers HOST:PORT whose Debezium topics it ingests (env LAKEMV_KAFKA_BOOTSTRAP).")
     ] = None,
-    maintain_every: Annotated[float, typer.Option(min=1, help="Seconds between maintain runs.")] = 60.0,
+    ingest_every: Annotated[
+        float, typer.Option("--ingest-every", "--maintain-every", min=1, help="Seconds between ingest runs.")
+    ] = 60.0,
     continuous: Annotated[
-        bool, typer.Option("--continuous", help="Maintain as one long-running stream (restarted by the schedule).")
+        bool, typer.Option("--continuous", help="Ingest as one long-running stream (restarted by the schedule).")
     ] = False,
     trigger_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds between batches when continuous.")] = 2.0,
     compact_every: Annotated[float, typer.Option(min=1, help="Seconds between compact runs.")] = 3600.0,
@@ -352,8 +354,8 @@ def serve(
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port of the local Prefect server (when PREFECT_API_URL is unset).")] = None,
 ) -> None:
-    """Serve the Prefect deployments maintain, compact, verify (scheduled) and backfill (on demand) until interrupted."""
-    from flows.server import prefect_api
+    """Serve the Prefect deployments ingest, compact, verify (scheduled) and backfill (on demand) until interrupted."""
+    from lakemv.flows.server import prefect_api
 
     settings = ctx.obj.settings
     kafka = kafka or (None if landing is not None else settings.kafka_bootstrap)
@@ -363,11 +365,11 @@ def serve(
     if landing is not None:
         _check_landing(ctx, landing, once=False)
     else:
-        from spark.kafka import check_bootstrap
+        from lakemv.spark.stream.kafka import check_bootstrap
 
         kafka = check_bootstrap(kafka)  # type: ignore[arg-type]
     ctx.obj.checked_plans()  # a refused view fails here, before anything starts
-    from spark.session import stop_spark
+    from lakemv.spark.session import stop_spark
 
     stop_spark()  # if the check started a JVM: serve itself runs no Spark (flow runs have their own)
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "INFO"  # flow runs log to this terminal
@@ -377,11 +379,13 @@ def serve(
         from prefect import serve as serve_deployments
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
-        from flows.deployments import Schedules, deployments
+        from lakemv.flows.deployments import Schedules, deployments, retire
 
-        schedules = Schedules(maintain_every, continuous, trigger_seconds, compact_every, verify_every, retention_hours)
+        schedules = Schedules(ingest_every, continuous, trigger_seconds, compact_every, verify_every, retention_hours)
         console.print(f"Prefect API: {escape(str(api))}")
         with temporary_settings(updates={PREFECT_API_URL: api}):
+            for name in retire():
+                console.print(f"deleted the deployment {escape(name)} (renamed; this lakemv no longer serves it)")
             # Prefect's runner takes SIGTERM for itself when it runs in the main thread; in a worker
             # thread it leaves the signals to lakemv, which stops the server and every flow run.
             running = threading.Thread(
@@ -404,7 +408,7 @@ def status(
     """Per source: last position, live rows, tombstones, dead letters; per view: last batch, rows, lag (no Spark)."""
     import pyarrow as pa
 
-    from catalog.status import lake_status, status_tables, to_seconds, with_kind
+    from lakemv.duck.status import lake_status, status_tables, to_seconds, with_kind
 
     views = {name: plan.tables for name, plan in ctx.obj.plans.items()}
     tables = status_tables(lake_status(ctx.obj.settings, ctx.obj.sources, views))
@@ -438,11 +442,11 @@ def status(
                 )
 
 
-def _kafka_progress(lake: Lake, checkpoint) -> tuple[int | None, str]:  # noqa: ANN001 - a catalog.storage.Location
+def _kafka_progress(lake: Lake, checkpoint) -> tuple[int | None, str]:  # noqa: ANN001 - a lakemv.catalog.storage.Location
     """(records behind, what that means): the stream's consumed offsets against the topics' ends."""
     from confluent_kafka import KafkaException
 
-    from spark.kafka import KafkaTopics, consumed_offsets, records_behind
+    from lakemv.spark.stream.kafka import KafkaTopics, consumed_offsets, records_behind
 
     settings = lake.settings
     if not settings.kafka_bootstrap:
@@ -459,8 +463,8 @@ def _stream_tables(lake: Lake) -> dict:
     """The Kafka stream's transaction mode, and each data product's lag behind its view's feed."""
     import pyarrow as pa
 
-    from spark.kafka import kafka_checkpoint, mode_path
-    from spark.sinks import Publisher, declared_sinks
+    from lakemv.spark.sinks.products import Publisher, declared_sinks
+    from lakemv.spark.stream.kafka import kafka_checkpoint, mode_path
 
     found = {}
     checkpoint = kafka_checkpoint(lake.settings)
@@ -486,8 +490,8 @@ def demo(
     rounds: Annotated[int, typer.Option(min=1, help="Rounds (snapshot + changes).")] = 3,
 ) -> None:
     """The end-to-end tour: generate a GitHub workload, ingest it, print rows of the lake."""
-    from catalog.duck import run_query
-    from spark.ingest import checkpoint_dir
+    from lakemv.duck.lake import run_query
+    from lakemv.spark.stream.files import checkpoint_dir
 
     settings = ctx.obj.settings
     landing = settings.local_root / "demo-landing"
@@ -520,7 +524,7 @@ def _prefect_for_the_terminal() -> None:
 def main() -> None:
     """Entry point: run the app; LakemvError and usage mistakes print one line, never a trace.
 
-    SIGINT and SIGTERM stop the command and everything it started (see `spark.lifecycle`)."""
+    SIGINT and SIGTERM stop the command and everything it started (see `lakemv.core.runtime.lifecycle`)."""
     _prefect_for_the_terminal()
     lifecycle.install(subreaper=True)
     code = 0

@@ -8,15 +8,15 @@ from datetime import timedelta
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
-from catalog.writer import CommitTurns
-from flows.lake import Lake
-from flows.progress import report
+from lakemv.catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
+from lakemv.catalog.writer import CommitTurns
+from lakemv.flows.lake import Lake
+from lakemv.flows.progress import report
 
 
 def table_layouts(lake: Lake) -> dict[str, object]:
     """Per 'namespace.table', the sort order compaction writes it in (None: bin-packing only)."""
-    from spark.layout import sort_orders, view_sort_orders
+    from lakemv.core.planner.sortorder import sort_orders, view_sort_orders
 
     layouts: dict[str, object] = {f"{MIRROR_NAMESPACE}.{t}": o for t, o in sort_orders(lake.plans.values()).items()}
     layouts.update({f"{VIEW_NAMESPACE}.{v}": o for v, o in view_sort_orders(lake.plans).items()})
@@ -25,7 +25,7 @@ def table_layouts(lake: Lake) -> dict[str, object]:
 
 @task(name="compact-table", cache_policy=NO_CACHE)  # a SparkSession argument: nothing to cache on
 def compact_table(spark, catalog: str, table: str, sort, retention: timedelta, pinned, orphan_age: timedelta, tombstones, turns):  # noqa: ANN001, ANN201
-    from spark.maintenance import maintain_table
+    from lakemv.spark.compaction import maintain_table
 
     return maintain_table(
         spark, catalog, table, sort=sort, retention=retention, pinned=pinned, orphan_age=orphan_age, tombstone_retention=tombstones,
@@ -45,10 +45,10 @@ def compact(
 
     Mirrors are sorted by the columns views look them up by and views by their key. Safe while
     `maintain` commits: each table's rewrites take a turn between the stream's units
-    (`catalog.writer.CommitTurns`), lost commit races are retried, and a rewrite never changes rows.
+    (`lakemv.catalog.writer.CommitTurns`), lost commit races are retried, and a rewrite never changes rows.
     """
-    from spark.maintenance import lake_tables, pinned_since
-    from spark.session import use_catalog
+    from lakemv.spark.compaction import lake_tables, pinned_since
+    from lakemv.spark.session import use_catalog
 
     lake = Lake.at(warehouse)
     with report.status("starting Spark..."):

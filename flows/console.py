@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import json
-from datetime import UTC, date, datetime
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+from lakemv.core.values import plain
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -25,28 +24,9 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 def error_line(label: str, message: str, style: str = "red") -> Text:
     """`label` in `style`, then `message` as it is, credentials masked: a path or name holding `[/x]`
     is text, never markup."""
-    from catalog.errors import redact
+    from lakemv.core.errors import redact
 
     return Text.assemble((label, style), " ", redact(message))
-
-
-def plain(value: Any) -> Any:
-    """A JSON-ready version of a query value: timestamps as ISO-8601 UTC ('Z'), dates ISO."""
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC)
-        return value.isoformat().replace("+00:00", "Z")
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
 
 
 def render(result: pa.Table, fmt: str) -> str:

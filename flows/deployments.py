@@ -1,6 +1,6 @@
 """The deployments `lakemv serve` starts, declared in code: what runs when.
 
-* `lakemv-maintain` - every `maintain_every` seconds, ingest what has landed (availableNow) and
+* `lakemv-ingest` - every `ingest_every` seconds, ingest what has landed (availableNow) and
   maintain the views; with `continuous`, one long-running stream instead, which the schedule
   restarts should it stop (one run at a time: a new run is cancelled while one is active);
 * `lakemv-compact` - Iceberg maintenance in the lookup-aware layout, every `compact_every` seconds;
@@ -17,19 +17,22 @@ from pathlib import Path
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 
-from flows.backfill import backfill
-from flows.compact import compact
-from flows.maintain import maintain
-from flows.verify import verify
+from lakemv.flows.backfill import backfill
+from lakemv.flows.compact import compact
+from lakemv.flows.ingest import ingest
+from lakemv.flows.verify import verify
 
 ONE_AT_A_TIME = ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW)
+# Deployments an earlier lakemv served under names it no longer uses: on a long-lived server their
+# schedules would keep creating runs that no one serves.
+RETIRED = ("maintain/lakemv-maintain",)  # now ingest/lakemv-ingest
 
 
 @dataclass(frozen=True)
 class Schedules:
     """When each deployment runs (seconds)."""
 
-    maintain_every: float = 60.0
+    ingest_every: float = 60.0
     continuous: bool = False
     trigger_seconds: float = 2.0
     compact_every: float = 3600.0
@@ -42,9 +45,9 @@ def deployments(landing: Path | None, warehouse: str, schedules: Schedules, kafk
     lake = {"warehouse": str(warehouse)}
     common = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["lakemv"]}
     return [
-        maintain.to_deployment(
-            "lakemv-maintain",
-            interval=timedelta(seconds=schedules.maintain_every),
+        ingest.to_deployment(
+            "lakemv-ingest",
+            interval=timedelta(seconds=schedules.ingest_every),
             parameters={
                 **({"landing": str(landing)} if landing is not None else {"kafka": kafka}),
                 "once": not schedules.continuous,
@@ -78,3 +81,19 @@ def deployments(landing: Path | None, warehouse: str, schedules: Schedules, kafk
             **common,
         ),
     ]
+
+
+def retire(names: tuple[str, ...] = RETIRED) -> list[str]:
+    """Delete the retired deployments the current Prefect API holds; returns the names deleted."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    deleted = []
+    with get_client(sync_client=True) as client:
+        for name in names:
+            try:
+                client.delete_deployment(client.read_deployment_by_name(name).id)
+            except ObjectNotFound:
+                continue
+            deleted.append(name)
+    return deleted

@@ -11,9 +11,9 @@ from pathlib import Path
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from catalog.declarations import SourceRegistry, load_sources
-from catalog.errors import ConfigError, redact
-from catalog.settings import LakeSettings
+from lakemv.catalog.declarations import SourceRegistry, load_sources
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import ConfigError, redact
 
 SECRET_FIELDS = frozenset({"s3_secret_access_key", "kafka_options"})  # never echoed in an error
 
@@ -56,23 +56,23 @@ class Lake:
     def plans(self) -> dict:
         """Every view definition, planned (a view outside the supported class fails here)."""
         if self._plans is None:
-            from spark.planner import plan_view
-            from spark.views import load_views
+            from lakemv.core.planner import plan_view
+            from lakemv.core.planner.definitions import load_views
 
             views = load_views(self.settings.view_dirs)
             self._plans = {name: plan_view(view, self.sources) for name, view in views.items()}
         return self._plans
 
     def checked_plans(self, spark=None) -> dict:  # noqa: ANN001 - a SparkSession, when one runs
-        """`plans`, each also analysed by Spark (see spark.analysis): in `spark` when given, else
+        """`plans`, each also analysed by Spark (see lakemv.spark.analysis): in `spark` when given, else
         from the record of earlier analyses, starting Spark only for definitions not seen before."""
-        from spark.analysis import check_views
+        from lakemv.spark.analysis import check_views
 
         plans = self.plans
         check_views(self.settings, list(plans.values()), self.sources, spark if spark is not None else self.spark)
         return plans
 
-    def plan(self, name: str):  # noqa: ANN201 - spark.planner.ViewPlan, imported lazily
+    def plan(self, name: str):  # noqa: ANN201 - lakemv.core.planner.ViewPlan, imported lazily
         plans = self.plans
         if name not in plans:
             known = ", ".join(sorted(plans)) or "none"
@@ -81,12 +81,12 @@ class Lake:
 
     def warm_up(self) -> None:
         """Start Spark in the background; `spark()` then waits for it instead of starting it."""
-        from spark.session import warm_up
+        from lakemv.spark.session import warm_up
 
         warm_up(self.settings)
 
     def spark(self):  # noqa: ANN201 - pyspark imported lazily: commands without Spark start fast
         """The process's SparkSession with this lake's catalog (started on first use)."""
-        from spark.session import get_spark
+        from lakemv.spark.session import get_spark
 
         return get_spark(self.settings)

@@ -13,8 +13,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 _terminal: Console | None = None
 _bound: logging.Logger | logging.LoggerAdapter | None = None  # the run logger, for threads without the run context

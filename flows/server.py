@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from catalog.errors import ConfigError
-from spark import lifecycle
+from lakemv.core.errors import ConfigError
+from lakemv.core.runtime import lifecycle
 
 
 def free_port() -> int:
@@ -50,7 +50,7 @@ class PrefectApi:
         self.url = url
         self.process = process
         self.log = log
-        self.name = name  # the child's name in spark.lifecycle
+        self.name = name  # the child's name in lakemv.core.runtime.lifecycle
         self._ready = process is None
 
     @classmethod

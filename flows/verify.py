@@ -6,10 +6,10 @@ from dataclasses import asdict
 
 from prefect import flow
 
-from catalog.verify import ViewMismatch, consistent_cut, verify_view
-from flows.lake import Lake
-from flows.progress import report
-from spark.planner.finality import checked_sql
+from lakemv.core.planner.finality import checked_sql
+from lakemv.duck.verify import ViewMismatch, consistent_cut, verify_view
+from lakemv.flows.lake import Lake
+from lakemv.flows.progress import report
 
 
 @flow(name="verify", validate_parameters=True)

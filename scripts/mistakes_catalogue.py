@@ -11,7 +11,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from catalog.settings import PROJECT_ROOT
+from lakemv.catalog.settings import PROJECT_ROOT
 from tests.e2e.test_hostile_input import HOSTILE
 from tests.e2e.test_mistakes import MISTAKES, SOURCES, WARNINGS, _lay_out, _run
 

@@ -6,7 +6,7 @@
 #      stack (Kafka, Kafka Connect, Debezium: jvm/stack/pom.xml) into jvm/stack/lib, and those of the
 #      scale-out servers (an S3 object store, Iceberg's REST catalog: jvm/scaleout/pom.xml) into
 #      jvm/scaleout/lib;
-#   4. the class archive Spark's JVM starts from (jvm/cds, spark/class_archive.py).
+#   4. the class archive Spark's JVM starts from (jvm/cds, ops/class_archive.py).
 # Re-running it does nothing unless one of those inputs changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ missing=()
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
-command -v setfacl >/dev/null 2>&1 || missing+=(acl)  # the local stack lets PostgreSQL's user into its folder (flows/stack.py)
+command -v setfacl >/dev/null 2>&1 || missing+=(acl)  # the local stack lets PostgreSQL's user into its folder (ops/stack.py)
 if ((${#missing[@]})); then
   say "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -37,7 +37,7 @@ PYTHON="${PYTHON:-python3}"
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ "$(cat .setup/python 2>/dev/null)" != "$want" ]; then
   say "installing Python packages (pinned by constraints.txt)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,bench]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,bench,docs]'
   echo "$want" > .setup/python
 fi
 
@@ -66,5 +66,5 @@ if [ "$(cat .setup/scaleout-jars 2>/dev/null)" != "$want" ] || ! compgen -G "jvm
 fi
 # ---- 4. Class archive ---------------------------------------------------------------------------
 # Built for the current java, PySpark and jars (a no-op when it exists); Spark starts seconds sooner.
-.venv/bin/python -m spark.class_archive --quiet-if-present
+.venv/bin/python -m lakemv.ops.class_archive --quiet-if-present
 say "ready"

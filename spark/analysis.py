@@ -15,9 +15,9 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from catalog.declarations import SourceTable
-from catalog.errors import ViewDefinitionError
-from catalog.settings import LakeSettings
+from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import ViewDefinitionError
 
 RECORD = Path("_lakemv") / "view-analysis.json"
 

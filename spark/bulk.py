@@ -1,7 +1,7 @@
 """Large units parsed set-wise by Spark instead of line by line in the driver.
 
 A snapshot (`op: r`) or a backlog arrives as millions of lines. Parsing them in the driver runs at
-Python speed on one core; here Spark parses them (`spark.envelopesql`, the same rules) and dedupes
+Python speed on one core; here Spark parses them (`lakemv.core.cdc.envelopesql`, the same rules) and dedupes
 them per primary key (highest position, then the later line), and only the deduplicated mirror rows
 come back to the driver, as Arrow. The few lines the SQL cannot vouch for are parsed by
 `parse_envelope` as always, so their dead letters and skips carry the same reasons, and take part
@@ -20,9 +20,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from catalog.declarations import SourceTable
-from catalog.tables import BATCH_ID, INGESTED_AT, POSITION, mirror_arrow_schema
-from spark.changeset import (
+from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.tables import BATCH_ID, INGESTED_AT, POSITION, mirror_arrow_schema
+from lakemv.core.cdc.changeset import (
     ChangeSet,
     ReadPlacer,
     changes_to_arrow,
@@ -32,9 +32,9 @@ from spark.changeset import (
     keep_unavailable,
     parse_line,
 )
-from spark.envelope import Change
-from spark.unavailable import Lookup
-from spark.envelopesql import CLEAN, SEQ, parse_sql
+from lakemv.core.cdc.envelope import Change
+from lakemv.core.cdc.envelopesql import CLEAN, SEQ, parse_sql
+from lakemv.core.cdc.unavailable import Lookup
 
 _TABLE = "_lmv_table"
 
@@ -66,7 +66,7 @@ def bulk_changeset(
     """The unit's change set, parsed and deduplicated by Spark (see the module docstring).
 
     Runs in the session of `lines.frame` (a streaming batch's frame lives in a session of its own).
-    Event sources' lines are parsed in the driver (`spark.events`), as in a small unit.
+    Event sources' lines are parsed in the driver (`lakemv.core.cdc.events`), as in a small unit.
     """
     spark = lines.frame.sparkSession
     relation = f"_lmv_bulk_{batch_id}"
@@ -100,7 +100,7 @@ def bulk_changeset(
         if any(c.follows for changes in python.values() for _, c in changes):
             python = _place_reads(python, [parsed[t].where(F.col(CLEAN)).select(POSITION, SEQ) for t in parsed], applied)
         # A table with values Debezium did not send is parsed in the driver whole: those values are
-        # the previous image's, which may be any earlier line of the unit (spark.unavailable).
+        # the previous image's, which may be any earlier line of the unit (lakemv.core.cdc.unavailable).
         whole = sorted(
             {t for t, changes in python.items() if not sources[t].is_events and any(c.unavailable for _, c in changes)} | set(result.truncates)
         )  # and a TRUNCATE, which deletes what the unit's earlier lines made too
@@ -167,7 +167,7 @@ def _place_reads(
     python: dict[str, list[tuple[int, Change]]], clean: list[DataFrame], applied: Callable[[], int] | None
 ) -> dict[str, list[tuple[int, Change]]]:
     """Incremental snapshot reads placed after the changes before them in the unit, those Spark parsed
-    included (`spark.changeset.ReadPlacer`)."""
+    included (`lakemv.core.cdc.changeset.ReadPlacer`)."""
     positions: list[tuple[int, int | None]] = []  # (line, position of a clean line), in line order below
     for frame in clean:
         table = frame.toArrow()

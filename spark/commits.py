@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
-from catalog.errors import CommitConflict
+from lakemv.core.errors import CommitConflict
 
 WRITE_ID = "lakemv.write-id"
 _SESSION_PROPERTY = f"spark.sql.iceberg.snapshot-property.{WRITE_ID}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from catalog.tables import TableNames, tblproperties_sql
-from spark.changeset import DeadLetter
+from lakemv.catalog.tables import TableNames, tblproperties_sql
+from lakemv.core.cdc.changeset import DeadLetter
 
 MAX_RAW_CHARS = 1 << 20  # a 10 MB line keeps its first MiB; raw_chars records the full length
 

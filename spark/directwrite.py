@@ -3,7 +3,7 @@
 A batch writes a thousand rows into tables of millions. Spark's MERGE must read the table to find the
 rows it replaces (Iceberg has no index: 1.4 s for 1k keys into 1M rows here), and every Spark write
 is a job. The local state already knows which rows a batch replaces, that each new row wins, and
-where each replaced row lives (its data file and position, `spark.state`), so no read is needed: the
+where each replaced row lives (its data file and position, `lakemv.core.state`), so no read is needed: the
 new rows go into a Parquet file, the replaced rows' positions into a position-delete file, and both
 are committed as one Iceberg `RowDelta` - atomic for readers, validated like Spark's own merge-on-read
 commits (the files the deletes point into must still exist: a compaction that rewrote them in
@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from catalog.settings import LakeSettings
-from catalog.storage import S3_SCHEMES, arrow_file, is_remote
-from spark.commits import WRITE_ID
-from spark.state.store import Location
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.storage import S3_SCHEMES, arrow_file, is_remote
+from lakemv.core.state.store import Location
+from lakemv.spark.commits import WRITE_ID
 
 # Iceberg's reserved field ids of a position-delete file's columns (the table spec's "Position Delete Files").
 _DELETE_SCHEMA = pa.schema(
@@ -66,7 +66,7 @@ class DirectWriter:
         if key not in self._schemas:
             from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-            from catalog.lake import pyiceberg_catalog
+            from lakemv.catalog.lake import pyiceberg_catalog
 
             if self._catalog is None:
                 self._catalog = pyiceberg_catalog(self.settings)

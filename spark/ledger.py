@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from catalog.tables import TableNames, tblproperties_sql
+from lakemv.catalog.tables import TableNames, tblproperties_sql
 
 DDL = (
     "stream_id STRING, batch_id BIGINT, chunk INT, lines BIGINT, events BIGINT, dead_letters BIGINT, "

@@ -7,9 +7,8 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from catalog.declarations import Column, SourceTable
-from catalog.evolution import mirror_columns
-from catalog.tables import (
+from lakemv.catalog.declarations import Column, SourceTable
+from lakemv.catalog.tables import (
     BOOKKEEPING_NAMES,
     DELETED,
     MIRROR_NAMESPACE,
@@ -21,7 +20,8 @@ from catalog.tables import (
     mirror_ddl_columns,
     tblproperties_sql,
 )
-from spark.literals import key_columns, key_filter
+from lakemv.core.cdc.evolution import mirror_columns
+from lakemv.core.sql.quote import key_columns, key_filter
 
 
 def ensure_namespaces(spark: SparkSession, names: TableNames) -> None:
@@ -45,7 +45,7 @@ def ensure_mirror(spark: SparkSession, names: TableNames, source: SourceTable) -
 
 def event_clocks(spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable]) -> dict[str, int | None]:
     """Per event source, the newest event time its table holds (epoch micros; None when empty): the
-    clock its watermark follows (spark.events). Iceberg answers max() from its file statistics."""
+    clock its watermark follows (lakemv.core.cdc.events). Iceberg answers max() from its file statistics."""
     clocks = {}
     for name, source in sorted(sources.items()):
         if source.is_events:
@@ -56,7 +56,7 @@ def event_clocks(spark: SparkSession, names: TableNames, sources: Mapping[str, S
 
 def event_watermarks(spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable]) -> dict[str, int | None]:
     """Per event source, the watermark its table's events give (what a backfill judges windows by)."""
-    from spark.events import watermarks
+    from lakemv.core.cdc.events import watermarks
 
     return watermarks(event_clocks(spark, names, sources), sources)
 
@@ -85,7 +85,7 @@ def merge_sql(target: str, source_view: str, source: SourceTable, prefilter: str
     """MERGE that applies a change only when it is newer than the stored row (tombstones included).
 
     `prefilter`, a predicate on the target's key columns true for every source key (see
-    spark.literals), keeps the join from reading the rest of the table.
+    lakemv.core.sql.quote), keeps the join from reading the rest of the table.
     """
     on = " AND ".join([f"t.`{k}` = s.`{k}`" for k in source.primary_key] + ([prefilter] if prefilter else []))
     return (
@@ -126,7 +126,7 @@ def stored_rows(spark: SparkSession, names: TableNames, source: SourceTable, row
 def matching_rows(spark: SparkSession, names: TableNames, source: SourceTable, match: pa.Table, live: bool = False) -> pa.Table:
     """The mirror's rows (only the live ones with `live`, else tombstones included) whose columns named
     like `match`'s equal one of its rows: a semi join with `match`, the values also given as literals
-    so the Iceberg scan skips the files that cannot hold them (spark.literals)."""
+    so the Iceberg scan skips the files that cannot hold them (lakemv.core.sql.quote)."""
     view = f"_lmv_match_{source.name}"
     spark.createDataFrame(match).createOrReplaceTempView(view)
     on = " AND ".join(f"m.`{k}` = k.`{k}`" for k in match.column_names)

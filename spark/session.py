@@ -1,6 +1,6 @@
 """The SparkSession factory: lakemv's jars, the Iceberg catalog from LakeSettings, UTC everywhere.
 
-The JVM runs in a session of its own (see `spark.lifecycle`): a Ctrl-C or a supervisor's SIGTERM to
+The JVM runs in a session of its own (see `lakemv.core.runtime.lifecycle`): a Ctrl-C or a supervisor's SIGTERM to
 lakemv's process group reaches the Python driver only, which cancels running jobs and then closes
 the JVM's stdin, on which Spark's gateway exits. Its stderr passes through a filter that drops the
 start-up banner, so a command's own output (and its one `error:` line) is all a user sees.
@@ -22,10 +22,10 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from catalog.errors import ConfigError
-from catalog.lake import bootstrap, hadoop_s3_conf, spark_catalog_conf
-from catalog.settings import LakeSettings
-from spark import lifecycle
+from lakemv.catalog.lake import bootstrap, hadoop_s3_conf, spark_catalog_conf
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import ConfigError
+from lakemv.core.runtime import lifecycle
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
@@ -86,7 +86,7 @@ def _cluster(settings: LakeSettings) -> dict[str, str]:
 
 def base_conf(settings: LakeSettings) -> dict[str, str]:
     """Session-wide conf: jars, extensions, quiet UTC JVM, small shuffles for one machine."""
-    from spark.class_archive import java_options
+    from lakemv.spark.class_archive import java_options
 
     java_opts = f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -Duser.timezone=UTC"
     driver_opts = " ".join(o for o in (java_opts, java_options(settings), settings.jvm_options) if o)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog.declarations import SourceRegistry, load_sources
-from catalog.settings import PROJECT_ROOT, LakeSettings
-from catalog.tables import TableNames
+from lakemv.catalog.declarations import SourceRegistry, load_sources
+from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
+from lakemv.catalog.tables import TableNames
 
 LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 
@@ -76,7 +76,7 @@ def small_settings(warehouse: Path, catalog_name: str = "lake") -> LakeSettings:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):
-    from spark.session import get_spark
+    from lakemv.spark.session import get_spark
 
     settings = small_settings(tmp_path_factory.mktemp("session-warehouse")).model_copy(update={"jvm_options": ""})
     session = get_spark(settings)
@@ -101,7 +101,7 @@ class Lake:
 def lake(spark, tmp_path: Path, sources: SourceRegistry, monkeypatch: pytest.MonkeyPatch) -> Lake:
     """A fresh catalog; flows run in this process (they build settings from LAKEMV_* and a warehouse
     path) see the same catalog name and sizing through the environment."""
-    from spark.session import use_catalog
+    from lakemv.spark.session import use_catalog
 
     settings = small_settings(tmp_path / "warehouse", f"t_{uuid.uuid4().hex[:10]}")
     for key, value in (

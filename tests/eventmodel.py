@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from catalog.declarations import SourceTable
+from lakemv.catalog.declarations import SourceTable
 
 HOUR = 3_600_000_000
 

@@ -1,6 +1,6 @@
 """An independent model of the two shipped views, in plain Python over a workload's true state.
 
-`state` is what `workload.github.GitHubWorkload.state` holds: table name -> primary-key tuple -> row
+`state` is what `lakemv.workload.github.GitHubWorkload.state` holds: table name -> primary-key tuple -> row
 dict, timestamps as int epoch microseconds (UTC). Nothing here uses Spark, SQL or lakemv's view code:
 the semantics are written down directly from the views' contract, so a disagreement with the lake
 means one of the two is wrong.

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from catalog.declarations import Column, SourceTable
+from lakemv.catalog.declarations import Column, SourceTable
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CONNECT_TYPES = {

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from catalog.declarations import SourceTable
-from workload.debezium import connect_schema, envelope, write_landing_files
+from lakemv.catalog.declarations import SourceTable
+from lakemv.workload.debezium import connect_schema, envelope, write_landing_files
 
 Key = tuple[Any, ...]
 Row = dict[str, Any]

@@ -14,8 +14,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from catalog.declarations import Column, SourceTable
-from workload.github import GitHubWorkload, Row, WorkloadConfig
+from lakemv.catalog.declarations import Column, SourceTable
+from lakemv.workload.github import GitHubWorkload, Row, WorkloadConfig
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Statement = tuple[str, tuple[Any, ...]]
@@ -124,7 +124,7 @@ class PostgresWorkload(GitHubWorkload):
 
     def transactions(self, changes: int) -> Iterator[list[Statement]]:
         """`changes` random operations (the workload's weights), in transactions of 1..max_ops."""
-        from workload.github import OPERATIONS
+        from lakemv.workload.github import OPERATIONS
 
         weights, names = [w for w, _ in OPERATIONS], [n for _, n in OPERATIONS]
         done = 0

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from catalog.declarations import SourceTable
-from spark.planner import ViewPlan, plan_view
-from spark.views import ViewDefinition, parse_view
+from lakemv.catalog.declarations import SourceTable
+from lakemv.core.planner import ViewPlan, plan_view
+from lakemv.core.planner.definitions import ViewDefinition, parse_view
 
 # name -> (key columns, SQL)
 SHAPES: dict[str, tuple[str, str]] = {

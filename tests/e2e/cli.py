@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from catalog.declarations import SourceTable
-from catalog.duck import connect_duckdb, metadata_location
-from catalog.settings import LakeSettings
-from catalog.tables import LEDGER, OPS_NAMESPACE
-from spark.coerce import iso_to_micros
+from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import LEDGER, OPS_NAMESPACE
+from lakemv.core.cdc.coerce import iso_to_micros
+from lakemv.duck.lake import connect_duckdb, metadata_location
 from tests.conftest import LAKEMV
 
 

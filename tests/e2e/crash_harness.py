@@ -35,15 +35,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from catalog.declarations import SourceRegistry, load_sources
-from catalog.duck import connect_duckdb, metadata_location
-from catalog.settings import LakeSettings
-from catalog.tables import DEAD_LETTERS, LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
-from spark.coerce import EPOCH, ONE_MICRO
+from lakemv.catalog.declarations import SourceRegistry, load_sources
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import DEAD_LETTERS, LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
+from lakemv.core.cdc.coerce import EPOCH, ONE_MICRO
+from lakemv.duck.lake import connect_duckdb, metadata_location
+from lakemv.workload.github import WorkloadConfig, generate_files
 from tests import viewmodel
 from tests.conftest import LAKEMV
 from tests.e2e.cli import assert_same_rows
-from workload.github import WorkloadConfig, generate_files
 
 TABLES = ("payment_info", "pull_requests", "repos", "stars", "users")
 VIEWS = ("repo_summary", "user_profile")
@@ -188,7 +188,7 @@ def event_env() -> dict[str, str]:
 
 def prepare_events(out: Path, seed: int, events: int, rounds: int) -> tuple[list[dict[str, list[str]]], int]:
     """Generated event streams, a file per stream and round plus a bad line, in round order."""
-    from workload.events import EventConfig, EventWorkload, write_round
+    from lakemv.workload.events import EventConfig, EventWorkload, write_round
 
     cut = [r for r in EventWorkload(EventConfig(events=events, rounds=rounds, seed=seed, late_share=0.03, duplicate_share=0.05)).rounds()]
     streams = sorted({s for lines in cut for s in lines})
@@ -230,7 +230,7 @@ def copy_landing(source: Path, target: Path) -> None:
 
 
 def ingest_env(files_per_batch: int, extra: Mapping[str, str] | None = None, set_wise: bool = False) -> dict[str, str]:
-    """The environment of one ingest run; `set_wise`: every batch parsed by Spark (spark.bulk)."""
+    """The environment of one ingest run; `set_wise`: every batch parsed by Spark (lakemv.spark.bulk)."""
     env = {
         **os.environ,
         "LAKEMV_SPARK_MASTER": "local[2]",
@@ -413,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--users", type=int, default=120)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--root", type=Path, default=Path("/tmp/lakemv-crash"))
-    parser.add_argument("--set-wise", action="store_true", help="every batch parsed by Spark (spark.bulk)")
+    parser.add_argument("--set-wise", action="store_true", help="every batch parsed by Spark (lakemv.spark.bulk)")
     parser.add_argument("--events", type=int, default=0, help="feed the event views this many generated page views instead")
     parser.add_argument("--cluster", type=Path, help="crash on the scale-out stack `lakemv cluster up --dir CLUSTER` runs")
     args = parser.parse_args(argv)
@@ -425,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         points = EVENT_POINTS if args.events else POINTS
         place = None
         if args.cluster is not None:
-            from flows.cluster import ClusterConfig
+            from lakemv.ops.cluster import ClusterConfig
 
             config = ClusterConfig.load(args.cluster)
             place = Place(f"{config.warehouse}/crash-{seed}-{int(time.time())}", config.settings_env(), root / "driver")

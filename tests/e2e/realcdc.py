@@ -17,13 +17,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog.declarations import SourceTable
-from catalog.duck import connect_duckdb, metadata_location
-from catalog.settings import LakeSettings
-from catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
-from flows.console import plain
+from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
+from lakemv.core.values import plain
+from lakemv.duck.lake import connect_duckdb, metadata_location
+from lakemv.workload.postgres import _from_postgres
 from tests.conftest import LAKEMV
-from workload.postgres import _from_postgres
 
 Row = dict[str, Any]
 

@@ -3,7 +3,7 @@
     .venv/bin/python -m tests.e2e.sink_crashes                 # every point, 3 rounds each (~6 min)
     .venv/bin/python -m tests.e2e.sink_crashes --points sink_committed --rounds 2
 
-For each crash point of `spark.sinks` (`sink_produced`: the Kafka transaction holds the messages but
+For each crash point of `lakemv.spark.sinks.products` (`sink_produced`: the Kafka transaction holds the messages but
 is not committed; `sink_committed`: committed, progress not yet noted; `delta_merging` / `delta_merged`:
 before and after the Delta MERGE) it ingests a GitHub workload round by round from landing files
 (`lakemv ingest --once`, the real command), arms the point for each round's delivery so the process
@@ -23,9 +23,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from catalog.declarations import load_sources
-from catalog.settings import LakeSettings
-from flows.stack import Stack, StackConfig
+from lakemv.catalog.declarations import load_sources
+from lakemv.catalog.settings import LakeSettings
+from lakemv.ops.stack import Stack, StackConfig
 from tests.conftest import LAKEMV
 from tests.e2e.cli import move_round
 from tests.e2e.realcdc import delta_cdf_events, delta_rows, feed_events, topic_events, view_rows

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 from tests.e2e.cli import lakemv, model_rows, move_round, queried_rows
-from workload.github import GitHubWorkload, WorkloadConfig
 
 
 @pytest.mark.slow(100)
@@ -103,7 +103,7 @@ def _mistake_env(tmp_path, case: str) -> tuple[dict[str, str], list[str]]:
         ("none", ["ingest", "--landing", "{tmp}/a-file", "--once"], "the landing path is a file"),
         ("none", ["generate", "--out", "{tmp}/a-file", "--users", "3"], "cannot create the output folder"),
         ("none", ["ingest", "--landing", "{tmp}/empty", "--trigger-seconds", "0"], "Invalid value for '--trigger-seconds'"),
-        ("none", ["serve", "--landing", "{tmp}/empty", "--maintain-every", "0"], "Invalid value for '--maintain-every'"),
+        ("none", ["serve", "--landing", "{tmp}/empty", "--ingest-every", "0"], "Invalid value for '--ingest-every'"),
         ("none", ["compact", "--retention-hours", "0"], "Invalid value for '--retention-hours'"),
     ],
 )
@@ -134,7 +134,7 @@ def test_a_view_spark_cannot_analyse_stops_ingest_at_start_with_one_line(tmp_pat
 
 
 def test_list_settings_take_a_path_or_comma_separated_paths(tmp_path):
-    from catalog.settings import PROJECT_ROOT
+    from lakemv.catalog.settings import PROJECT_ROOT
 
     sources = PROJECT_ROOT / "catalog" / "sources"
     extra = tmp_path / "more"

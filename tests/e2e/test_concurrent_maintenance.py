@@ -4,7 +4,7 @@ units (so they are never deferred), and nothing is lost.
 Two processes: `lakemv ingest` runs continuously (its own JVM) while this test's Spark session
 compacts every table over and over (rewrite_data_files, rewrite_position_delete_files,
 expire_snapshots) as new landing files arrive. Without turns, the rewrites of a table the stream
-MERGEs into every second lost nearly every race (catalog.writer.CommitTurns).
+MERGEs into every second lost nearly every race (lakemv.catalog.writer.CommitTurns).
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from datetime import timedelta
 
 import pytest
 
-from catalog.settings import LakeSettings
-from catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
-from catalog.writer import CommitTurns
-from spark.commits import Retries
-from spark.maintenance import TableMaintenance, lake_tables, maintain_table
-from spark.session import use_catalog
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
+from lakemv.catalog.writer import CommitTurns
+from lakemv.spark.commits import Retries
+from lakemv.spark.compaction import TableMaintenance, lake_tables, maintain_table
+from lakemv.spark.session import use_catalog
+from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.conftest import LAKEMV
 from tests.e2e.cli import ledger_sum, move_round
 from tests.e2e.crash_harness import MODELS, assert_views_match_model, read_lake
-from workload.github import WorkloadConfig, generate_files
 
 ROUNDS = 20
 

@@ -21,7 +21,7 @@ def test_every_kill_point_recovers_to_the_crash_free_result(tmp_path, sources):
     assert trial.states_lost > 0  # and deleting the local state between runs changed no result
 
 
-# A unit Spark parses (spark.bulk) replays through the same steps; a kill at each kind of step.
+# A unit Spark parses (lakemv.spark.bulk) replays through the same steps; a kill at each kind of step.
 SET_WISE_POINTS = ("journaled", "mirror:stars", "state:mirrors", "view:user_profile", "state:repo_summary", "ledger")
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog.duck import connect_duckdb, metadata_location
-from catalog.settings import LakeSettings
-from catalog.tables import DEAD_LETTERS, OPS_NAMESPACE
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import DEAD_LETTERS, OPS_NAMESPACE
+from lakemv.duck.lake import connect_duckdb, metadata_location
 from tests.cdc import dbz, user
 from tests.e2e.cli import lakemv
 from tests.e2e.crash_harness import ingest, ingest_env

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from catalog.settings import PROJECT_ROOT
+from lakemv.catalog.settings import PROJECT_ROOT
 from tests.conftest import LAKEMV
 
 pytestmark = pytest.mark.e2e
@@ -135,7 +135,7 @@ MISTAKES = [
     mistake("ingest-trigger-zero", ["ingest", "--landing", "{tmp}/empty", "--trigger-seconds", "0"], "Invalid value for '--trigger-seconds'"),
     mistake("ingest-max-files-zero", ["ingest", "--landing", "{tmp}/empty", "--max-files-per-trigger", "0"],
             "Invalid value for '--max-files-per-trigger'"),  # fmt: skip
-    mistake("serve-maintain-every-zero", ["serve", "--landing", "{tmp}/empty", "--maintain-every", "0"], "Invalid value for '--maintain-every'"),
+    mistake("serve-ingest-every-zero", ["serve", "--landing", "{tmp}/empty", "--ingest-every", "0"], "Invalid value for '--ingest-every'"),
     mistake("serve-port-text", ["serve", "--landing", "{tmp}/empty", "--port", "http"], "Invalid value for '--port'"),
     mistake("compact-retention-zero", ["compact", "--retention-hours", "0"], "Invalid value for '--retention-hours'"),
     mistake("demo-users-zero", ["demo", "--users", "0"], "Invalid value for '--users'"),

@@ -16,19 +16,19 @@ import uuid
 
 import pytest
 
-from catalog.duck import connect_duckdb, metadata_location, run_query
-from catalog.lake import pyiceberg_catalog
-from catalog.tables import VIEW_NAMESPACE
-from flows.backfill import backfill
-from flows.compact import compact
-from flows.lake import lake_settings
-from flows.verify import verify
-from catalog.viewstate import STATE
-from spark.backfill import Backfill
+from lakemv.catalog.lake import pyiceberg_catalog
+from lakemv.catalog.tables import VIEW_NAMESPACE
+from lakemv.catalog.viewstate import STATE
+from lakemv.duck.lake import connect_duckdb, metadata_location, run_query
+from lakemv.flows.backfill import backfill
+from lakemv.flows.compact import compact
+from lakemv.flows.lake import lake_settings
+from lakemv.flows.verify import verify
+from lakemv.spark.views.backfill import Backfill
+from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.conftest import LAKEMV
 from tests.e2e.cli import ledger_sum, move_round
 from tests.e2e.crash_harness import assert_views_match_model, read_lake
-from workload.github import WorkloadConfig, generate_files
 
 ROUNDS = 12
 PROBE = "SELECT count(*) AS n, count(DISTINCT email) AS d, coalesce(sum(len(pull_requests)), 0) AS prs FROM {}"

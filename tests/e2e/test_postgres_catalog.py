@@ -15,9 +15,9 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 from tests.e2e.cli import lakemv, model_rows, queried_rows
 from tests.e2e.secrets import CommandLines, holding
-from workload.github import GitHubWorkload, WorkloadConfig
 
 
 def _free_port() -> int:

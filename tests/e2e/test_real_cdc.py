@@ -20,9 +20,11 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from catalog.settings import LakeSettings
-from catalog.tables import MIRROR_NAMESPACE
-from flows.stack import Stack, StackConfig
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import MIRROR_NAMESPACE
+from lakemv.ops.stack import Stack, StackConfig
+from lakemv.workload.github import WorkloadConfig
+from lakemv.workload.postgres import PostgresWorkload, apply, load_state
 from tests.e2e.cli import lakemv
 from tests.e2e.realcdc import (
     Ingest,
@@ -38,8 +40,6 @@ from tests.e2e.realcdc import (
     topic_events,
     view_rows,
 )
-from workload.github import WorkloadConfig
-from workload.postgres import PostgresWorkload, apply, load_state
 
 TABLES = ("payment_info", "pull_requests", "repos", "stars", "users")
 SINKS = {"user_profile": ["kafka", "delta"], "repo_summary": ["kafka"]}
@@ -107,8 +107,8 @@ def _toasted_changes(con) -> tuple[str, str]:  # noqa: ANN001
 
 def _delivered(settings: LakeSettings) -> bool:
     """Every data product has delivered its view's whole change feed."""
-    from flows.lake import Lake
-    from spark.sinks import Publisher, declared_sinks
+    from lakemv.flows.lake import Lake
+    from lakemv.spark.sinks.products import Publisher, declared_sinks
 
     configured = settings.model_copy(update={"sinks": tuple((v, tuple(k)) for v, k in SINKS.items())})
     lags = Publisher(None, configured, declared_sinks(configured, Lake(configured).plans.values())).lags()
@@ -117,7 +117,7 @@ def _delivered(settings: LakeSettings) -> bool:
 
 def _transactions_by_position(bootstrap: str, prefix: str) -> dict[int, str]:
     """Every data change Debezium sent: its LSN (lakemv's source position) -> its transaction (txId)."""
-    from spark.transactions import transaction_key
+    from lakemv.core.cdc.transactions import transaction_key
 
     found: dict[int, str] = {}
     for table in TABLES:

@@ -1,6 +1,6 @@
 """Scale-out by settings alone: a Spark standalone cluster, an S3-compatible object store and a REST
 Iceberg catalog, all real processes on loopback (`lakemv cluster up`), and lakemv pointed at them by
-the LAKEMV_* settings `lakemv cluster env` prints, as the README's "Scaling out" recipe does.
+the LAKEMV_* settings `lakemv cluster env` prints, as the manual's "Scaling out" recipe (docs/scaling-out.md) does.
 
 The lake built there must equal the one a local run builds from the same input, read by another
 engine (DuckDB, through the REST catalog and the object store); every file lakemv keeps must be in
@@ -19,11 +19,11 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from catalog.lake import delta_rs_options, pyiceberg_catalog
-from catalog.storage import s3_filesystem
-from flows.cluster import Cluster, ClusterConfig
+from lakemv.catalog.lake import delta_rs_options, pyiceberg_catalog
+from lakemv.catalog.storage import s3_filesystem
+from lakemv.ops.cluster import Cluster, ClusterConfig
 from tests.e2e.cli import lakemv, move_round
-from tests.e2e.crash_harness import Place, VIEWS, assert_same_lake, read_lake, run_trial
+from tests.e2e.crash_harness import VIEWS, Place, assert_same_lake, read_lake, run_trial
 from tests.e2e.secrets import CommandLines, holding
 
 pytestmark = pytest.mark.slow(300)
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow(300)
 
 @pytest.fixture
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A fresh scale-out stack, started as the README's recipe starts it: `lakemv cluster up` (s3proxy,
+    """A fresh scale-out stack, started as the manual's recipe starts it: `lakemv cluster up` (s3proxy,
     the REST catalog, a Spark master and one worker), `lakemv cluster down --purge` at the end."""
     folder = tmp_path_factory.mktemp("cluster")
     try:
@@ -60,8 +60,8 @@ def test_lakemvs_own_files_in_the_object_store(object_store: Cluster):
     whole-file writes, listing, missing files, removal; a journal entry counts only with its manifest."""
     import pyarrow as pa
 
-    from catalog.storage import location
-    from spark.journal import BatchRef, Journal, TablePlan
+    from lakemv.catalog.storage import location
+    from lakemv.core.batch.journal import BatchRef, Journal, TablePlan
 
     root = location(f"{object_store.config.warehouse}/_probe", object_store.config.s3)
     assert not root.exists() and root.children() == []

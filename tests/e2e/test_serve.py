@@ -22,14 +22,13 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import FlowRunSort
 
-from catalog.duck import run_query
-from catalog.lake import pyiceberg_catalog
-from flows.lake import lake_settings
-from flows.server import free_port
+from lakemv.catalog.lake import pyiceberg_catalog
+from lakemv.duck.lake import run_query
+from lakemv.flows.lake import lake_settings
+from lakemv.flows.server import free_port
+from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.conftest import LAKEMV
 from tests.e2e.cli import lakemv, move_round
-from workload.github import WorkloadConfig, generate_files
-
 
 FINAL = [StateType.COMPLETED, StateType.FAILED, StateType.CRASHED]
 
@@ -40,7 +39,7 @@ def _states(api: str) -> dict[str, list[str]]:
     async def read() -> dict[str, list[str]]:
         async with PrefectClient(api) as client:
             found = {}
-            for name in ("maintain", "compact", "verify"):
+            for name in ("ingest", "compact", "verify"):
                 runs = await client.read_flow_runs(
                     flow_filter=FlowFilter(name=FlowFilterName(any_=[name])),
                     flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=FINAL))),
@@ -68,7 +67,7 @@ def test_serve_runs_the_deployments_on_schedule(tmp_path, sources):
     with open(log, "w", encoding="utf-8") as out:
         serve = subprocess.Popen(
             [LAKEMV, "--warehouse", str(warehouse), "serve", "--landing", str(landing), "--port", str(port),
-             "--maintain-every", "10", "--verify-every", "25", "--compact-every", "40"],
+             "--ingest-every", "10", "--verify-every", "25", "--compact-every", "40"],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     api = f"http://127.0.0.1:{port}/api"
@@ -80,13 +79,13 @@ def test_serve_runs_the_deployments_on_schedule(tmp_path, sources):
             assert time.monotonic() < deadline, (log.read_text()[-5000:], _states(api))
             states = _states(api) if "Prefect API" in log.read_text() else {}
             completed = {name for name, found in states.items() if "COMPLETED" in found}
-            if "maintain" in completed and not moved:
+            if "ingest" in completed and not moved:
                 move_round(staging, landing, 1)  # a later scheduled run picks it up
-                moved, maintained = True, states["maintain"].count("COMPLETED")
-            if completed == {"maintain", "compact", "verify"} and states["maintain"].count("COMPLETED") > maintained:
+                moved, maintained = True, states["ingest"].count("COMPLETED")
+            if completed == {"ingest", "compact", "verify"} and states["ingest"].count("COMPLETED") > maintained:
                 break
             time.sleep(3)
-        assert "FAILED" not in states["verify"] and "FAILED" not in states["maintain"], states
+        assert "FAILED" not in states["verify"] and "FAILED" not in states["ingest"], states
     finally:
         if serve.poll() is None:
             os.killpg(serve.pid, signal.SIGINT)

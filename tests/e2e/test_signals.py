@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog.settings import LakeSettings
-from catalog.writer import lock_path
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.writer import lock_path
 from tests.conftest import LAKEMV
 from tests.e2e.cli import ledger_sum
 from tests.e2e.crash_harness import (
@@ -145,17 +145,17 @@ def test_a_stop_while_idle_between_batches_is_just_as_clean(tmp_path):
 
 @pytest.mark.slow(65)
 def test_serve_stops_with_its_server_and_flow_runs_on_a_supervisors_sigterm(tmp_path, sources):
-    from workload.github import WorkloadConfig, generate_files
+    from lakemv.workload.github import WorkloadConfig, generate_files
 
     landing, warehouse, log = tmp_path / "landing", tmp_path / "wh", tmp_path / "serve.log"
     generate_files(WorkloadConfig(users=40, seed=3, rounds=1), sources, landing)
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # serve starts its own server
     env.update(LAKEMV_SPARK_MASTER="local[2]", LAKEMV_DRIVER_MEMORY="1g", LAKEMV_SHUFFLE_PARTITIONS="2",
                PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2", PREFECT_RUNNER_POLL_FREQUENCY="2")  # fmt: skip
-    args = ["--warehouse", str(warehouse), "serve", "--landing", str(landing), "--continuous", "--maintain-every", "5"]
+    args = ["--warehouse", str(warehouse), "serve", "--landing", str(landing), "--continuous", "--ingest-every", "5"]
     process, mark = start(args, env, log)
     settings = LakeSettings(warehouse=warehouse)
-    # A maintain flow run (its own process and JVM) has committed a batch and keeps its stream open.
-    wait_for(lambda: ledger_sum(settings, "lines") > 0, 300, "a committed batch from the served maintain run", process, log)
+    # An ingest flow run (its own process and JVM) has committed a batch and keeps its stream open.
+    wait_for(lambda: ledger_sum(settings, "lines") > 0, 300, "a committed batch from the served ingest run", process, log)
     assert sum("prefect.engine" in p for p in marked(mark)) >= 1, marked(mark)
     signal_group_and_check(process, mark, signal.SIGTERM, log)

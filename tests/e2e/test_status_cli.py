@@ -15,11 +15,11 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from catalog.declarations import load_sources
-from catalog.lake import pyiceberg_catalog
-from catalog.settings import LakeSettings
-from catalog.tables import DELETED, MIRROR_NAMESPACE, POSITION, VIEW_NAMESPACE
-from catalog.viewstate import STATE, ViewState
+from lakemv.catalog.declarations import load_sources
+from lakemv.catalog.lake import pyiceberg_catalog
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import DELETED, MIRROR_NAMESPACE, POSITION, VIEW_NAMESPACE
+from lakemv.catalog.viewstate import STATE, ViewState
 from tests.e2e.cli import lakemv
 
 VIEWS = ("user_profile", "repo_summary")

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from spark.coerce import iso_to_micros
+from lakemv.core.cdc.coerce import iso_to_micros
+from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 from tests import viewmodel
 from tests.e2e.cli import assert_same_rows, lakemv, move_round
-from workload.github import GitHubWorkload, WorkloadConfig
 
 Row = dict[str, Any]
 SOURCE_TABLES = ("users", "stars", "repos", "pull_requests", "payment_info")

@@ -1,4 +1,4 @@
-"""Spark's set-wise parse of a unit (spark.bulk) gives exactly what the driver's line-by-line parse
+"""Spark's set-wise parse of a unit (lakemv.spark.bulk) gives exactly what the driver's line-by-line parse
 gives: the same deduplicated mirror rows, dead letters with the same reasons, skips, event counts and
 schema-drift notes - for generated workloads and for lines built to hit every rule's edge."""
 
@@ -12,12 +12,12 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.tables import mirror_arrow_schema
-from spark.bulk import bulk_changeset, lines_frame
-from spark.changeset import build_changeset, changes_to_arrow
+from lakemv.catalog.tables import mirror_arrow_schema
+from lakemv.core.cdc.changeset import build_changeset, changes_to_arrow
+from lakemv.spark.bulk import bulk_changeset, lines_frame
+from lakemv.workload.debezium import connect_schema
+from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 from tests.cdc import at
-from workload.debezium import connect_schema
-from workload.github import GitHubWorkload, WorkloadConfig
 
 NOW = 1_700_000_000_000_000
 
@@ -68,9 +68,9 @@ def test_unavailable_values_and_undecodable_bytes_are_the_drivers_and_parse_the_
     a line that is not UTF-8 is a dead letter, never a failed unit."""
     from pyspark.sql import functions as F
 
-    from spark.bulk import Lines
-    from spark.changeset import decode_lines
-    from spark.unavailable import PLACEHOLDER
+    from lakemv.core.cdc.changeset import decode_lines
+    from lakemv.core.cdc.unavailable import PLACEHOLDER
+    from lakemv.spark.bulk import Lines
 
     def repo(name, description, stars):
         after = {"name": name, "owner": "o", "description": description, "star_count": stars, "fork_count": 0, "created_at": 0, "updated_at": 0}
@@ -185,7 +185,7 @@ def test_a_connect_schema_that_says_another_encoding_is_decoded_as_it_says(spark
     micros by the driver, so Spark must not vouch for it."""
     import copy
 
-    from workload.debezium import connect_schema, envelope
+    from lakemv.workload.debezium import connect_schema, envelope
 
     schema = connect_schema(sources["repos"])
     row = {"name": "lake", "owner": "ann", "description": "d", "star_count": 1, "fork_count": 0,

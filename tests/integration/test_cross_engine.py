@@ -7,20 +7,19 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
 import pytest
 
-from catalog.duck import run_query
-from catalog.lake import pyiceberg_catalog
-from catalog.settings import LakeSettings
-from catalog.tables import DELETED
-from spark.batch import BatchProcessor
-from spark.directwrite import DirectWriter
-from spark.mirror import live_rows_sql
-from spark.planner import plan_view
-from spark.state.store import Store
-from spark.views import load_views
-from workload.github import GitHubWorkload, WorkloadConfig
+from lakemv.catalog.lake import pyiceberg_catalog
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import DELETED
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import load_views
+from lakemv.core.state.store import Store
+from lakemv.duck.lake import run_query
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.directwrite import DirectWriter
+from lakemv.spark.mirror import live_rows_sql
+from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 
 
 @pytest.mark.parametrize("writes", ["merge", "direct"])

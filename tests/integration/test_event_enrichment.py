@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from catalog.declarations import load_sources
-from catalog.verify import verify_view
-from spark.ingest import run_ingest
-from spark.planner import plan_view
-from spark.views import load_views, parse_view
+from lakemv.catalog.declarations import load_sources
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import load_views, parse_view
+from lakemv.duck.verify import verify_view
+from lakemv.spark.stream.files import run_ingest
 from tests.cdc import dbz, user
 
 ROOT = Path(__file__).resolve().parents[2]

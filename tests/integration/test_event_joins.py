@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from catalog.declarations import load_sources
-from catalog.verify import verify_view
-from spark.ingest import checkpoint_dir, run_ingest, state_path
-from spark.planner import plan_view
-from spark.views import load_views
+from lakemv.catalog.declarations import load_sources
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import load_views
+from lakemv.duck.verify import verify_view
+from lakemv.spark.stream.files import checkpoint_dir, run_ingest, state_path
 from tests.integration.test_event_windows import micros
 
 ROOT = Path(__file__).resolve().parents[2]

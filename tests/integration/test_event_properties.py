@@ -3,14 +3,13 @@ are cut into rounds, the event-time views equal the Python model of their semant
 round, and the local state keeps exactly the events the views may still read.
 
 Hypothesis draws the workload's shape (seed, size, rounds, jitter, late and duplicate shares) for
-`workload.events`; each round is one ingest with the local state (the default), of the shipped
+`lakemv.workload.events`; each round is one ingest with the local state (the default), of the shipped
 sources and views in catalog/sources/events and views/events plus a hopping twin of the hourly view.
 """
 
 from __future__ import annotations
 
 import os
-
 import sqlite3
 from pathlib import Path
 
@@ -18,14 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.declarations import load_sources
-from catalog.verify import verify_view
-from spark.ingest import checkpoint_dir, run_ingest, state_path
-from spark.planner import plan_view
-from spark.planner.finality import checked_sql
-from spark.views import load_views, parse_view
+from lakemv.catalog.declarations import load_sources
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import load_views, parse_view
+from lakemv.core.planner.finality import checked_sql
+from lakemv.duck.verify import verify_view
+from lakemv.spark.stream.files import checkpoint_dir, run_ingest, state_path
+from lakemv.workload.events import EventConfig, EventWorkload, write_round
 from tests.eventmodel import HOUR, EventModel
-from workload.events import EventConfig, EventWorkload, write_round
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {n: s for n, s in load_sources([ROOT / "catalog/sources/events"]).items() if n in ("page_views", "searches", "clicks")}

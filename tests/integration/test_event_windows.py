@@ -1,8 +1,8 @@
 """Append-only event sources and windowed views on event time, on real Spark + Iceberg + DuckDB.
 
 `page_views` is an event source (plain JSON events, deduplicated by `view_id`, 10 minutes of allowed
-lateness). Rounds of landing files go through the real streaming ingest (`spark.ingest.run_ingest`),
-with the local state and by scans. A Python model of the semantics (spark.events) says, round by
+lateness). Rounds of landing files go through the real streaming ingest (`lakemv.spark.stream.files.run_ingest`),
+with the local state and by scans. A Python model of the semantics (lakemv.core.cdc.events) says, round by
 round, which events are admitted, late (a dead letter naming the watermark) or duplicates, and
 what each windowed view must hold - its counts and whether each window is final. DuckDB's
 independent recompute (`lakemv verify`'s) must agree, `window_final` included.
@@ -17,14 +17,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from catalog.declarations import parse_source
-from catalog.duck import lake_connection
-from catalog.verify import verify_view
-from spark.events import STORED_DUPLICATE, DUPLICATE
-from spark.ingest import checkpoint_dir, run_ingest, state_path
-from spark.planner import plan_view
-from spark.planner.finality import checked_sql
-from spark.views import parse_view
+from lakemv.catalog.declarations import parse_source
+from lakemv.core.cdc.events import DUPLICATE, STORED_DUPLICATE
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import parse_view
+from lakemv.core.planner.finality import checked_sql
+from lakemv.duck.lake import lake_connection
+from lakemv.duck.verify import verify_view
+from lakemv.spark.stream.files import checkpoint_dir, run_ingest, state_path
 
 PAGE_VIEWS = parse_source(
     """
@@ -95,7 +95,7 @@ ROUNDS: list[list[dict | str]] = [
 
 
 class Model:
-    """The semantics spark.events promises, written out plainly."""
+    """The semantics lakemv.core.cdc.events promises, written out plainly."""
 
     def __init__(self) -> None:
         self.events: dict[str, dict] = {}
@@ -252,8 +252,8 @@ def test_a_redelivery_in_a_later_unit_of_the_batch_finds_the_event_it_repeats(la
     """Every unit of a batch is judged by the watermarks its first unit started with. After the first
     unit the watermark has moved on, but the store must still hold what the rest of the batch may
     repeat: here v1, which the first unit's 12:00 event put an hour behind the watermark."""
-    from spark.ingest import new_processor
-    from spark.journal import BatchRef
+    from lakemv.core.batch.journal import BatchRef
+    from lakemv.spark.stream.files import new_processor
 
     plans = [plan_view(parse_view(VIEWS["hourly"], "hourly"), SOURCES)]
     settings = lake.settings.model_copy(update=MODES["state"])

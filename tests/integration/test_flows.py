@@ -1,4 +1,4 @@
-"""The Prefect flows, run for real (prefect_test_harness) on a temporary warehouse: maintain, verify,
+"""The Prefect flows, run for real (prefect_test_harness) on a temporary warehouse: ingest, verify,
 compact and backfill, each recorded as a flow run and returning its counts."""
 
 from __future__ import annotations
@@ -9,20 +9,21 @@ import time
 from pathlib import Path
 
 import pytest
+from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 from prefect.client.schemas.sorting import FlowRunSort
 
-from catalog.duck import run_query
-from catalog.verify import ViewMismatch
-from flows.backfill import backfill
-from flows.compact import compact
-from flows.maintain import maintain
-from flows.verify import verify
-from catalog.viewstate import ViewState
-from spark.viewstate import read_state, write_state
+from lakemv.catalog.viewstate import ViewState
+from lakemv.duck.lake import run_query
+from lakemv.duck.verify import ViewMismatch
+from lakemv.flows.backfill import backfill
+from lakemv.flows.compact import compact
+from lakemv.flows.ingest import ingest
+from lakemv.flows.verify import verify
+from lakemv.spark.views.state import read_state, write_state
+from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.e2e.cli import move_round
-from workload.github import WorkloadConfig, generate_files
 
 pytestmark = pytest.mark.usefixtures("prefect_server")  # flows record their runs in the session's API
 
@@ -41,13 +42,13 @@ def _final_states(flow_name: str) -> list[str]:
 
 
 def _ingested(lake, tmp_path: Path, rounds: int = 3, users: int = 80, seed: int = 7, runs: int = 1) -> Path:
-    """Generate `rounds` rounds and ingest them in `runs` maintain runs (each table gets a commit per run)."""
+    """Generate `rounds` rounds and ingest them in `runs` ingest runs (each table gets a commit per run)."""
     staging, landing = tmp_path / "staging", tmp_path / "landing"
     generate_files(WorkloadConfig(users=users, seed=seed, rounds=rounds), lake.sources, staging)
     for run in range(runs):
         for number in range(run * rounds // runs, (run + 1) * rounds // runs):
             move_round(staging, landing, number)
-        result = maintain(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
+        result = ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
         assert result["events"] > 0 and result["batches"] >= 1, result
     return landing
 
@@ -56,14 +57,14 @@ def _rows(lake, table: str, key: str) -> list[dict]:
     return run_query(lake.settings, lake.sources, f'SELECT * FROM "{table}" ORDER BY {key}').to_pylist()
 
 
-def test_maintain_then_verify_pass_and_are_recorded_as_flow_runs(lake, tmp_path):
+def test_ingest_then_verify_pass_and_are_recorded_as_flow_runs(lake, tmp_path):
     _ingested(lake, tmp_path)
     result = verify(warehouse=str(lake.settings.warehouse))
     assert set(result["views"]) == {"user_profile", "repo_summary"}
     for name, counts in result["views"].items():
         assert counts["matching"] == counts["expected_rows"] == counts["table_rows"] > 0, (name, counts)
         assert counts["mismatching"] == counts["missing"] == counts["extra"] == counts["duplicate_keys"] == 0
-    assert "COMPLETED" in _final_states("maintain") and "COMPLETED" in _final_states("verify")
+    assert "COMPLETED" in _final_states("ingest") and "COMPLETED" in _final_states("verify")
 
 
 def test_verify_catches_a_corrupted_row_and_a_missing_one(lake, tmp_path):
@@ -136,7 +137,7 @@ def test_backfill_repairs_a_view_through_a_branch_and_maintenance_resumes(lake, 
     assert refs == {"main"}, refs  # the branch is gone once published
     assert read_state(lake.spark, table).state == "resume"
 
-    maintain(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # no new files
+    ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # no new files
     assert read_state(lake.spark, table).state == "active"
     assert "COMPLETED" in _final_states("backfill")
 
@@ -150,8 +151,23 @@ def test_resuming_from_expired_snapshots_recomputes_every_key(lake, tmp_path):
     gone = {t: 1 for t in ("users", "stars", "repos", "pull_requests", "payment_info")}  # no such snapshots
     write_state(lake.spark, table, ViewState("resume", gone, by="backfill long-ago"))
 
-    maintain(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
+    ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
 
     assert read_state(lake.spark, table).state == "active"
     counts = verify(view="user_profile", warehouse=str(lake.settings.warehouse))["views"]["user_profile"]
     assert counts["missing"] == counts["mismatching"] == 0 and counts["matching"] == counts["expected_rows"], counts
+
+
+@flow(name="maintain")
+def _renamed() -> None:
+    """Stands for the flow an earlier lakemv served as maintain/lakemv-maintain."""
+
+
+def test_serve_deletes_the_deployment_an_earlier_version_served_under_its_old_name():
+    from lakemv.flows.deployments import Schedules, deployments, retire
+
+    assert [d.name for d in deployments(Path("/landing"), "/wh", Schedules())] == [
+        "lakemv-ingest", "lakemv-compact", "lakemv-verify", "lakemv-backfill"]  # fmt: skip
+    _renamed.to_deployment("lakemv-maintain", interval=60).apply()
+    assert retire() == ["maintain/lakemv-maintain"]
+    assert retire() == []  # gone; nothing else touched

@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from catalog.settings import LakeSettings
-from flows.backfill import backfill
-from flows.compact import compact
-from flows.maintain import maintain
-from flows.verify import verify
-from spark.ingest import checkpoint_dir, state_path
-from spark.planner import plan_view
-from spark.state.codec import rows_of
-from spark.state.layout import ViewPart, mirror_parts, route
-from spark.state.store import Store
-from spark.state.sync import DIGEST, StoreSync, digest_sql
-from spark.views import load_views
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import load_views
+from lakemv.core.state.codec import rows_of
+from lakemv.core.state.layout import ViewPart, mirror_parts, route
+from lakemv.core.state.store import Store
+from lakemv.flows.backfill import backfill
+from lakemv.flows.compact import compact
+from lakemv.flows.ingest import ingest
+from lakemv.flows.verify import verify
+from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
+from lakemv.spark.stream.files import checkpoint_dir, state_path
+from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.e2e.cli import move_round
-from workload.github import WorkloadConfig, generate_files
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -73,7 +73,7 @@ def test_the_store_follows_compaction_backfill_and_its_own_loss(lake, tmp_path, 
 
     def ingest_round(number: int) -> None:
         move_round(staging, landing, number)
-        maintain(landing=str(landing), once=True, warehouse=warehouse)
+        ingest(landing=str(landing), once=True, warehouse=warehouse)
         assert_store_equals_tables(lake, path)
         for view, counts in verify(warehouse=warehouse)["views"].items():
             assert counts["matching"] == counts["expected_rows"] == counts["table_rows"], (number, view, counts)

@@ -8,9 +8,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import Row
 
-from catalog.tables import DELETED, OP, POSITION
-from spark.batch import BatchProcessor
-from spark.mirror import live_rows_sql
+from lakemv.catalog.tables import DELETED, OP, POSITION
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.mirror import live_rows_sql
 from tests.cdc import at, dbz, user
 
 T0 = datetime(2024, 3, 1, 12, tzinfo=UTC)
@@ -142,10 +142,10 @@ def test_mirror_tables_are_format_v2_merge_on_read(lake, apply):
 def test_an_unavailable_value_keeps_the_stored_one_from_the_mirror_or_the_local_state(lake, tmp_path, state):
     """Debezium's TOAST placeholder in a later batch is filled from the stored row: the mirror's, or the
     local state's when it keeps the table (a view reads it)."""
-    from spark.planner import plan_view
-    from spark.state.store import Store
-    from spark.unavailable import PLACEHOLDER
-    from spark.views import parse_view
+    from lakemv.core.cdc.unavailable import PLACEHOLDER
+    from lakemv.core.planner import plan_view
+    from lakemv.core.planner.definitions import parse_view
+    from lakemv.core.state.store import Store
 
     plans = [plan_view(parse_view("-- @key: owner, name\nSELECT owner, name, description FROM repos", "descriptions"), lake.sources)] if state else []
     processor = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=Store(tmp_path / "state.sqlite") if state else None)

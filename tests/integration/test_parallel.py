@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from spark.parallel import concurrently
+from lakemv.spark.parallel import concurrently
 
 
 def test_each_thread_has_its_own_local_properties(spark):

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
-from catalog.duck import run_query
-from catalog.errors import ViewDefinitionError
-from spark.batch import BatchProcessor
-from spark.planner import plan_view
-from spark.views import load_views
-from catalog.settings import LakeSettings
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import ViewDefinitionError
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import load_views
+from lakemv.duck.lake import run_query
+from lakemv.spark.batch.runner import BatchProcessor
 from tests.cdc import at, dbz
 
 T_MICROS = 1_709_294_400_000_000

@@ -24,13 +24,14 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from catalog.errors import QueryError
-from catalog.verify import verify_view
-from spark.batch import BatchProcessor
-from spark.directwrite import DirectWriter
-from spark.planner import ViewPlan, plan_view
-from spark.state.store import Store
-from spark.views import parse_view
+from lakemv.core.errors import QueryError
+from lakemv.core.planner import ViewPlan, plan_view
+from lakemv.core.planner.definitions import parse_view
+from lakemv.core.state.store import Store
+from lakemv.duck.verify import verify_view
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.directwrite import DirectWriter
+from lakemv.workload.shapes import SCANNED, SHAPES, shape_view
 from tests.cdc import at
 from tests.integration.test_view_properties import (
     History,
@@ -42,7 +43,6 @@ from tests.integration.test_view_properties import (
     histories,
 )
 from tests.integration.test_view_shapes import BATCHES
-from workload.shapes import SCANNED, SHAPES, shape_view
 
 
 def shape_plans(lake: Lake) -> list[ViewPlan]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog.errors import ConfigError
-from spark.ingest import run_ingest
-from spark.mirror import live_rows_sql
+from lakemv.core.errors import ConfigError
+from lakemv.spark.mirror import live_rows_sql
+from lakemv.spark.stream.files import run_ingest
 from tests.cdc import dbz, user
 
 
@@ -98,13 +98,13 @@ def test_a_backlog_parsed_set_wise_lands_exactly_as_line_by_line(lake, tmp_path)
     """The same landing files ingested into two catalogs, every batch parsed by Spark in one and line
     by line in the other: the same mirror rows (tombstones and positions included), dead letters
     and views."""
-    from catalog.settings import LakeSettings
-    from spark.planner import plan_view
-    from spark.session import use_catalog
-    from spark.views import load_views
+    from lakemv.catalog.settings import LakeSettings
+    from lakemv.core.planner import plan_view
+    from lakemv.core.planner.definitions import load_views
+    from lakemv.spark.session import use_catalog
+    from lakemv.workload.github import WorkloadConfig, generate_files
     from tests.conftest import small_settings
     from tests.e2e.crash_harness import HOSTILE
-    from workload.github import WorkloadConfig, generate_files
 
     landing = tmp_path / "landing"
     generate_files(WorkloadConfig(users=60, seed=8, rounds=3), lake.sources, landing)

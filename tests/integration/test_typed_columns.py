@@ -2,7 +2,7 @@
 and without their Connect schema) -> the mirror -> incrementally maintained views -> DuckDB.
 
 One declared source, `orders`, is fed three rounds of landing files through the real streaming ingest
-(`spark.ingest.run_ingest`), with and without the local state (and once parsed set-wise by Spark).
+(`lakemv.spark.stream.files.run_ingest`), with and without the local state (and once parsed set-wise by Spark).
 Every value is checked exactly against a model kept by this file: `Decimal`s of the declared scale,
 `datetime.date`s, times of day as their fixed-width text `HH:MM:SS.ffffff`. Bad values are dead
 letters with their reason; the batch they came in goes on.
@@ -22,14 +22,14 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import DateType, DecimalType, LongType, StringType
 
-from catalog.declarations import parse_source
-from catalog.duck import connect_duckdb, lake_connection, metadata_location, run_query
-from catalog.tables import DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
-from catalog.verify import verify_view
-from spark.ingest import run_ingest
-from spark.mirror import live_rows_sql
-from spark.planner import plan_view
-from spark.views import parse_view
+from lakemv.catalog.declarations import parse_source
+from lakemv.catalog.tables import DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import parse_view
+from lakemv.duck.lake import connect_duckdb, lake_connection, metadata_location, run_query
+from lakemv.duck.verify import verify_view
+from lakemv.spark.mirror import live_rows_sql
+from lakemv.spark.stream.files import run_ingest
 
 ORDERS = parse_source(
     """
@@ -265,7 +265,7 @@ MODES = {
     # scans of the Iceberg tables and Spark MERGEs
     "scan": {"local_state": False, "direct_writes": False},
     # the local state (SQLite) and direct commits, the default; its last round is parsed set-wise by
-    # Spark (spark.bulk), where typed lines fall back to Python and a bare delete is parsed by the SQL
+    # Spark (lakemv.spark.bulk), where typed lines fall back to Python and a bare delete is parsed by the SQL
     "state": {"local_state": True, "direct_writes": True},
 }
 SET_WISE = {"bulk_min_bytes": 1}

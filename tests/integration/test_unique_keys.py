@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
-from catalog.status import lake_status
-from spark import maintain
-from spark.batch import BatchProcessor
-from spark.directwrite import DirectWriter
-from spark.planner import plan_view
-from spark.state.store import Store
-from spark.unique import SOURCE_FILE
-from spark.views import parse_view
+from lakemv.core.cdc.unique import SOURCE_FILE
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import parse_view
+from lakemv.core.state.store import Store
+from lakemv.duck.status import lake_status
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.directwrite import DirectWriter
+from lakemv.spark.views import maintain
 from tests.cdc import at, dbz, user
 
 # users.username is declared unique (catalog/sources/users.toml): each star meets at most one user.

@@ -23,7 +23,6 @@ columns no view reads) writes no snapshot and no change-feed row.
 from __future__ import annotations
 
 import os
-
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,16 +38,16 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from pyspark.sql import Row
 
-from catalog.declarations import SourceRegistry
-from catalog.settings import LakeSettings
-from catalog.tables import TableNames
-from spark.batch import BatchProcessor
-from spark.directwrite import DirectWriter
-from spark.maintain import ViewMaintainer
-from spark.mirror import live_rows_sql
-from spark.planner import ViewPlan, plan_view
-from spark.state.store import Store
-from spark.views import load_views
+from lakemv.catalog.declarations import SourceRegistry
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import TableNames
+from lakemv.core.planner import ViewPlan, plan_view
+from lakemv.core.planner.definitions import load_views
+from lakemv.core.state.store import Store
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.directwrite import DirectWriter
+from lakemv.spark.mirror import live_rows_sql
+from lakemv.spark.views.maintain import ViewMaintainer
 from tests import viewmodel
 from tests.cdc import at, dbz
 from tests.conftest import small_settings
@@ -391,7 +390,7 @@ class Lake:
 
 def fresh_lake(spark: Any, root: Path, sources: SourceRegistry) -> Lake:
     """A new catalog + warehouse on the shared session (the `lake` fixture is per test, not per example)."""
-    from spark.session import use_catalog
+    from lakemv.spark.session import use_catalog
 
     name = f"t_{uuid.uuid4().hex[:10]}"
     lake_settings = small_settings(root / name, name)

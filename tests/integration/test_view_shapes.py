@@ -6,15 +6,14 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
-from spark import maintain
-from spark.batch import BatchProcessor
-from spark.directwrite import DirectWriter
-from spark.planner import plan_view
-from spark.state.store import Store
-from spark.views import parse_view
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import parse_view
+from lakemv.core.state.store import Store
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.directwrite import DirectWriter
+from lakemv.spark.views import maintain
+from lakemv.workload.shapes import SCANNED, SHAPES, shape_view
 from tests.cdc import at, dbz, user
-from workload.shapes import SCANNED, SHAPES, shape_view
-
 
 
 def repo(owner, name, description="d", lsn_ms=1_700_000_000_000):

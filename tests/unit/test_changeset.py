@@ -6,9 +6,9 @@ import json
 
 import pyarrow as pa
 
-from catalog.tables import DELETED, POSITION
-from spark.changeset import build_changeset, changes_to_arrow, latest_per_key, table_of
-from spark.envelope import Change
+from lakemv.catalog.tables import DELETED, POSITION
+from lakemv.core.cdc.changeset import build_changeset, changes_to_arrow, latest_per_key, table_of
+from lakemv.core.cdc.envelope import Change
 
 
 def ev(op, lsn, email="a@x.io", username="ann", before=None):

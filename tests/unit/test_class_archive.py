@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from catalog.settings import LakeSettings
-from spark.class_archive import QUIET, archive_path, java_options
+from lakemv.catalog.settings import LakeSettings
+from lakemv.spark.class_archive import QUIET, archive_path, java_options
 
 
 def _settings(tmp_path: Path, **extra) -> LakeSettings:
@@ -39,7 +39,7 @@ def test_changed_jars_name_another_archive(tmp_path: Path):
 
 
 def test_driver_options_carry_the_archive_and_the_users_options(tmp_path: Path):
-    from spark.session import base_conf
+    from lakemv.spark.session import base_conf
 
     settings = _settings(tmp_path, jvm_options="-Xss4m")
     archive_path(settings).parent.mkdir(parents=True)

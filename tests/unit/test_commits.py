@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.errors import CommitConflict
-from spark.commits import Retries, RetryPolicy, is_conflict
+from lakemv.core.errors import CommitConflict
+from lakemv.spark.commits import Retries, RetryPolicy, is_conflict
 
 
 class _Java:

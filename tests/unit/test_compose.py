@@ -1,8 +1,8 @@
 """docker-compose.yml documents the scale-out stack; keep it well-formed and consistent.
 
-Its CDC part is the stack `lakemv stack up` runs as local processes (flows/stack.py): the same
+Its CDC part is the stack `lakemv stack up` runs as local processes (ops/stack.py): the same
 versions (jvm/stack/pom.xml), broker settings, converters, connector and tables. Nothing here starts
-a process: flows.stack only writes Kafka's properties file into a temporary folder.
+a process: lakemv.ops.stack only writes Kafka's properties file into a temporary folder.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from catalog.declarations import load_sources
-from catalog.settings import PROJECT_ROOT, LakeSettings
-from flows.stack import CONNECTOR, Stack, StackConfig
+from lakemv.catalog.declarations import load_sources
+from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
+from lakemv.ops.stack import CONNECTOR, Stack, StackConfig
 
 TABLES = ("payment_info", "pull_requests", "repos", "stars", "users")
 # The connector settings that name the database: the local stack's loopback server, source-db here.
@@ -138,7 +138,7 @@ def test_compose_registers_the_connector_of_the_local_stack(compose, tmp_path):
 
 
 def test_compose_source_db_is_the_local_database(compose):
-    from workload.postgres import SIGNAL_TABLE_SQL, create_table_sql
+    from lakemv.workload.postgres import SIGNAL_TABLE_SQL, create_table_sql
 
     source_db = compose["services"]["source-db"]
     command = source_db["command"]
@@ -162,7 +162,7 @@ def test_compose_runs_the_lake_side_that_lakemv_cluster_runs(compose):
     catalog settings, and lakemv pointed at them by the same settings as `lakemv cluster env` prints."""
     import pyspark
 
-    from flows.cluster import ClusterConfig, rest_catalog_env
+    from lakemv.ops.cluster import ClusterConfig, rest_catalog_env
 
     versions = _properties(PROJECT_ROOT / "jvm" / "scaleout" / "pom.xml")
     services = compose["services"]

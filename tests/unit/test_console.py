@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from flows.console import render
+from lakemv.flows.console import render
 
 TABLE = pa.table(
     {

@@ -7,10 +7,10 @@ import math
 import duckdb
 import pytest
 
-from spark.cost import predict, statistics
-from spark.explain import explain
-from spark.planner import plan_view
-from workload.shapes import shape_view
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.cost import predict, statistics
+from lakemv.core.planner.explain import explain
+from lakemv.workload.shapes import shape_view
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_a_view_of_one_row_is_one_group_of_the_whole_table(con, sources):
 
 
 def test_a_batch_reaches_each_key_once_however_many_of_its_rows_change(con, sources):
-    from spark.cost import PROFILE, batch_estimate, key_profile
+    from lakemv.core.planner.cost import PROFILE, batch_estimate, key_profile
 
     plan = plan_view(shape_view("repo_fans"), sources)
     key_profile(con, plan)
@@ -95,7 +95,7 @@ def test_a_batch_reaches_each_key_once_however_many_of_its_rows_change(con, sour
 
 
 def test_a_union_all_is_costed_branch_by_branch(con, sources):
-    from spark.cost import trees
+    from lakemv.core.planner.cost import trees
 
     plan = plan_view(shape_view("people_counts"), sources)  # stars per person UNION ALL pull requests per person
     branches = trees(plan)

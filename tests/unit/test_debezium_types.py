@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from catalog.declarations import Column, SourceTable, parse_source
-from catalog.errors import ConfigError, EnvelopeError
-from spark.coerce import Wire, coerce
-from spark.envelope import LOGICAL_TYPES, Change, Skip, field_wires, parse_envelope
-from workload.postgres import create_table_sql, postgres_type
+from lakemv.catalog.declarations import Column, SourceTable, parse_source
+from lakemv.core.cdc.coerce import Wire, coerce
+from lakemv.core.cdc.envelope import LOGICAL_TYPES, Change, Skip, field_wires, parse_envelope
+from lakemv.core.errors import ConfigError, EnvelopeError
+from lakemv.workload.postgres import create_table_sql, postgres_type
 
 PAYMENTS = SourceTable.model_validate(
     {
@@ -162,7 +162,7 @@ def test_measured_logical_types_map_to_encodings(name, encoding):
     ],
 )
 def test_every_time_precision_mode_gives_the_same_instant(mode, name, wire_value, expected):
-    from catalog.declarations import Column
+    from lakemv.catalog.declarations import Column
 
     column = Column(name="at", type="timestamp", encoding="millis")
     parameters = {"type": "string" if isinstance(wire_value, str) else "int64", "field": "at", "name": name}
@@ -567,9 +567,9 @@ def test_a_new_field_is_typed_by_its_connect_schema_not_by_its_json():
     """Schema drift: an undeclared field whose schema names a logical type becomes a column of that type."""
     import base64
 
-    from catalog.evolution import infer_column
-    from catalog.declarations import parse_source
-    from spark.envelope import parse_envelope
+    from lakemv.catalog.declarations import parse_source
+    from lakemv.core.cdc.envelope import parse_envelope
+    from lakemv.core.cdc.evolution import infer_column
 
     source = parse_source('name = "orders"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "bigint" }]', "orders.toml")
     fields = [
@@ -593,7 +593,7 @@ def test_a_new_field_is_typed_by_its_connect_schema_not_by_its_json():
 
 @pytest.mark.parametrize("text", ["1_000", "NaN", "Infinity", "0x10", "1,5", ""])
 def test_decimal_text_must_be_a_plain_number(text):
-    from spark.coerce import Wire, coerce
+    from lakemv.core.cdc.coerce import Wire, coerce
 
     with pytest.raises(EnvelopeError, match="expected DECIMAL"):
         coerce(Column(name="amount", type="decimal(12,2)"), text, Wire("string"))

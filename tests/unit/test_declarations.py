@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog.declarations import load_sources, parse_source
-from catalog.errors import ConfigError
+from lakemv.catalog.declarations import load_sources, parse_source
+from lakemv.core.errors import ConfigError
 
 SEED = {
     "users": (["id", "email", "username", "registered_at"], ("email",)),

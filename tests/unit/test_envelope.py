@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from catalog.errors import EnvelopeError
-from spark.coerce import iso_to_micros
-from spark.envelope import Change, Skip, parse_envelope
+from lakemv.core.cdc.coerce import iso_to_micros
+from lakemv.core.cdc.envelope import Change, Skip, parse_envelope
+from lakemv.core.errors import EnvelopeError
 
 USER = {"id": 7, "email": "a@x.io", "username": "ann", "registered_at": 1_700_000_000_123_456}
 

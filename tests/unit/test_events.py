@@ -8,17 +8,17 @@ from datetime import UTC, datetime
 import duckdb
 import pytest
 
-from catalog.declarations import parse_source
-from catalog.durations import format_duration, parse_duration
-from catalog.errors import ConfigError, EnvelopeError, ViewDefinitionError
-from catalog.verify import duckdb_sql
-from spark import events
-from spark.changeset import build_changeset
-from spark.envelope import Change, Skip
-from spark.planner import plan_view
-from spark.planner.retention import horizon, needs, settles, source_needs
-from spark.planner.finality import FINAL, Finality, checked_sql, final_rows_sql, finality, finalizing_sql, window_of
-from spark.views import parse_view
+from lakemv.catalog.declarations import parse_source
+from lakemv.core.cdc import events
+from lakemv.core.cdc.changeset import build_changeset
+from lakemv.core.cdc.envelope import Change, Skip
+from lakemv.core.durations import format_duration, parse_duration
+from lakemv.core.errors import ConfigError, EnvelopeError, ViewDefinitionError
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import parse_view
+from lakemv.core.planner.finality import FINAL, Finality, checked_sql, final_rows_sql, finality, finalizing_sql, window_of
+from lakemv.core.planner.retention import horizon, needs, settles, source_needs
+from lakemv.duck.verify import duckdb_sql
 
 MIN = 60_000_000
 HOUR = 60 * MIN
@@ -51,7 +51,7 @@ USERS = parse_source(
 SOURCES = {"page_views": PV, "users": USERS}
 
 
-# --- catalog.durations ---------------------------------------------------------------------------
+# --- lakemv.core.durations ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_format_duration_is_shortest_and_round_trips(value, spelled):
     assert parse_duration(spelled) == value
 
 
-# --- catalog.declarations ------------------------------------------------------------------------
+# --- lakemv.catalog.declarations ------------------------------------------------------------------------
 
 
 def test_event_source_is_keyed_by_its_event_id():
@@ -146,7 +146,7 @@ def test_event_source_without_event_id_or_key_is_refused():
         source("", head=EVENTS_HEAD.replace('event_id = "view_id"\n', ""))
 
 
-# --- spark.events: parsing -----------------------------------------------------------------------
+# --- lakemv.core.cdc.events: parsing -----------------------------------------------------------------------
 
 
 def test_parse_event_iso():
@@ -185,7 +185,7 @@ def test_parse_event_skips(text, reason):
     assert events.parse_event(text, PV) == Skip(reason)
 
 
-# --- spark.events: watermark and lateness --------------------------------------------------------
+# --- lakemv.core.cdc.events: watermark and lateness --------------------------------------------------------
 
 
 def test_watermark_is_clock_minus_lateness():
@@ -213,7 +213,7 @@ def test_first_per_key_keeps_the_first_and_counts_repeats():
     assert events.first_per_key([]) == ([], 0)
 
 
-# --- spark.changeset with events -----------------------------------------------------------------
+# --- lakemv.core.cdc.changeset with events -----------------------------------------------------------------
 
 PV_FILE, USERS_FILE = "/landing/page_views/a.json", "file:///landing/users/b.json"
 
@@ -264,7 +264,7 @@ def test_no_watermark_admits_every_event():
         assert batch.dead_letters == [] and sorted(c.key[0] for c in batch.changes["page_views"]) == ["edge", "late", "v1"]
 
 
-# --- spark.timewindows via parse_view ------------------------------------------------------------
+# --- lakemv.core.planner.timewindows via parse_view ------------------------------------------------------------
 
 START15 = "TIMESTAMP_MICROS(UNIX_MICROS(viewed_at) - PMOD(UNIX_MICROS(viewed_at) - 0, 900000000))"
 
@@ -322,7 +322,7 @@ def test_unsupported_windows_are_refused(group, message):
     assert caught.value.view == "hops" and message in caught.value.reason
 
 
-# --- spark.planner.finality ----------------------------------------------------------------------
+# --- lakemv.core.planner.finality ----------------------------------------------------------------------
 
 HOURLY = Finality(source="page_views", column="hour", end="{start} + INTERVAL '1' HOUR", size=3_600_000_000, lateness=10 * MIN)
 
@@ -426,7 +426,7 @@ def test_user_column_named_window_final_is_refused_on_windowed_view():
     assert plain.columns == ("repo", "hour", FINAL) and plain.finality is None
 
 
-# --- catalog.verify: window arithmetic on DuckDB -------------------------------------------------
+# --- lakemv.duck.verify: window arithmetic on DuckDB -------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -557,8 +557,8 @@ def test_rows_settle_when_no_admitted_event_can_reach_them():
 
 
 def test_the_store_drops_the_digests_of_settled_rows():
-    from spark.state.layout import ViewPart
-    from spark.state.store import Store
+    from lakemv.core.state.layout import ViewPart
+    from lakemv.core.state.store import Store
 
     store = Store(":memory:")
     store.attach_view(ViewPart(view="w", key=("k",), definition="d", settle="hour"))
@@ -576,7 +576,7 @@ def test_the_store_drops_the_digests_of_settled_rows():
 def test_journal_keeps_the_watermarks_of_units_it_may_replay(tmp_path):
     import pyarrow as pa
 
-    from spark.journal import BatchRef, Journal, TablePlan
+    from lakemv.core.batch.journal import BatchRef, Journal, TablePlan
 
     journal = Journal(tmp_path / "journal")
     assert journal.pending_watermarks() == {}
@@ -613,7 +613,7 @@ def test_a_window_that_reads_its_source_twice_keeps_every_event():
 
 
 def test_a_new_lateness_rebuilds_a_windowed_view_and_reloads_its_events():
-    from spark.state.layout import mirror_parts
+    from lakemv.core.state.layout import mirror_parts
 
     hourly = HOURLY_VIEW.format(col="viewed_at", n="n", table="page_views")
     slow = {**SOURCES, "page_views": source('lateness = "1 hour"')}
@@ -628,8 +628,8 @@ def test_a_new_lateness_rebuilds_a_windowed_view_and_reloads_its_events():
 def test_every_unit_of_a_batch_is_judged_by_the_watermarks_its_first_unit_started_with(tmp_path):
     import pyarrow as pa
 
-    from spark.batch import BatchProcessor
-    from spark.journal import BatchRef, Journal, TablePlan
+    from lakemv.core.batch.journal import BatchRef, Journal, TablePlan
+    from lakemv.spark.batch.runner import BatchProcessor
 
     class Units:  # the processor's state _batch_watermarks reads (no Spark needed)
         journal = Journal(tmp_path / "journal")
@@ -652,7 +652,7 @@ def test_every_unit_of_a_batch_is_judged_by_the_watermarks_its_first_unit_starte
 
 
 def test_window_calls_are_renamed_outside_literals_and_comments_only():
-    from spark.timewindows import rename_calls
+    from lakemv.core.planner.timewindows import rename_calls
 
     text = "SELECT 'a window (x)' AS t, window(ts, '1 hour') -- window( here\nFROM t GROUP BY WINDOW (ts, '1 hour') /* window( */"
     assert rename_calls(text) == (

@@ -9,8 +9,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spark.changeset import build_changeset, decode_lines
-from spark.unavailable import PLACEHOLDER
+from lakemv.core.cdc.changeset import build_changeset, decode_lines
+from lakemv.core.cdc.unavailable import PLACEHOLDER
 
 FILES = [f"file:///landing/{t}/part.json" for t in ("users", "repos", "stars", "pull_requests", "payment_info", "nope")]
 
@@ -71,8 +71,8 @@ _SOURCES = None
 def _sources():
     global _SOURCES
     if _SOURCES is None:
-        from catalog.declarations import load_sources
-        from catalog.settings import LakeSettings
+        from lakemv.catalog.declarations import load_sources
+        from lakemv.catalog.settings import LakeSettings
 
         _SOURCES = load_sources(LakeSettings().sources_dirs)
     return _SOURCES

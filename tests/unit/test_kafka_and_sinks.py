@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from catalog.declarations import parse_source
-from catalog.errors import ConfigError, ViewDefinitionError
-from catalog.settings import LakeSettings
-from spark.kafka import KafkaTopics, check_bootstrap
-from spark.planner import plan_view
-from spark.sinks import FeedSnapshot, Progress, Sink, declared_sinks, message_key, message_value, pending
-from spark.views import parse_view
+from lakemv.catalog.declarations import parse_source
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import ConfigError, ViewDefinitionError
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import parse_view
+from lakemv.spark.sinks.products import FeedSnapshot, Progress, Sink, declared_sinks, message_key, message_value, pending
+from lakemv.spark.stream.kafka import KafkaTopics, check_bootstrap
 
 
 def test_topics_follow_debezium_names_unless_a_source_declares_its_own(sources):
@@ -130,7 +130,7 @@ def test_messages_are_the_key_and_the_row_as_json_and_a_tombstone_for_a_delete()
 
 
 def test_the_maintain_deployment_ingests_from_kafka_when_given_brokers(tmp_path: Path):
-    from flows.deployments import Schedules, deployments
+    from lakemv.flows.deployments import Schedules, deployments
 
     maintain = deployments(None, tmp_path, Schedules(), kafka="127.0.0.1:9092")[0]
     assert maintain.parameters["kafka"] == "127.0.0.1:9092" and "landing" not in maintain.parameters
@@ -139,7 +139,7 @@ def test_the_maintain_deployment_ingests_from_kafka_when_given_brokers(tmp_path:
 
 
 def test_the_compact_deployment_expires_snapshots_as_serve_is_told(tmp_path: Path):
-    from flows.deployments import Schedules, deployments
+    from lakemv.flows.deployments import Schedules, deployments
 
     compact = deployments(tmp_path / "landing", tmp_path, Schedules(retention_hours=0.25))[1]
     assert compact.name == "lakemv-compact" and compact.parameters["retention_hours"] == 0.25

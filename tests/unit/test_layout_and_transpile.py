@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.duck import connect_duckdb
-from catalog.errors import QueryError
-from catalog.settings import LakeSettings
-from catalog.verify import duckdb_sql
-from spark.layout import SortOrder, lookups, sort_orders, view_sort_orders
-from spark.planner import plan_view
-from spark.views import load_views, parse_view
-from catalog.viewstate import ViewState
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.viewstate import ViewState
+from lakemv.core.errors import QueryError
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import load_views, parse_view
+from lakemv.core.planner.sortorder import SortOrder, lookups, sort_orders, view_sort_orders
+from lakemv.duck.lake import connect_duckdb
+from lakemv.duck.verify import duckdb_sql
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The stop logic of `spark.lifecycle`, in a plain Python child process (no JVM, no server).
+"""The stop logic of `lakemv.core.runtime.lifecycle`, in a plain Python child process (no JVM, no server).
 
 The child adopts a `sleep` child of its own (standing in for the JVM) and is then signalled the way
 a terminal does; the tests check how fast it leaves and that the stand-in is gone.
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from catalog.settings import PROJECT_ROOT
+from lakemv.catalog.settings import PROJECT_ROOT
 
 SCRIPT = textwrap.dedent(
     """
     import subprocess, sys, time
-    from spark import lifecycle
+    from lakemv.core.runtime import lifecycle
 
     lifecycle.install(grace=float(sys.argv[1]))
     helper = subprocess.Popen(["sleep", "300"], start_new_session=True)
@@ -103,7 +103,7 @@ def test_py4j_network_errors_are_not_logged_once_lakemv_quiets_them(caplog):
     from py4j import protocol
     from py4j.java_gateway import GatewayClient
 
-    from spark.session import _not_py4j, quiet_py4j
+    from lakemv.spark.session import _not_py4j, quiet_py4j
 
     class Reset:
         def send_command(self, command):  # noqa: ANN001, ANN202
@@ -139,7 +139,7 @@ def test_after_a_stop_signal_an_ignored_keyboard_interrupt_prints_no_traceback(m
     Python prints "Exception ignored in ..." and a traceback: once stopping, that is swallowed."""
     from types import SimpleNamespace
 
-    from spark import lifecycle
+    from lakemv.core.runtime import lifecycle
 
     shown = []
     monkeypatch.setattr(lifecycle, "_default_unraisable", shown.append)

@@ -6,9 +6,9 @@ import datetime
 
 import pyarrow as pa
 
-from spark.literals import MAX_LITERALS, key_filter, literal
-from spark.maintain import content_diff
-from spark.viewsql import OP
+from lakemv.core.sql.quote import MAX_LITERALS, key_filter, literal
+from lakemv.core.sql.viewsql import DIFF_OP
+from lakemv.spark.views.maintain import content_diff
 
 
 def test_literals_escape_strings_and_leave_unknown_types_unfiltered():
@@ -38,7 +38,7 @@ def test_content_diff_upserts_changed_and_new_rows_and_deletes_vanished_keys():
     )
     diff = content_diff(new, old, ["email"], schema).to_pylist()
     assert diff == [
-        {"email": "b", "repos": [{"name": "y"}], OP: "upsert"},
-        {"email": "c", "repos": [], OP: "upsert"},
-        {"email": "gone", "repos": None, OP: "delete"},
+        {"email": "b", "repos": [{"name": "y"}], DIFF_OP: "upsert"},
+        {"email": "c", "repos": [], DIFF_OP: "upsert"},
+        {"email": "gone", "repos": None, DIFF_OP: "delete"},
     ]

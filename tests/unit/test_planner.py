@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-from catalog.errors import ViewDefinitionError
-from catalog.settings import LakeSettings
-from spark.explain import explain
-from spark.planner import SELF, ViewPlan, over, plan_view
-from spark.views import load_views, parse_view
-from catalog.tables import TableNames
-from spark.mirror import live_rows_sql
-from spark.viewsql import affected_key_queries, affected_keys_sql, chain_sql, diff_sql, recompute_sql
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import TableNames
+from lakemv.core.errors import ViewDefinitionError
+from lakemv.core.planner import SELF, ViewPlan, over, plan_view
+from lakemv.core.planner.definitions import load_views, parse_view
+from lakemv.core.planner.explain import explain
+from lakemv.core.sql.viewsql import affected_key_queries, affected_keys_sql, chain_sql, diff_sql, recompute_sql
+from lakemv.spark.mirror import live_rows_sql
 
 
 @pytest.fixture(scope="module")

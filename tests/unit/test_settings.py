@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog.errors import ConfigError
-from catalog.lake import delta_rs_options, hadoop_s3_conf, jdbc_properties, spark_catalog_conf
-from catalog.settings import LakeSettings
+from lakemv.catalog.lake import delta_rs_options, hadoop_s3_conf, jdbc_properties, spark_catalog_conf
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import ConfigError
 
 
 def test_default_is_sqlite_under_the_warehouse(tmp_path: Path):
@@ -59,7 +59,7 @@ def test_a_list_of_folders_is_what_a_user_types(monkeypatch, typed, expected):
 
 
 def test_a_setting_that_does_not_validate_names_the_variable_and_the_value(monkeypatch):
-    from flows.lake import lake_settings
+    from lakemv.flows.lake import lake_settings
 
     monkeypatch.setenv("LAKEMV_SHUFFLE_PARTITIONS", "many")
     with pytest.raises(ConfigError, match=r"LAKEMV_SHUFFLE_PARTITIONS: .*integer.*'many'"):
@@ -114,7 +114,7 @@ def test_a_rest_catalog_by_settings_alone(monkeypatch):
 
 @pytest.mark.parametrize(("warehouse", "message"), [("s3:///x", "names its bucket"), ("gs://b/x", "unsupported warehouse scheme")])
 def test_a_warehouse_that_is_not_a_folder_or_an_s3_prefix_is_refused(monkeypatch, warehouse, message):
-    from flows.lake import lake_settings
+    from lakemv.flows.lake import lake_settings
 
     monkeypatch.setenv("LAKEMV_WAREHOUSE", warehouse)
     with pytest.raises(ConfigError, match=f"LAKEMV_WAREHOUSE: .*{message}"):
@@ -122,7 +122,7 @@ def test_a_warehouse_that_is_not_a_folder_or_an_s3_prefix_is_refused(monkeypatch
 
 
 def test_the_local_state_lives_on_the_drivers_disk(tmp_path: Path):
-    from spark.ingest import state_path
+    from lakemv.spark.stream.files import state_path
 
     local = LakeSettings(warehouse=tmp_path / "wh")
     checkpoint = local.checkpoint_root / "ingest-1"

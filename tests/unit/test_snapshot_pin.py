@@ -9,9 +9,9 @@ def test_snapshot_expiry_keeps_what_a_streams_replay_may_need(tmp_path):
     """The oldest unit any journal still holds pins expiry: its replay looks for its earlier commits."""
     import pyarrow as pa
 
-    from catalog.storage import location
-    from spark.journal import BatchRef, Journal, TablePlan
-    from spark.maintenance import pinned_since
+    from lakemv.catalog.storage import location
+    from lakemv.core.batch.journal import BatchRef, Journal, TablePlan
+    from lakemv.spark.compaction import pinned_since
 
     checkpoints = location(str(tmp_path / "_checkpoints"))
     assert pinned_since(checkpoints) is None

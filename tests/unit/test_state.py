@@ -11,13 +11,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog.settings import LakeSettings
-from spark.planner import ViewPlan, plan_view
-from spark.state.codec import decode, encode, rows_of, to_arrow
-from spark.state.layout import MirrorPart, ViewPart, mirror_parts, plain_column, route
-from spark.state.store import Store
-from spark.state.walk import gather, reach
-from spark.views import load_views, parse_view
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.planner import ViewPlan, plan_view
+from lakemv.core.planner.definitions import load_views, parse_view
+from lakemv.core.state.codec import decode, encode, rows_of, to_arrow
+from lakemv.core.state.layout import MirrorPart, ViewPart, mirror_parts, plain_column, route
+from lakemv.core.state.store import Store
+from lakemv.core.state.walk import gather, reach
 
 
 @pytest.fixture(scope="module")
@@ -310,7 +310,7 @@ class _History:
     """A fake table history for in_step: snapshots newest first, as Snapshots.since returns them."""
 
     def __init__(self, *entries: tuple[int, int | None, str, str | None]):
-        from spark.state.sync import Snapshot
+        from lakemv.spark.batch.sync import Snapshot
 
         self.chain = [Snapshot(*e) for e in reversed(entries)]
 
@@ -322,7 +322,7 @@ class _History:
 
 
 def test_in_step_tells_compaction_and_the_units_own_commits_from_foreign_ones():
-    from spark.state.sync import Step, in_step
+    from lakemv.spark.batch.sync import Step, in_step
 
     history = _History((1, None, "append", "s:0.0"), (2, 1, "replace", None), (3, 2, "overwrite", "s:1.0"), (4, 3, "replace", None))
     assert in_step(history, "t", 4) == Step(4, 4)
@@ -337,7 +337,7 @@ def test_in_step_tells_compaction_and_the_units_own_commits_from_foreign_ones():
 
 
 def test_explain_shows_the_store_lookups_or_why_there_are_none(plans, sources):
-    from spark.explain import explain
+    from lakemv.core.planner.explain import explain
 
     text = explain(plans["user_profile"])
     assert "repos r                      up: stars by (repo_owner = .owner, repo_name = .name) -> users by (username = .username)" in text

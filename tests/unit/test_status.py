@@ -1,4 +1,4 @@
-"""`catalog.status.lake_status` over tables written with pyiceberg (no Spark): counts, ledger, missing tables."""
+"""`lakemv.duck.status.lake_status` over tables written with pyiceberg (no Spark): counts, ledger, missing tables."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog.declarations import SourceRegistry
-from catalog.lake import pyiceberg_catalog
-from catalog.settings import LakeSettings
-from catalog.status import lake_status, status_tables, to_seconds, with_kind
-from catalog.tables import DEAD_LETTERS, LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, mirror_arrow_schema
-from catalog.viewstate import STATE, ViewState
-from flows.console import render
-from spark.deadletters import SCHEMA as DEAD_LETTER_SCHEMA
-from spark.ledger import LedgerEntry, TableEntry
+from lakemv.catalog.declarations import SourceRegistry
+from lakemv.catalog.lake import pyiceberg_catalog
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import DEAD_LETTERS, LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, mirror_arrow_schema
+from lakemv.catalog.viewstate import STATE, ViewState
+from lakemv.duck.status import lake_status, status_tables, to_seconds, with_kind
+from lakemv.flows.console import render
+from lakemv.spark.deadletters import SCHEMA as DEAD_LETTER_SCHEMA
+from lakemv.spark.ledger import LedgerEntry, TableEntry
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 SOURCE_READS = {

@@ -1,4 +1,4 @@
-"""lakemv's own durable files on a local disk (catalog.storage); the same API over S3 is exercised
+"""lakemv's own durable files on a local disk (lakemv.catalog.storage); the same API over S3 is exercised
 against a real S3 server in tests/e2e/test_scaleout.py."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog.storage import LocalLocation, S3Location, S3Options, as_location, location
-from spark.journal import BatchRef, Journal, TablePlan
+from lakemv.catalog.storage import LocalLocation, S3Location, S3Options, as_location, location
+from lakemv.core.batch.journal import BatchRef, Journal, TablePlan
 
 
 def test_a_location_writes_whole_files_lists_and_removes(tmp_path: Path):

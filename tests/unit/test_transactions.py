@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from spark.transactions import GateReport, Record, TransactionGate, transaction_key, transaction_of
+from lakemv.core.cdc.transactions import GateReport, Record, TransactionGate, transaction_key, transaction_of
 
 COLLECTIONS = ("public.users", "public.stars")
 TS_MS = 1_700_000_000_000
@@ -352,7 +352,7 @@ def test_crashed_batch_replays_from_the_state_before_it(tmp_path):
 
 # ---- units: a batch's released changes applied in units that never split a transaction -------------
 def test_units_end_only_between_transactions():
-    from spark.transactions import units
+    from lakemv.core.cdc.transactions import units
 
     assert units(10, [3, 6, 10], 4) == [(0, 3), (3, 6), (6, 10)]
     assert units(10, [8, 10], 4) == [(0, 8), (8, 10)]  # a transaction larger than a unit is one unit
@@ -361,7 +361,7 @@ def test_units_end_only_between_transactions():
 
 
 def test_admit_reports_a_cut_after_every_whole_transaction_and_every_lone_change():
-    from spark.transactions import Record, TransactionGate
+    from lakemv.core.cdc.transactions import Record, TransactionGate
 
     def change(txid, order, n):
         block = None if txid is None else {"id": txid, "total_order": order, "data_collection_order": order}

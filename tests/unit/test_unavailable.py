@@ -6,9 +6,9 @@ from __future__ import annotations
 import base64
 import json
 
-from spark.changeset import build_changeset, decode_lines, printable, utf8_error
-from spark.envelope import parse_envelope
-from spark.unavailable import PLACEHOLDER, is_placeholder
+from lakemv.core.cdc.changeset import build_changeset, decode_lines, printable, utf8_error
+from lakemv.core.cdc.envelope import parse_envelope
+from lakemv.core.cdc.unavailable import PLACEHOLDER, is_placeholder
 
 REPOS = "file:///landing/repos/part-1.json"
 

@@ -1,4 +1,4 @@
-"""Declared unique keys on ingest (spark.unique) and keys held by a violation in a view's diff."""
+"""Declared unique keys on ingest (lakemv.core.cdc.unique) and keys held by a violation in a view's diff."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pyarrow as pa
 
-from catalog.tables import DELETED
-from spark.contentdiff import content_diff, duplicated_keys
-from spark.unique import SOURCE_FILE, unique_violations, violation_letters
-from spark.viewsql import OP
+from lakemv.catalog.tables import DELETED
+from lakemv.core.cdc.unique import SOURCE_FILE, unique_violations, violation_letters
+from lakemv.core.sql.diff import content_diff, duplicated_keys
+from lakemv.core.sql.viewsql import DIFF_OP
 
 
 def _user(email, username, deleted=False):
@@ -52,4 +52,4 @@ def test_a_key_with_several_recomputed_rows_is_held_neither_upserted_nor_deleted
     new = pa.Table.from_pylist([{"k": "a", "v": "2"}, {"k": "a", "v": "3"}, {"k": "b", "v": "2"}], schema=schema)
     held = duplicated_keys(new, ["k"])
     assert held == {("a",)}
-    assert content_diff(new, old, ["k"], schema, held).to_pylist() == [{"k": "b", "v": "2", OP: "upsert"}]
+    assert content_diff(new, old, ["k"], schema, held).to_pylist() == [{"k": "b", "v": "2", DIFF_OP: "upsert"}]

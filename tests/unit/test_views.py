@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog.errors import ConfigError, ViewDefinitionError
-from catalog.settings import LakeSettings
-from spark.views import load_views, parse_view
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import ConfigError, ViewDefinitionError
+from lakemv.core.planner.definitions import load_views, parse_view
 
 
 def test_the_two_seed_views_load_from_the_views_folder():

@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from workload.github import GitHubWorkload, WorkloadConfig, generate_files
+from lakemv.workload.github import GitHubWorkload, WorkloadConfig, generate_files
 
 
 def run(sources, **kwargs):

@@ -14,15 +14,15 @@ import time
 
 import pytest
 
-from catalog import writer
-from catalog.storage import LocalLocation
-from catalog.writer import CommitTurns, LakeBusy, WriterLease, lock_path, writer_lock
+from lakemv.catalog import writer
+from lakemv.catalog.storage import LocalLocation
+from lakemv.catalog.writer import CommitTurns, LakeBusy, WriterLease, lock_path, writer_lock
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from catalog.storage import LocalLocation
-from catalog.writer import writer_lock
+from lakemv.catalog.storage import LocalLocation
+from lakemv.catalog.writer import writer_lock
 lease = LocalLocation(Path(sys.argv[2])) if len(sys.argv) > 2 else None
 with writer_lock(Path(sys.argv[1]), "lake", "the-lake", lease=lease):
     print("held", flush=True)
@@ -152,7 +152,7 @@ def test_a_turn_waits_for_a_long_unit_then_gives_up_and_a_killed_compaction_free
 TURN = """
 import sys, time
 from pathlib import Path
-from catalog.writer import CommitTurns
+from lakemv.catalog.writer import CommitTurns
 with CommitTurns(Path(sys.argv[1]), "lake").turn() as held:
     print("turn", flush=True)
     time.sleep(60)

@@ -1,0 +1,1 @@
+"""What one batch is, apart from the engine: its journal and its result."""

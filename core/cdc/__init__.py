@@ -1,0 +1,1 @@
+"""CDC semantics: Debezium envelopes, coercion, change sets, source transactions, schema drift, effects."""

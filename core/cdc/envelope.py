@@ -1,0 +1,236 @@
+"""Debezium envelope parsing: one JSON line in, one validated Change (or a skip) out. Pure Python.
+
+Accepts the envelope with or without the `{"schema": ..., "payload": ...}` wrapper, ops c/r/u/d,
+updates with `before: null`, deletes whose `before` carries only the key (or, as Debezium sends
+them, the key plus placeholders such as `""` for the other NOT NULL columns: only the key is read).
+When the wrapper's Connect schema names a field's logical type (`io.debezium.time.MicroTimestamp`,
+`org.apache.kafka.connect.data.Decimal` with its scale, ...), the value is decoded as it says;
+otherwise as declared. Anything else raises EnvelopeError with a reason fit for the dead-letter table.
+
+Debezium's placeholder for a value PostgreSQL did not send (an unchanged TOASTed column of an update,
+or of the create half of a primary-key change) is never data: the column is named in
+`Change.unavailable` and holds None until `lakemv.core.cdc.unavailable` fills it from the row's previous image.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from lakemv.catalog.declarations import SourceTable
+from lakemv.core.cdc.coerce import MAX_MICROS, Wire, coerce
+from lakemv.core.cdc.evolution import TypedSample
+from lakemv.core.cdc.unavailable import is_placeholder
+from lakemv.core.errors import EnvelopeError
+
+OPS = ("c", "r", "u", "d")  # and "t", a TRUNCATE (see Truncate)
+# Connect logical types -> the encoding they mean (see lakemv.catalog.declarations.Encoding) and the type.
+LOGICAL_TYPES = {
+    "io.debezium.time.MicroTimestamp": "micros",
+    "io.debezium.time.Timestamp": "millis",
+    "io.debezium.time.NanoTimestamp": "nanos",
+    "io.debezium.time.ZonedTimestamp": "iso",
+    "org.apache.kafka.connect.data.Timestamp": "millis",
+    "io.debezium.time.Date": "days",
+    "org.apache.kafka.connect.data.Date": "days",
+    "io.debezium.time.MicroTime": "micros",
+    "io.debezium.time.Time": "millis",
+    "io.debezium.time.NanoTime": "nanos",
+    "io.debezium.time.ZonedTime": "iso",
+    "org.apache.kafka.connect.data.Time": "millis",
+    "org.apache.kafka.connect.data.Decimal": "base64",
+    # time.precision.mode=isostring (Debezium 3.1+): ISO-8601 text
+    "io.debezium.time.IsoTimestamp": "iso",
+    "io.debezium.time.IsoDate": "iso",
+    "io.debezium.time.IsoTime": "iso",
+}
+_LOGICAL_KIND = {name: kind for kind in ("Timestamp", "Date", "Time", "Decimal") for name in LOGICAL_TYPES if name.endswith(kind)}
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One row-level change of a source table, typed per its declaration."""
+
+    table: str
+    op: str
+    key: tuple[Any, ...]
+    position: int
+    source_ts_ms: int | None
+    row: tuple[Any, ...] | None  # declared columns in order; None for a delete
+    unknown: tuple[tuple[str, Any], ...] = ()  # after-image fields the declaration lacks (schema drift)
+    absent: tuple[str, ...] = ()  # declared columns the after-image lacks (stored as NULL)
+    unavailable: tuple[str, ...] = ()  # declared columns Debezium sent its placeholder for (None in `row` until filled)
+    fill_from: tuple[Any, ...] | None = None  # the key whose stored row fills `unavailable` (a moved row's old key)
+    follows: bool = False  # an incremental snapshot's read: no source position of its own (see `place_reads`)
+    line: tuple[str, str] | None = None  # (raw line, origin) of a change with unavailable values: its dead letter if unfilled
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op == "d"
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """A TRUNCATE of a source table at a source position: every row it held before is deleted then."""
+
+    table: str
+    position: int
+    source_ts_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A line that is legitimately not a change (blank line, Kafka tombstone); counted, not stored."""
+
+    reason: str
+
+
+def _lookup(envelope: dict[str, Any], path: str) -> Any:
+    value: Any = envelope
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _position(envelope: dict[str, Any], source: SourceTable) -> int:
+    for path in source.ordering:
+        value = _lookup(envelope, path)
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise EnvelopeError(f"source position {path} must be a non-negative integer, got {value!r}")
+    raise EnvelopeError(f"no source position: none of {', '.join(source.ordering)} is present")
+
+
+def _source_ts(envelope: dict[str, Any]) -> int | None:
+    source_ts = _lookup(envelope, "source.ts_ms")
+    if source_ts is None:
+        source_ts = envelope.get("ts_ms")
+    if source_ts is not None and (
+        not isinstance(source_ts, int) or isinstance(source_ts, bool) or not 0 <= source_ts <= MAX_MICROS // 1000
+    ):
+        raise EnvelopeError(f"source.ts_ms must be epoch millis within years 1970-9999, got {source_ts!r}")
+    return source_ts
+
+
+def field_wires(schema: Any, image: str) -> dict[str, Wire]:
+    """Per field of the `image` struct ('before' or 'after') of an envelope's Connect schema, how its
+    value is encoded; an empty map when the schema does not describe that image."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("fields"), list):
+        return {}
+    struct = next((f for f in schema["fields"] if isinstance(f, dict) and f.get("field") == image), None)
+    if struct is None or not isinstance(struct.get("fields"), list):
+        return {}
+    wires = {}
+    for field in struct["fields"]:
+        if not isinstance(field, dict) or not isinstance(field.get("field"), str):
+            continue
+        name = field.get("name")
+        if name in LOGICAL_TYPES:
+            parameters = field.get("parameters") if isinstance(field.get("parameters"), dict) else {}
+            scale, precision = parameters.get("scale"), parameters.get("connect.decimal.precision")
+            wires[field["field"]] = Wire(
+                LOGICAL_TYPES[name],
+                int(scale) if isinstance(scale, str) and scale.lstrip("-").isdigit() else None,
+                _LOGICAL_KIND[name].lower(),
+                int(precision) if isinstance(precision, str) and precision.isdigit() else None,
+            )
+        elif name is None and field.get("type") == "string":
+            wires[field["field"]] = Wire("string")  # decimal.handling.mode=string; for other types, text is text
+    return wires
+
+
+def json_line(text: str | None) -> Any:
+    """One line's JSON value, or a Skip for a tombstone (None) or a blank line; EnvelopeError if malformed."""
+    if text is None:
+        return Skip("tombstone (null value)")
+    if not text.strip():
+        return Skip("blank line")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EnvelopeError(f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise EnvelopeError("malformed JSON: nested too deeply") from None
+
+
+def _unwrap(text: str | None) -> tuple[dict[str, Any], Any] | Skip:
+    """(payload, Connect schema or None), or a Skip."""
+    envelope = json_line(text)
+    if isinstance(envelope, Skip):
+        return envelope
+    if envelope is None:
+        return Skip("tombstone (null value)")
+    schema = None
+    if isinstance(envelope, dict) and "payload" in envelope and "schema" in envelope:
+        envelope, schema = envelope["payload"], envelope["schema"]
+        if envelope is None:
+            return Skip("tombstone (null payload)")
+    if not isinstance(envelope, dict):
+        raise EnvelopeError(f"not a Debezium envelope: expected a JSON object, found {type(envelope).__name__}")
+    return envelope, schema
+
+
+def _sample(value: Any, wire: Wire | None) -> Any:
+    """A new field's value, tagged with the type its Connect schema names (schema drift types it so)."""
+    if value is None or wire is None or wire.type is None:
+        return value
+    return TypedSample(value, wire.type, None if wire.type == "decimal" else wire.encoding, wire.precision, wire.scale)
+
+
+def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip | Truncate:
+    """Parse one line of a landing file (or one Kafka value, None for a tombstone) for `source`."""
+    unwrapped = _unwrap(text)
+    if isinstance(unwrapped, Skip):
+        return unwrapped
+    envelope, schema = unwrapped
+    if "op" not in envelope:
+        raise EnvelopeError("not a Debezium envelope: no 'op' field")
+    op = envelope["op"]
+    if op == "t":  # TRUNCATE (Debezium sends it when skipped.operations does not name `t`)
+        return Truncate(source.name, _position(envelope, source), _source_ts(envelope))
+    if op not in OPS:
+        raise EnvelopeError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
+    image_name = "before" if op == "d" else "after"
+    image = envelope.get(image_name)
+    if not isinstance(image, dict):
+        raise EnvelopeError(f"op {op!r} needs an object in '{image_name}', found {json.dumps(image)[:40]}")
+    follows = op == "r" and _lookup(envelope, "source.snapshot") == "incremental" and _lookup(envelope, source.ordering[0]) is None
+    position = 0 if follows else _position(envelope, source)
+    source_ts = _source_ts(envelope)
+
+    wires = field_wires(schema, image_name) if schema is not None else {}
+    key = []
+    for name in source.primary_key:
+        value = image.get(name)
+        if value is None:
+            raise EnvelopeError(f"missing primary-key field {name!r} in '{image_name}'")
+        if is_placeholder(value):
+            raise EnvelopeError(f"primary-key field {name!r} holds Debezium's placeholder for an unavailable value")
+        key.append(coerce(source.column(name), value, wires.get(name)))
+    if op == "d":  # the rest of a delete's before-image may be placeholders: never read
+        return Change(source.name, op, tuple(key), position, source_ts, None)
+    # An unchanged TOASTed value: Debezium's placeholder, unless the before-image (REPLICA IDENTITY FULL) has it.
+    before = envelope.get("before") if isinstance(envelope.get("before"), dict) else {}
+    before_wires = field_wires(schema, "before") if schema is not None and before else {}
+    values, unavailable = {}, []
+    for column in source.columns:
+        value, wire = image.get(column.name), wires.get(column.name)
+        if is_placeholder(value):
+            if column.name in before and before[column.name] is not None and not is_placeholder(before[column.name]):
+                value, wire = before[column.name], before_wires.get(column.name)
+            else:
+                unavailable.append(column.name)
+                continue
+        values[column.name] = coerce(column, value, wire)
+    row = tuple(values.get(name) for name in source.column_names)
+    names = source.column_names
+    unknown = absent = ()
+    if len(image) != len(names) or not all(name in image for name in names):
+        unknown = tuple((k, None if is_placeholder(v) else _sample(v, wires.get(k))) for k, v in image.items() if k not in names)
+        absent = tuple(n for n in names if n not in image)
+    return Change(source.name, op, tuple(key), position, source_ts, row, unknown, absent, tuple(unavailable), follows=follows)

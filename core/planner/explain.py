@@ -1,0 +1,155 @@
+"""`lakemv explain`: a view's plan as text - its key, how each table's changes reach it, how it recomputes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sqlglot
+from sqlglot import exp
+
+from lakemv.core.durations import format_duration
+from lakemv.core.planner import OCCURRENCE, SELF, ViewPlan, over
+from lakemv.core.planner.cost import Statistics, cost_lines, predict
+from lakemv.core.sql.viewsql import recompute_sql
+from lakemv.core.state.layout import Lookup, route
+
+ARROW = " -> "
+
+
+def _occurrence(plan: ViewPlan, occ_id: int) -> str:
+    occ = plan.occurrence(occ_id)
+    return f"{occ.table} {occ.alias}"
+
+
+def _chain_text(plan: ViewPlan, occ_id: int) -> str:
+    steps = []
+    for link in plan.chain(occ_id):
+        child, parent = plan.occurrence(link.child).alias, plan.occurrence(link.parent).alias
+        steps.append(" AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs))
+    anchor = plan.anchor_of(occ_id)
+    anchor_alias = plan.occurrence(anchor).alias
+    keys = ", ".join(f"{over(k.expr, anchor_alias)} AS {k.name}" for k in plan.keys_at(anchor))
+    return ARROW.join([*steps, f"key ({keys})"])
+
+
+def explain(
+    plan: ViewPlan,
+    live: Mapping[str, str] | None = None,
+    stats: Statistics | list[tuple[ViewPlan, Statistics]] | str | None = None,
+) -> str:
+    """Human-readable plan; with `live` (table -> live-rows SQL) the recompute SQL is appended; with
+    `stats` (the mirrors' counts - per link tree, `lakemv.core.planner.cost.trees`, for a UNION ALL - or why there
+    are none) the predicted cost per key."""
+    definition = plan.definition
+    lines = [f"view {plan.name}" + (f"  ({definition.location})" if definition.location else "")]
+    if definition.description:
+        lines.append(f"  {definition.description}")
+    sources = "; ".join(f"{plan.occurrence(b.anchor).table} {plan.occurrence(b.anchor).alias}, {plan.occurrence(b.anchor).context}" for b in plan.anchors)
+    lines += [
+        f"key: {', '.join(plan.key_names)}  (from {sources})",
+        f"columns: {', '.join(plan.columns)}",
+        f"reads: {', '.join(plan.tables)}",
+        "",
+        "affected keys - how a changed row (old and new image) reaches the view key:",
+    ]
+    order = [*(b.anchor for b in plan.anchors), *(link.child for link in plan.links)]
+    width = max(len(_occurrence(plan, o)) for o in order)
+    for occ_id in order:
+        occ = plan.occurrence(occ_id)
+        reach = _chain_text(plan, occ_id) if plan.reached_by(occ.table) else "not followed (enriched as of processing)"
+        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  [{occ.context}]  {reach}")
+    lines += ["", "recompute of the affected keys - each table pre-filtered by its parent's rows:"]
+    for occ_id in order:
+        link = plan.link_of(occ_id)
+        if link is None:
+            alias = plan.occurrence(occ_id).alias
+            rule = f"rows whose key is affected: ({', '.join(over(k.expr, alias) for k in plan.keys_at(occ_id))}) IN keys"
+        else:
+            child, parent = plan.occurrence(link.child).alias, plan.occurrence(link.parent).alias
+            on = " AND ".join(f"{over(c, child)} {op} {over(p, parent)}" for c, p, op in link.pairs)
+            rule = f"semi-join {_occurrence(plan, link.parent)} ON {on}"
+        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  {rule}")
+    windows = _windows(plan)
+    if windows:
+        lines += ["", "windows - each partition is whole in a key's rows, so a change recomputes its partition with its key:"]
+        lines += [f"  {w}" for w in windows]
+    if plan.as_of_processing:
+        anchor = plan.occurrence(plan.anchor).table
+        others = ", ".join(t for t in plan.tables if t != anchor)
+        lines += [
+            "",
+            f"enrichment as of processing - each {anchor} event's row is computed once, in the batch that ingests it,",
+            f"  with the rows {others or 'it joins'} held then; their later changes reach no row of this view.",
+        ]
+    if plan.bound is not None:
+        b = plan.bound
+        lines += [
+            "",
+            f"time bound - {b.first}'s event time minus {b.second}'s is within [{format_duration(b.low)}, {format_duration(b.high)}]:",
+            f"  the local state keeps a {b.first} event while {b.second}'s watermark plus the lower bound has not passed it,",
+            f"  and a {b.second} event while {b.first}'s watermark minus the upper bound has not; then they are purged.",
+        ]
+    if plan.finality is not None:
+        final = plan.finality
+        lines += [
+            "",
+            f"event time - `{final.column}` is a window of {final.source}'s event time, ending at "
+            f"{final.end.format(start=final.column)}:",
+            f"  window_final = the window ends at or before {final.source}'s watermark (newest event time minus its lateness);",
+            "  when the watermark passes a window's end, its row is recomputed once and turns final.",
+        ]
+    lines += ["", *_state_lines(plan, order, width)]
+    if isinstance(stats, Statistics):
+        stats = [(plan, stats)]
+    if isinstance(stats, list):
+        for tree, counted in stats:
+            lines.append("")
+            if plan.branches:  # a UNION ALL: each branch's link tree on its own
+                constants = ", ".join(f"{k.name} = {k.expr}" for k in tree.keys if SELF not in k.expr)
+                lines.append(f"UNION ALL branch {constants}:")
+            lines += cost_lines(tree, predict(tree, counted), counted, width)
+    elif stats is not None:
+        lines += ["", f"cost per key: not estimated: {stats}"]
+    lines += [
+        "",
+        "then: diff against the view's rows (the store's digests, or the view table when scanning), MERGE",
+        "rows whose content changed, delete keys that no longer produce a row, append the diff to the",
+        f"change feed {plan.name}__changes.",
+    ]
+    if live is not None:
+        lines += ["", "recompute SQL (keys in relation `_lmv_keys`):", recompute_sql(plan, live, "_lmv_keys")]
+    return "\n".join(lines)
+
+
+def _windows(plan: ViewPlan) -> list[str]:
+    """The view's window functions, as written (placeholders named back after their tables)."""
+    aliases = {OCCURRENCE.format(o.id): o.table for o in plan.occurrences}
+    shown = []
+    for window in sqlglot.parse_one(plan.body, read="spark").find_all(exp.Window):
+        text = " ".join(window.sql(dialect="spark").split())
+        for placeholder, table in aliases.items():
+            text = text.replace(placeholder, table)
+        shown.append(text)
+    return shown
+
+
+def _lookup_text(hop: Lookup) -> str:
+    on = ", ".join(f"{c} = .{u}" if not ns else f"{c} <=> .{u}" for c, u, ns in zip(hop.columns, hop.using, hop.null_safe, strict=True))
+    return f"{hop.table} by ({on})" + ("" if hop.exact else " (a superset, filtered by the view's SQL)")
+
+
+def _state_lines(plan: ViewPlan, order: list[int], width: int) -> list[str]:
+    """How the local indexed state serves the view: the lookups each hop makes, or why it cannot."""
+    r = route(plan)
+    if not r.indexed:
+        return [f"local state: not used, every lookup scans the mirrors: {r.reason}"]
+    lines = ["local state - lookups in the store instead of scans (`.c`: column c of the rows before):"]
+    for occ_id in order:
+        hops = [_lookup_text(h) for h in r.up[occ_id]]
+        columns = ", ".join(c if c is not None else "<evaluated by Spark>" for c in r.key_columns[occ_id])
+        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  up: {ARROW.join([*hops, f'key from ({columns})'])}")
+    assert r.anchor is not None
+    lines.append(f"  rows for the keys: {_lookup_text(r.anchor)}")
+    for occ_id in order[1:]:
+        lines.append(f"  {_occurrence(plan, occ_id):<{width}}  down: {_lookup_text(r.down[occ_id])}")
+    return lines

@@ -1,0 +1,141 @@
+"""Event-time windows in a view's key, and when a window's row is final.
+
+A view grouped by a window of an event source's event time - `date_trunc('hour', viewed_at)`, or
+Spark's `window(viewed_at, '1 hour')` (rewritten by `lakemv.core.planner.timewindows`) - has one row per group
+and window. Once the source's watermark reaches the window's end no event can join it any more
+(lakemv.core.cdc.events: an event older than the watermark is late), so the row is final. Such a view gets
+one more output column, `window_final`, computed from the watermark with the rest of the row: the
+incremental step, a backfill and `lakemv verify` all read it the same way. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sqlglot
+from pydantic import BaseModel, ConfigDict
+from sqlglot import exp
+
+from lakemv.catalog.declarations import SourceTable
+from lakemv.core.sql.quote import q
+
+FINAL = "window_final"
+_DAY = 86_400_000_000
+# date_trunc's units and the longest window each makes (a month of 31 days, a quarter of 92, a leap year)
+_UNITS = {
+    "SECOND": 1_000_000, "MINUTE": 60_000_000, "HOUR": 3_600_000_000, "DAY": _DAY, "WEEK": 7 * _DAY,
+    "MONTH": 31 * _DAY, "QUARTER": 92 * _DAY, "YEAR": 366 * _DAY,
+}  # fmt: skip
+
+
+class Finality(BaseModel):
+    """Which key column holds a window's start over which event source, and how its end is computed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str  # the event source whose watermark closes the window
+    column: str  # the view's key column holding the window's start
+    end: str  # Spark SQL of the window's end over `{start}`, the start column's reference
+    size: int  # the longest a window lasts, in micros: its events are needed until it is final
+    lateness: int = 0  # the source's allowed lateness when planned: another one judges windows anew
+
+    def end_over(self, alias: str) -> str:
+        return self.end.format(start=f"{alias}.{q(self.column)}")
+
+
+def window_of(expression: str, event_time: str) -> tuple[str, int] | None:
+    """The end of the window `expression` starts, as a template over `{start}`, and the window's
+    longest size, when `expression` is a window start over `event_time` (a column of the plan's
+    `_lmv_self`); else None."""
+    tree = sqlglot.parse_one(expression, read="spark")
+    if isinstance(tree, exp.TimestampTrunc | exp.DateTrunc) and _is_column(tree.this, event_time):
+        unit = tree.args["unit"].name.upper() if tree.args.get("unit") is not None else ""
+        if unit in _UNITS:
+            return f"{{start}} + INTERVAL '1' {unit}", _UNITS[unit]
+        return None
+    size = tumbling_size(tree, event_time)
+    return None if size is None else (f"timestamp_micros(unix_micros({{start}}) + {size})", size)
+
+
+def tumbling_size(tree: exp.Expression, event_time: str) -> int | None:
+    """The size in micros of `timestamp_micros(unix_micros(t) - pmod(unix_micros(t) - offset, size))`."""
+    found = tumbling_window(tree)
+    return found[2] if found is not None and found[0] == event_time else None
+
+
+def tumbling_window(tree: exp.Expression) -> tuple[str, int, int] | None:
+    """(column, offset, size) of a tumbling window start as `lakemv.core.planner.timewindows` writes it, else None."""
+    if not (isinstance(tree, exp.Anonymous) and tree.name.upper() == "TIMESTAMP_MICROS" and len(tree.expressions) == 1):
+        return None
+    sub = tree.expressions[0]
+    if not (isinstance(sub, exp.Sub) and isinstance(sub.this, exp.UnixMicros) and isinstance(sub.this.this, exp.Column)):
+        return None
+    pmod = sub.expression
+    if not (isinstance(pmod, exp.Anonymous) and pmod.name.upper() == "PMOD" and len(pmod.expressions) == 2):
+        return None
+    shifted, size = pmod.expressions
+    if not (isinstance(shifted, exp.Sub) and shifted.this == sub.this and _is_number(shifted.expression) and _is_number(size)):
+        return None
+    return sub.this.this.name, int(shifted.expression.name), int(size.name)
+
+
+def _is_number(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Literal) and not node.is_string
+
+
+def _is_column(node: exp.Expression | None, name: str) -> bool:
+    return isinstance(node, exp.Column) and node.name == name
+
+
+def finality(keys: Mapping[str, str], anchor_table: str, sources: Mapping[str, SourceTable]) -> Finality | None:
+    """The window of a view keyed by `keys` (name -> expression over its anchor, a read of
+    `anchor_table`), when one key column is a window over an event source's event time."""
+    source = sources.get(anchor_table)
+    if source is None or not source.is_events or source.event_time is None:
+        return None
+    for name, expression in keys.items():
+        window = window_of(expression, source.event_time)
+        if window is not None:
+            return Finality(source=source.name, column=name, end=window[0], size=window[1], lateness=source.lateness_micros)
+    return None
+
+
+def final_rows_sql(body: str, final: Finality | None, watermarks: Mapping[str, int | None]) -> str:
+    """The view's rows from its planned `body`, with `window_final` when it has a window: whether
+    the window's end is at or before its source's watermark (`watermarks`, epoch micros)."""
+    if final is None:
+        return body
+    mark = watermarks.get(final.source)
+    flag = "FALSE" if mark is None else f"coalesce({final.end_over('_lmv_w')} <= timestamp_micros({int(mark)}), FALSE)"
+    return f"SELECT _lmv_w.*, {flag} AS {FINAL} FROM ({body}) AS _lmv_w"
+
+
+def finalizing_sql(final: Finality, view_table: str, key_names: tuple[str, ...], mark: int, since: int | None) -> str:
+    """Keys of the view's rows not yet final whose window ends at or before watermark `mark` (and
+    after `since`, the watermark they were last judged by, which lets Iceberg skip older files)."""
+    end = final.end_over("v")
+    where = [f"NOT v.{FINAL}", f"{end} <= timestamp_micros({int(mark)})"]
+    if since is not None:
+        where.append(f"{end} > timestamp_micros({int(since)})")
+    columns = ", ".join(f"v.{q(k)}" for k in key_names)
+    return f"SELECT {columns} FROM {view_table} AS v WHERE {' AND '.join(where)}"
+
+
+def checked_sql(sql: str, final: Finality | None, sources: Mapping[str, SourceTable]) -> str:
+    """The view's SQL as an independent engine recomputes it (`lakemv verify`): with `window_final`
+    judged by the watermark its event source's table gives (newest event time minus the lateness)."""
+    if final is None:
+        return sql
+    source = sources[final.source]
+    mark = f"(SELECT timestamp_micros(unix_micros(max({q(source.event_time or '')})) - {source.lateness_micros}) FROM {q(source.name)})"
+    return f"SELECT _lmv_w.*, coalesce({final.end_over('_lmv_w')} <= {mark}, FALSE) AS {FINAL} FROM ({sql}) AS _lmv_w"
+
+
+def disjoint_windows(starts: list[exp.Expression]) -> bool:
+    """Whether the window starts of UNION ALL branches are tumbling windows of one column and size
+    at different offsets (a hopping window, `lakemv.core.planner.timewindows`): no start is in two branches."""
+    found = [tumbling_window(s) for s in starts]
+    if any(f is None for f in found):
+        return False
+    columns, offsets, sizes = zip(*found, strict=True)  # type: ignore[misc]
+    return len(set(columns)) == 1 and len(set(sizes)) == 1 and len({o % sizes[0] for o in offsets}) == len(offsets)

@@ -1,0 +1,168 @@
+"""The plan model: how a view is maintained, as frozen data that `lakemv.core.sql.viewsql` renders to SQL."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+import sqlglot
+from pydantic import BaseModel, ConfigDict
+from sqlglot import exp
+
+from lakemv.core.planner.bounds import TimeBound
+from lakemv.core.planner.definitions import ViewDefinition
+from lakemv.core.planner.finality import Finality
+
+SELF = "_lmv_self"  # qualifier of the columns in a stored expression; replaced by an alias when rendered
+OCCURRENCE = "_lmv_occ_{}"  # placeholder relation name of an occurrence in the plan's body
+
+
+class Occurrence(BaseModel):
+    """One read of a source table in the view's SQL."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    table: str
+    alias: str
+    context: str  # where in the SQL: "main query", "CTE starred", "subquery `...`"
+
+
+class Link(BaseModel):
+    """Equalities tying `child` to `parent`: pairs of (expression over child, expression over parent)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    child: int
+    parent: int
+    pairs: tuple[tuple[str, str, str], ...]  # (expression over child, over parent, "=" or "<=>")
+    fragments: tuple[str, ...]
+
+
+class KeyColumn(BaseModel):
+    """A view key column and the expression over the anchor occurrence that computes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    expr: str
+
+
+class Branch(BaseModel):
+    """One branch of a UNION ALL view: its anchor and the expressions of the key columns over it (a
+    constant for the column that tells the branches apart)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    anchor: int
+    keys: tuple[KeyColumn, ...]
+
+
+class ViewPlan(BaseModel):
+    """How a view is maintained: its anchor, the link tree over every occurrence, and its SQL body.
+
+    A UNION ALL view has one anchor and link tree per branch (`branches`; `anchor` and `keys` are the
+    first branch's): a changed row reaches the keys of its own branch, and a key is recomputed by every
+    branch, of which only its own can produce rows (the branches' keys differ in a constant)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    definition: ViewDefinition
+    anchor: int
+    keys: tuple[KeyColumn, ...]
+    occurrences: tuple[Occurrence, ...]
+    links: tuple[Link, ...]  # one per occurrence except the anchors, parents before children
+    columns: tuple[str, ...]  # output columns, in order
+    body: str  # qualified Spark SQL, CTEs inlined, each source read as OCCURRENCE.format(id)
+    branches: tuple[Branch, ...] = ()  # a UNION ALL's branches (empty: one SELECT)
+    finality: Finality | None = None  # keyed by an event-time window: `window_final` ends `columns`
+    event_columns: tuple[str, ...] = ()  # as of processing: the output columns only the event gives
+    bound: TimeBound | None = None  # two event streams joined within a time bound
+    anchor_time: str | None = None  # the output column passing the anchor event's time through, if any
+
+    @property
+    def anchors(self) -> tuple[Branch, ...]:
+        """Every anchor with its key expressions: the branches, or the one anchor."""
+        return self.branches or (Branch(anchor=self.anchor, keys=self.keys),)
+
+    def keys_at(self, anchor: int) -> tuple[KeyColumn, ...]:
+        """The key expressions over `anchor` (one of `anchors`)."""
+        return next(b.keys for b in self.anchors if b.anchor == anchor)
+
+    def anchor_of(self, occ_id: int) -> int:
+        """The anchor whose link tree `occ_id` belongs to."""
+        chain = self.chain(occ_id)
+        return chain[-1].parent if chain else occ_id
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def fingerprint(self) -> str:
+        """What the view table was built from: the definition, and for a windowed view the lateness
+        its windows are judged final by (a new lateness rebuilds it: flags set by the old one go)."""
+        if self.finality is None:
+            return self.definition.fingerprint
+        return f"{self.definition.fingerprint[:16]}-l{self.finality.lateness}"
+
+    @property
+    def as_of_processing(self) -> bool:
+        """Each event's row is computed once, with the tables as they were then (`-- @enrich`)."""
+        return self.definition.enrich == "as_of_processing"
+
+    @property
+    def compared(self) -> tuple[str, ...] | None:
+        """The columns an independent recompute can check beyond the key (None: all of them)."""
+        return self.event_columns if self.as_of_processing else None
+
+    def reached_by(self, table: str) -> bool:
+        """Whether a change to `table` can change the view's rows: an as-of-processing view follows
+        only its anchor's events, never the tables they were enriched from."""
+        return not self.as_of_processing or self.occurrence(self.anchor).table == table
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.keys)
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Source tables the view reads, in first-read order."""
+        return tuple(dict.fromkeys(o.table for o in self.occurrences))
+
+    def reads(self, table: str) -> frozenset[str]:
+        """Columns of `table` the view's SQL mentions (through any alias of a read of it)."""
+        return self._columns_read.get(table, frozenset())
+
+    @cached_property
+    def _columns_read(self) -> dict[str, frozenset[str]]:
+        """Per table, the columns the body mentions; the body is parsed once per plan."""
+        mentioned: dict[str, set[str]] = {}
+        for column in sqlglot.parse_one(self.body, read="spark").find_all(exp.Column):
+            mentioned.setdefault(column.table, set()).add(column.name)
+        return {
+            table: frozenset(name for o in self.occurrences if o.table == table for name in mentioned.get(o.alias, ()))
+            for table in self.tables
+        }
+
+    def occurrence(self, occ_id: int) -> Occurrence:
+        if occ_id < len(self.occurrences) and self.occurrences[occ_id].id == occ_id:
+            return self.occurrences[occ_id]
+        return next(o for o in self.occurrences if o.id == occ_id)  # a branch's tree keeps its ids (lakemv.core.planner.cost)
+
+    def link_of(self, occ_id: int) -> Link | None:
+        return next((link for link in self.links if link.child == occ_id), None)
+
+    def chain(self, occ_id: int) -> tuple[Link, ...]:
+        """The links from an occurrence up to the anchor."""
+        links = []
+        link = self.link_of(occ_id)
+        while link is not None:
+            links.append(link)
+            link = self.link_of(link.parent)
+        return tuple(links)
+
+
+def over(expression: str, alias: str) -> str:
+    """Render a stored expression with its columns qualified by `alias`."""
+    return re.sub(rf"\b{SELF}\.", f"{alias}.", expression)

@@ -1,0 +1,1 @@
+"""The process around the pipeline: stop signals, helper processes, named crash and hold points."""

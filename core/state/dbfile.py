@@ -1,0 +1,83 @@
+"""The store's SQLite file: opened checked, closed sealed.
+
+A store that cannot be read whole must be set aside and rebuilt from Iceberg, never half trusted.
+`PRAGMA quick_check` proves that, but it reads every page: 1.35 s for the 128 MiB store of 100k
+users, 41 s for the 1 GB store of 1M users - more than all the rest of `ingest --once`'s start-up.
+So a clean close *seals* the file: it checkpoints the WAL into the database and records the file's
+size, modification time and inode beside it (`<file>.sealed`). An open that finds the seal matching
+the file skips the check; one that does not (a crash, a kill, a file changed or copied since) runs
+it. The seal is removed as soon as the file is opened, before anything is written, so it never
+vouches for a file it did not see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from lakemv.core.errors import ConfigError
+
+_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-262144", "temp_store=MEMORY")
+
+
+def _stamp(path: Path) -> dict[str, int]:
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
+
+
+def _seal_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sealed")
+
+
+def _sealed(path: Path) -> bool:
+    """Whether the file is as a clean close left it (and the seal is used up either way)."""
+    seal = _seal_path(path)
+    try:
+        recorded = json.loads(seal.read_text())
+    except (OSError, ValueError):
+        return False
+    seal.unlink(missing_ok=True)
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return recorded == _stamp(path) and (not wal.exists() or wal.stat().st_size == 0)
+    except OSError:
+        return False
+
+
+def open_checked(path: str) -> tuple[sqlite3.Connection, bool]:
+    """Connect to the store's file; return the connection and whether its pages were checked (they
+    are unless the file is sealed). Raises sqlite3.DatabaseError for a file SQLite cannot read whole."""
+    if path != ":memory:" and Path(path).is_dir():
+        raise ConfigError("a folder stands where lakemv keeps its local state file: move it away (the state is rebuilt from the lake)", path)
+    checked = path == ":memory:" or not _sealed(Path(path))
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        for pragma in _PRAGMAS:
+            db.execute(f"PRAGMA {pragma}")
+        db.execute("CREATE TABLE IF NOT EXISTS parts (name TEXT PRIMARY KEY, fingerprint TEXT, snapshot INTEGER, write_id TEXT)")
+        db.execute("CREATE TABLE IF NOT EXISTS files (id INTEGER PRIMARY KEY, part TEXT, path TEXT UNIQUE)")
+        if checked:
+            problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("; ".join(problems))
+    except sqlite3.DatabaseError:
+        db.close()
+        raise
+    return db, checked
+
+
+def close_sealed(db: sqlite3.Connection, path: str) -> None:
+    """Close the connection; seal the file if its WAL was folded into it (nothing else writes it)."""
+    try:
+        busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] if not db.in_transaction else 1
+    except sqlite3.Error:
+        busy = 1
+    db.close()
+    if busy or path == ":memory:":
+        return
+    file = Path(path)
+    temporary = _seal_path(file).with_suffix(".tmp")
+    temporary.write_text(json.dumps(_stamp(file)))
+    os.replace(temporary, _seal_path(file))

@@ -1,0 +1,218 @@
+"""What the store holds and how each view's lookups run: derived from the sources and the plans. Pure.
+
+The planner's links say how a changed row reaches a view key (upwards, child to parent) and which
+rows a key reads (downwards, parent to child). Each hop is a lookup of one table by the columns of
+the link's equalities; the store keeps an index for every such column set. A hop whose equalities
+compare expressions (`lower(a) = b`) keeps only its column-to-column pairs, which finds a superset of
+the rows (the view's own SQL filters them again); a hop with none cannot be looked up, and its view
+is maintained by scans (`Route.indexed` False, with the reason).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from lakemv.catalog.declarations import SourceTable
+from lakemv.core.planner import SELF, Link, ViewPlan
+
+_PLAIN = re.compile(rf"^{SELF}\.(?:`([^`]+)`|([A-Za-z_][A-Za-z0-9_]*))$")
+FORMAT = 2  # bump when the store's encoding changes: every store is rebuilt
+
+
+def plain_column(expression: str) -> str | None:
+    """The column name when a plan expression is a bare column of its occurrence, else None."""
+    match = _PLAIN.match(expression.strip())
+    return None if match is None else (match.group(1) or match.group(2))
+
+
+class MirrorPart(BaseModel):
+    """The store's copy of one mirror: every row by primary key, plus indexes by lookup columns."""
+
+    model_config = ConfigDict(frozen=True)
+
+    table: str
+    primary_key: tuple[str, ...]
+    columns: tuple[tuple[str, str], ...]  # (name, declared type), the mirror's order
+    indexes: tuple[tuple[str, ...], ...]  # column sets looked up by, sorted; the primary key excluded
+    located: bool = False  # also where each row lives in the table (data file, row), for position deletes
+    retention: str = ""  # an event source: which of its events the views keep (another rule reloads them)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns)
+
+    @property
+    def materialized(self) -> tuple[str, ...]:
+        """Columns kept as SQLite columns (the key and every looked-up one); the rest live in the row blob."""
+        looked_up = {c for index in self.indexes for c in index}
+        return tuple(c for c in self.column_names if c in self.primary_key or c in looked_up)
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes when the rows must be reloaded (columns, key, a newly looked-up column); indexes
+        over columns already kept are added and dropped in place."""
+        text = f"{FORMAT}|{self.primary_key}|{self.columns}|{self.materialized}|{self.located}" + (f"|{self.retention}" if self.retention else "")
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+class ViewPart(BaseModel):
+    """The store's copy of one view: a digest of each current row, by key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    view: str
+    key: tuple[str, ...]
+    definition: str  # the definition's fingerprint: a new one means the digests are reloaded
+    located: bool = False  # also where each row lives in the table (data file, row), for position deletes
+    settle: str | None = None  # the column whose time says when a row is settled (its digest then goes)
+
+    @property
+    def fingerprint(self) -> str:
+        text = f"{FORMAT}|{self.key}|{self.definition}|{self.located}" + (f"|settle:{self.settle}" if self.settle else "")
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+class Lookup(BaseModel):
+    """One hop: the live rows of `table` whose `columns` equal the `using` columns of the rows before."""
+
+    model_config = ConfigDict(frozen=True)
+
+    table: str
+    columns: tuple[str, ...]
+    using: tuple[str, ...]  # columns of the rows the hop starts from, pairwise with `columns`
+    null_safe: tuple[bool, ...]  # `<=>` pairs: NULL matches NULL
+    exact: bool  # every equality of the link is used (else a superset is found)
+
+
+class Route(BaseModel):
+    """How the store serves one view: the hops up from each occurrence, and down from the keys."""
+
+    model_config = ConfigDict(frozen=True)
+
+    view: str
+    indexed: bool
+    reason: str | None = None  # why the view is maintained by scans instead
+    up: Mapping[int, tuple[Lookup, ...]] = {}  # occurrence -> hops to the anchor (may be empty)
+    key_columns: Mapping[int, tuple[str | None, ...]] = {}  # occurrence -> columns holding each key, after its hops
+    anchor: Lookup | None = None  # the anchor's rows for a set of keys (`using`: the key names)
+    down: Mapping[int, Lookup] = {}  # occurrence -> its rows, from its parent's rows
+
+    @property
+    def exact_keys(self) -> bool:
+        """Whether the anchor lookup finds exactly the keys' rows (every key is a plain column)."""
+        return self.anchor is not None and self.anchor.exact
+
+
+def _hop(link: Link, plan: ViewPlan, upwards: bool) -> Lookup | None:
+    """The lookup that crosses `link` (child to parent when `upwards`), or None if it has no plain pair."""
+    pairs = []
+    for child_expr, parent_expr, op in link.pairs:
+        child, parent = plain_column(child_expr), plain_column(parent_expr)
+        if child is not None and parent is not None:
+            pairs.append((parent, child, op) if upwards else (child, parent, op))
+    if not pairs:
+        return None
+    target = plan.occurrence(link.parent if upwards else link.child).table
+    return Lookup(
+        table=target,
+        columns=tuple(p[0] for p in pairs),
+        using=tuple(p[1] for p in pairs),
+        null_safe=tuple(p[2] == "<=>" for p in pairs),
+        exact=len(pairs) == len(link.pairs),
+    )
+
+
+def _refused(plan: ViewPlan, link: Link, what: str) -> Route:
+    fragment = "; ".join(link.fragments) or "?"
+    reason = f"{what} `{fragment}` compares expressions, not columns, so the store has no index to look it up by"
+    return Route(view=plan.name, indexed=False, reason=reason)
+
+
+def route(plan: ViewPlan) -> Route:
+    """The lookups that maintain `plan` from the store, or a Route saying why it cannot."""
+    if plan.branches:
+        return Route(view=plan.name, indexed=False, reason="a UNION ALL view is maintained by scans (one link tree per branch)")
+    up: dict[int, tuple[Lookup, ...]] = {}
+    key_columns: dict[int, tuple[str | None, ...]] = {}
+    anchor_keys = tuple(plain_column(k.expr) for k in plan.keys)
+    for occ in plan.occurrences:
+        chain = list(plan.chain(occ.id))
+        carried: tuple[str | None, ...] | None = None
+        if chain:  # the last hop is skipped when its link already carries every key column
+            into_anchor = {plain_column(p): plain_column(c) for c, p, op in chain[-1].pairs if op == "="}
+            if all(k is not None and into_anchor.get(k) for k in anchor_keys):
+                carried = tuple(into_anchor[k] for k in anchor_keys)  # type: ignore[index]
+                chain = chain[:-1]
+        hops = []
+        for link in chain:
+            hop = _hop(link, plan, upwards=True)
+            if hop is None:
+                return _refused(plan, link, "the link")
+            hops.append(hop)
+        up[occ.id] = tuple(hops)
+        key_columns[occ.id] = carried if carried is not None else anchor_keys
+    if all(k is None for k in anchor_keys):
+        return Route(
+            view=plan.name,
+            indexed=False,
+            reason="no key column is a plain column of the anchor table, so the store cannot look its rows up",
+        )
+    plain = [(k.name, c) for k, c in zip(plan.keys, anchor_keys, strict=True) if c is not None]
+    anchor = Lookup(
+        table=plan.occurrence(plan.anchor).table,
+        columns=tuple(c for _, c in plain),
+        using=tuple(n for n, _ in plain),
+        null_safe=tuple(True for _ in plain),  # a GROUP BY key may be NULL
+        exact=len(plain) == len(plan.keys),
+    )
+    down: dict[int, Lookup] = {}
+    for link in plan.links:
+        hop = _hop(link, plan, upwards=False)
+        if hop is None:
+            return _refused(plan, link, "the link")
+        down[link.child] = hop
+    return Route(view=plan.name, indexed=True, up=up, key_columns=key_columns, anchor=anchor, down=down)
+
+
+def _lookups(r: Route) -> Iterable[Lookup]:
+    yield from (hop for hops in r.up.values() for hop in hops)
+    if r.anchor is not None:
+        yield r.anchor
+    yield from r.down.values()
+
+
+def mirror_parts(
+    sources: Mapping[str, SourceTable], routes: Sequence[Route], located: bool = False, retention: Mapping[str, str] | None = None
+) -> dict[str, MirrorPart]:
+    """One part per source table (the store judges every batch's rows against the stored ones, so
+    each mirror can be written without a MERGE), with an index per distinct lookup column set and
+    per declared unique key; an event source's `retention` (what its views keep) is part of its
+    fingerprint: a view that needs more of its events reloads them from the table;
+    `located` parts also keep each row's place in the table's files."""
+    indexes: dict[str, set[tuple[str, ...]]] = {table: set() for table in sources}
+    for r in routes:
+        if not r.indexed:
+            continue
+        for lookup in _lookups(r):
+            indexes.setdefault(lookup.table, set()).add(tuple(sorted(lookup.columns)))
+    for table, source in sources.items():  # ingest checks declared unique keys against the live rows (lakemv.core.cdc.unique)
+        indexes[table] |= {tuple(sorted(u)) for u in source.unique}
+        if source.is_events and source.event_time is not None:  # events are dropped by event time (retention)
+            indexes[table].add((source.event_time,))
+    parts = {}
+    for table, sets in sorted(indexes.items()):
+        source = sources[table]
+        pk = tuple(sorted(source.primary_key))
+        parts[table] = MirrorPart(
+            table=table,
+            primary_key=tuple(source.primary_key),
+            columns=tuple((c.name, c.kind) for c in source.columns),
+            indexes=tuple(sorted(s for s in sets if s != pk)),
+            located=located,
+            retention=(retention or {}).get(table, ""),
+        )
+    return parts

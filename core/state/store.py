@@ -1,0 +1,420 @@
+"""The store: one SQLite database (WAL) holding the mirror and view parts and what each reflects.
+
+SQLite was chosen by measurement (PLATFORM-NOTES, and `bench.store` on this workload): it keeps the
+secondary indexes itself, commits several tables in one transaction, needs nothing outside the
+standard library, and a process that dies mid-transaction leaves the previous state. Each part
+records the Iceberg snapshot (and the write id of the unit) it reflects, in the same transaction
+as the rows, so `lakemv.spark.batch.sync` can tell whether it is in step with its table.
+
+Mirror part `m_<table>`: the primary-key columns and every looked-up column as SQLite columns, the
+whole row as a blob, the source position and the tombstone flag; one partial index (live rows) per
+lookup column set. View part `v_<view>`: the key (canonically encoded) and the digest of the row.
+A *located* part also keeps where each row lives in its Iceberg table - the data file (an id into
+`files`) and the row's position in it - so that replacing the row is a position delete.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lakemv.core.state.codec import Values, decode, encode, index_value
+from lakemv.core.state.dbfile import close_sealed, open_checked
+from lakemv.core.state.layout import MirrorPart, ViewPart
+
+log = logging.getLogger(__name__)
+_CHUNK = 500  # parameters per IN list (SQLite allows 32766; shorter statements cache better)
+Location = tuple[str, int]  # (data file path as the table's metadata spells it, row position in it)
+
+
+@dataclass(frozen=True)
+class Record:
+    """What a part reflects: its layout, and the Iceberg snapshot and write id it is in step with."""
+
+    fingerprint: str
+    snapshot: int | None
+    write_id: str | None
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A mirror row as the store holds it (tombstones carry only their key)."""
+
+    row: Values
+    position: int
+    deleted: bool
+    location: Location | None = None  # where the row lives, for a located part (None: not known)
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def key_blob(key: Values) -> bytes:
+    """A canonical encoding of a view key (equal keys, equal bytes)."""
+    return repr(tuple(index_value(v) for v in key)).encode()
+
+
+class Store:
+    """The local indexed state of one ingest stream (see the module docstring)."""
+
+    def __init__(self, path: Path | str):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self.discarded: str | None = None  # why an unreadable store was set aside (it is rebuilt from Iceberg)
+        self.checked = False  # whether the open read every page (a store not sealed by a clean close)
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            if self.path == ":memory:":
+                raise
+            self.discarded = f"{exc}"
+            log.warning("local state at %s is unreadable (%s): rebuilding it from the Iceberg tables", self.path, exc)
+            for file in Path(self.path).parent.glob(Path(self.path).name + "*"):
+                file.unlink()
+            self._db = self._open()
+        self._mirrors: dict[str, MirrorPart] = {}
+        self._views: dict[str, ViewPart] = {}
+        self._file_ids: dict[str, int] = {}
+        self._paths: dict[int, str] = {}
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect, checking the file is one SQLite can read whole unless a clean close sealed it
+        (`lakemv.core.state.dbfile`); raises sqlite3.DatabaseError."""
+        db, self.checked = open_checked(self.path)
+        return db
+
+    def close(self) -> None:
+        with self._lock:
+            close_sealed(self._db, self.path)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One atomic, durable update (nested calls join the outer one)."""
+        with self._lock:
+            if self._db.in_transaction:
+                yield
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # ---- parts ---------------------------------------------------------------------------------------
+    def record(self, name: str) -> Record | None:
+        with self._lock:
+            row = self._db.execute("SELECT fingerprint, snapshot, write_id FROM parts WHERE name = ?", (name,)).fetchone()
+            return None if row is None else Record(*row)
+
+    def records(self) -> dict[str, Record]:
+        with self._lock:
+            return {r[0]: Record(*r[1:]) for r in self._db.execute("SELECT name, fingerprint, snapshot, write_id FROM parts")}
+
+    def set_record(self, name: str, fingerprint: str, snapshot: int | None, write_id: str | None) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO parts (name, fingerprint, snapshot, write_id) VALUES (?, ?, ?, ?)",
+            (name, fingerprint, snapshot, write_id),
+        )
+
+    def forget(self, name: str) -> None:
+        """Mark a part as out of step (it is reloaded before use)."""
+        with self.transaction():
+            self._db.execute("DELETE FROM parts WHERE name = ?", (name,))
+
+    def attach_mirror(self, part: MirrorPart) -> bool:
+        """Use `part`'s layout; True when its rows are still valid (same fingerprint), else it is emptied."""
+        with self.transaction():
+            self._mirrors[part.table] = part
+            record = self.record(f"mirror:{part.table}")
+            valid = record is not None and record.fingerprint == part.fingerprint
+            if not valid:
+                self._create_mirror(part)
+            self._sync_indexes(part)
+            return valid
+
+    def _create_mirror(self, part: MirrorPart) -> None:
+        table = _q(f"m_{part.table}")
+        self._db.execute(f"DROP TABLE IF EXISTS {table}")
+        columns = ", ".join(_q(c) for c in part.materialized)
+        pk = ", ".join(_q(c) for c in part.primary_key)
+        self._db.execute(
+            f"CREATE TABLE {table} ({columns}, _row BLOB, _pos INTEGER, _del INTEGER, _file INTEGER, _at INTEGER, "
+            f"PRIMARY KEY ({pk})) WITHOUT ROWID"
+        )
+        self._db.execute("DELETE FROM parts WHERE name = ?", (f"mirror:{part.table}",))
+        self._forget_files(f"mirror:{part.table}")
+
+    def _sync_indexes(self, part: MirrorPart) -> None:
+        prefix = f"ix_{part.table}__"
+        wanted = {prefix + "__".join(index): index for index in part.indexes}
+        existing = {
+            r[0]
+            for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?", (f"m_{part.table}",))
+            if r[0].startswith(prefix)
+        }
+        for name in existing - set(wanted):
+            self._db.execute(f"DROP INDEX {_q(name)}")
+        for name in sorted(set(wanted) - existing):
+            columns = ", ".join(_q(c) for c in wanted[name])
+            self._db.execute(f"CREATE INDEX {_q(name)} ON {_q(f'm_{part.table}')} ({columns}) WHERE _del = 0")
+
+    def attach_view(self, part: ViewPart) -> bool:
+        """Use `part`; True when its digests are still valid, else it is emptied."""
+        with self.transaction():
+            self._views[part.view] = part
+            record = self.record(f"view:{part.view}")
+            if record is not None and record.fingerprint == part.fingerprint:
+                return True
+            self._db.execute(f"DROP TABLE IF EXISTS {_q(f'v_{part.view}')}")
+            settle = ", _t INTEGER" if part.settle else ""
+            self._db.execute(
+                f"CREATE TABLE {_q(f'v_{part.view}')} (k BLOB PRIMARY KEY, digest TEXT, _file INTEGER, _at INTEGER{settle}) WITHOUT ROWID"
+            )
+            if part.settle:
+                self._db.execute(f"CREATE INDEX {_q(f'vt_{part.view}')} ON {_q(f'v_{part.view}')} (_t)")
+            self._db.execute("DELETE FROM parts WHERE name = ?", (f"view:{part.view}",))
+            self._forget_files(f"view:{part.view}")
+            return False
+
+    # ---- where rows live -----------------------------------------------------------------------------
+    def _file_id(self, part: str, path: str) -> int:
+        known = self._file_ids.get(path)
+        if known is None:
+            self._db.execute("INSERT OR IGNORE INTO files (part, path) VALUES (?, ?)", (part, path))
+            known = self._db.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()[0]
+            self._file_ids[path], self._paths[known] = known, path
+        return known
+
+    def _path(self, file_id: int | None) -> str | None:
+        if file_id is None:
+            return None
+        if file_id not in self._paths:
+            path = self._db.execute("SELECT path FROM files WHERE id = ?", (file_id,)).fetchone()[0]
+            self._paths[file_id], self._file_ids[path] = path, file_id
+        return self._paths[file_id]
+
+    def _forget_files(self, part: str, paths: Iterable[str] | None = None) -> None:
+        """Drop the file ids of `part` (all of them, or those of `paths`): no row of it lives there now."""
+        if paths is None:
+            gone = [r[0] for r in self._db.execute("SELECT path FROM files WHERE part = ?", (part,))]
+        else:
+            gone = list(paths)
+        self._db.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in gone))
+        for path in gone:
+            self._paths.pop(self._file_ids.pop(path, -1), None)
+
+    def locate(self, part: str, path: str, keys: Sequence[Values]) -> None:
+        """The rows of `keys` (primary keys of a mirror part, keys of a view part) now live in data
+        file `path`, the i-th key at row i."""
+        kind, name = part.split(":", 1)
+        with self.transaction():
+            file_id = self._file_id(part, path)
+            if kind == "view":
+                self._db.executemany(
+                    f"UPDATE {_q(f'v_{name}')} SET _file = ?, _at = ? WHERE k = ?",
+                    ((file_id, at, key_blob(key)) for at, key in enumerate(keys)),
+                )
+                return
+            pk = self._mirrors[name].primary_key
+            where = " AND ".join(f"{_q(c)} = ?" for c in pk)
+            self._db.executemany(
+                f"UPDATE {_q(f'm_{name}')} SET _file = ?, _at = ? WHERE {where}",
+                ([file_id, at, *(index_value(v) for v in key)] for at, key in enumerate(keys)),
+            )
+
+    def _placed(
+        self, part: str, items: Iterable[Any], locations: Iterable[Location | None] | None
+    ) -> Iterator[tuple[Any, int | None, int | None]]:
+        """Each of `items` with its place as the store keeps it (file id, position): None, None where
+        not known, and for every item when `locations` is None."""
+        if locations is None:
+            for item in items:
+                yield item, None, None
+            return
+        for item, place in zip(items, locations, strict=True):
+            yield (item, None, None) if place is None else (item, self._file_id(part, place[0]), place[1])
+
+    def forget_files(self, part: str, paths: Iterable[str]) -> None:
+        """Data files of `part`'s table that no snapshot reads any more (a compaction replaced them)."""
+        with self.transaction():
+            self._forget_files(part, paths)
+
+    def view_locations(self, view: str, keys: Sequence[Values]) -> dict[Values, Location | None]:
+        """Where the view's rows of `keys` live (for the keys it holds; None where not known)."""
+        found: dict[Values, Location | None] = {}
+        with self._lock:
+            for key, file_id, at in self._view_rows(view, keys, "_file, _at"):
+                path = self._path(file_id)
+                found[key] = None if path is None else (path, at)
+        return found
+
+    def _view_rows(self, view: str, keys: Sequence[Values], columns: str) -> Iterator[tuple[Any, ...]]:
+        """(key, *columns) of each of `keys` the view part holds, in chunks of one IN list."""
+        blobs = {key_blob(k): k for k in keys}
+        items = list(blobs)
+        with self._lock:
+            for start in range(0, len(items), _CHUNK):
+                chunk = items[start : start + _CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                for blob, *values in self._db.execute(f"SELECT k, {columns} FROM {_q(f'v_{view}')} WHERE k IN ({marks})", chunk):
+                    yield (blobs[blob], *values)
+
+    # ---- mirror rows ---------------------------------------------------------------------------------
+    def put_rows(
+        self, table: str, rows: Iterable[tuple[Values, int, bool]], locations: Iterable[Location | None] | None = None
+    ) -> int:
+        """Insert or replace mirror rows `(values, position, deleted)`, values in the part's column order,
+        with where each lives when known (else `locate` tells it later)."""
+        part = self._mirrors[table]
+        positions = [part.column_names.index(c) for c in part.materialized]
+        marks = ", ".join("?" for _ in range(len(positions) + 5))
+        sql = f"INSERT OR REPLACE INTO {_q(f'm_{table}')} VALUES ({marks})"
+
+        def params() -> Iterator[list[Any]]:
+            for (values, position, deleted), file_id, at in self._placed(f"mirror:{table}", rows, locations):
+                yield [index_value(values[i]) for i in positions] + [encode(values), position, int(bool(deleted)), file_id, at]
+
+        with self.transaction():
+            cursor = self._db.executemany(sql, params())
+            return cursor.rowcount
+
+    def clear_rows(self, table: str) -> None:
+        with self.transaction():
+            self._db.execute(f"DELETE FROM {_q(f'm_{table}')}")
+            self._forget_files(f"mirror:{table}")
+
+    def purge(self, table: str, column: str, before: int) -> int:
+        """Drop the rows of `table` whose `column` (an indexed event time, epoch micros) is before
+        `before`: events no view needs any more. Returns how many went."""
+        with self.transaction():
+            return self._db.execute(f"DELETE FROM {_q(f'm_{table}')} WHERE {_q(column)} < ?", (before,)).rowcount
+
+    def rebuild_indexes(self, table: str) -> None:
+        """Drop and recreate a part's indexes (a bulk load inserts first, then indexes once)."""
+        part = self._mirrors[table]
+        with self.transaction():
+            for index in part.indexes:
+                self._db.execute(f"DROP INDEX IF EXISTS {_q(f'ix_{table}__' + '__'.join(index))}")
+            self._sync_indexes(part)
+
+    def drop_indexes(self, table: str) -> None:
+        part = self._mirrors[table]
+        with self.transaction():
+            for index in part.indexes:
+                self._db.execute(f"DROP INDEX IF EXISTS {_q(f'ix_{table}__' + '__'.join(index))}")
+
+    def stored(self, table: str, keys: Sequence[Values]) -> dict[Values, Stored]:
+        """The stored rows (tombstones included) for primary keys `keys`, by key."""
+        part = self._mirrors[table]
+        found: dict[Values, Stored] = {}
+        pk_positions = [part.column_names.index(k) for k in part.primary_key]
+        for row in self._select(table, part.primary_key, list(dict.fromkeys(keys)), (False,) * len(part.primary_key), live=False):
+            values, position, deleted, file_id, at = decode(row[0]), row[1], bool(row[2]), row[3], row[4]
+            with self._lock:
+                path = self._path(file_id)
+            found[tuple(values[i] for i in pk_positions)] = Stored(values, position, deleted, None if path is None else (path, at))
+        return found
+
+    def lookup(self, table: str, columns: Sequence[str], values: Iterable[Values], null_safe: Sequence[bool]) -> list[Values]:
+        """Live rows of `table` whose `columns` equal one of the `values` tuples (SQL `=`, or `<=>`
+        where `null_safe`): each row once."""
+        wanted = [v for v in dict.fromkeys(values) if all(x is not None or ns for x, ns in zip(v, null_safe, strict=True))]
+        return [decode(r[0]) for r in self._select(table, tuple(columns), wanted, tuple(null_safe), live=True)]
+
+    def count(self, table: str) -> int:
+        with self._lock:
+            return self._db.execute(f"SELECT count(*) FROM {_q(f'm_{table}')}").fetchone()[0]
+
+    def _select(
+        self, table: str, columns: tuple[str, ...], wanted: list[Values], null_safe: tuple[bool, ...], live: bool
+    ) -> Iterator[tuple[Any, ...]]:
+        name = _q(f"m_{table}")
+        alive = " AND _del = 0" if live else ""
+        with self._lock:
+            if len(columns) == 1:
+                column = _q(columns[0])
+                plain = [index_value(v[0]) for v in wanted if v[0] is not None]
+                for start in range(0, len(plain), _CHUNK):
+                    chunk = plain[start : start + _CHUNK]
+                    marks = ", ".join("?" for _ in chunk)
+                    yield from self._db.execute(f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {column} IN ({marks}){alive}", chunk)
+                if any(v[0] is None for v in wanted):
+                    yield from self._db.execute(f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {column} IS NULL{alive}")
+                return
+            where = " AND ".join(f"{_q(c)} IS ?" if ns else f"{_q(c)} = ?" for c, ns in zip(columns, null_safe, strict=True))
+            sql = f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {where}{alive}"
+            for value in wanted:
+                yield from self._db.execute(sql, [index_value(v) for v in value])
+
+    # ---- view digests --------------------------------------------------------------------------------
+    def digests(self, view: str, keys: Sequence[Values]) -> dict[Values, str]:
+        """The stored digest of each of `keys` that the view holds."""
+        return {key: digest for key, digest in self._view_rows(view, keys, "digest")}
+
+    def put_digests(
+        self,
+        view: str,
+        upserts: Iterable[tuple[Values, str]],
+        deletes: Iterable[Values] = (),
+        locations: Iterable[Location | None] | None = None,
+        times: Iterable[int | None] | None = None,
+    ) -> None:
+        """Store the digests of `upserts` (with where each row lives when known, and for a view whose
+        rows settle each row's time, epoch micros) and drop `deletes`."""
+        table = _q(f"v_{view}")
+        settles = self._views[view].settle is not None
+        columns = "k, digest, _file, _at" + (", _t" if settles else "")
+        marks = ", ".join("?" for _ in columns.split(", "))
+
+        stamps = iter(times if times is not None else ())
+
+        def params() -> Iterator[tuple[Any, ...]]:
+            for (key, digest), file_id, at in self._placed(f"view:{view}", upserts, locations):
+                row = (key_blob(key), digest, file_id, at)
+                yield (*row, next(stamps, None)) if settles else row
+
+        with self.transaction():
+            self._db.executemany(f"INSERT OR REPLACE INTO {table} ({columns}) VALUES ({marks})", params())
+            self._db.executemany(f"DELETE FROM {table} WHERE k = ?", ((key_blob(k),) for k in deletes))
+
+    def settle(self, view: str, before: int) -> int:
+        """Drop the digests of the view's rows settled before `before` (epoch micros): no event can
+        reach them again (lakemv.core.planner.retention.settles). Returns how many went."""
+        if self._views[view].settle is None:
+            return 0
+        with self.transaction():
+            return self._db.execute(f"DELETE FROM {_q(f'v_{view}')} WHERE _t < ?", (int(before),)).rowcount
+
+    def clear_digests(self, view: str) -> None:
+        with self.transaction():
+            self._db.execute(f"DELETE FROM {_q(f'v_{view}')}")
+            self._forget_files(f"view:{view}")
+
+    def view_count(self, view: str) -> int:
+        with self._lock:
+            return self._db.execute(f"SELECT count(*) FROM {_q(f'v_{view}')}").fetchone()[0]
+
+    def size_bytes(self) -> int:
+        """The database's size on disk (main file and write-ahead log)."""
+        if self.path == ":memory:":
+            return 0
+        return sum(p.stat().st_size for p in Path(self.path).parent.glob(Path(self.path).name + "*"))
+
+    @property
+    def mirrors(self) -> Mapping[str, MirrorPart]:
+        return self._mirrors
+
+    @property
+    def views(self) -> Mapping[str, ViewPart]:
+        return self._views

@@ -1,0 +1,130 @@
+"""DuckDB over the lake: each mirror and each materialized view as a plain-named DuckDB view.
+
+Extensions cannot be downloaded here, so iceberg (and its avro dependency) are installed from the
+PyPI wheels `duckdb-extension-*`. Each table is pinned to the metadata file the catalog points at
+when the connection opens, so one connection reads one consistent snapshot per table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import duckdb
+import duckdb_extensions
+import pyarrow as pa
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.lake import pyiceberg_catalog
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.tables import BOOKKEEPING_NAMES, DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
+from lakemv.core.errors import QueryError
+
+
+def connect_duckdb(threads: int | None = None, settings: LakeSettings | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the iceberg extension loaded from local wheels, UTC time zone; for a
+    warehouse in an object store, with httpfs and a secret that reaches it."""
+    config = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+    if threads:
+        config["threads"] = str(threads)
+    con = duckdb.connect(config=config)
+    remote = settings is not None and settings.remote
+    for name in ("avro", "iceberg", *(("httpfs", "aws") if remote else ())):
+        duckdb_extensions.import_extension(name, con=con)
+        con.execute(f"LOAD {name}")
+    con.execute("SET TimeZone = 'UTC'")
+    if remote:
+        con.execute(s3_secret(settings))
+    return con
+
+
+def s3_secret(settings: LakeSettings) -> str:
+    """DuckDB's CREATE SECRET for the warehouse's object store (from the same LAKEMV_S3_* settings)."""
+    s3 = settings.s3
+    parts = ["TYPE s3", f"REGION '{_literal(s3.region)}'", f"URL_STYLE '{'path' if s3.path_style else 'vhost'}'"]
+    if s3.host:
+        parts += [f"ENDPOINT '{_literal(s3.host)}'", f"USE_SSL {str(s3.secure).lower()}"]
+    if s3.access_key_id:
+        parts += [f"KEY_ID '{_literal(s3.access_key_id)}'", f"SECRET '{_literal(s3.secret_access_key or '')}'"]
+    else:
+        parts += ["PROVIDER credential_chain", "VALIDATION 'none'"]  # the AWS chain, or none at all for an open store
+    return f"CREATE OR REPLACE SECRET lakemv_s3 ({', '.join(parts)})"
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def metadata_location(settings: LakeSettings, namespace: str, table: str) -> str | None:
+    """Current metadata file of an Iceberg table, or None if the table does not exist yet."""
+    try:
+        return pyiceberg_catalog(settings).load_table((namespace, table)).metadata_location
+    except NoSuchTableError:
+        return None
+
+
+def view_tables(settings: LakeSettings) -> dict[str, str]:
+    """Materialized views (and their `__changes` feeds) in the lake: name -> current metadata file."""
+    catalog = pyiceberg_catalog(settings)
+    try:
+        identifiers = catalog.list_tables(VIEW_NAMESPACE)
+    except NoSuchNamespaceError:
+        return {}
+    found = {}
+    for identifier in identifiers:
+        try:
+            found[identifier[-1]] = catalog.load_table(identifier).metadata_location
+        except NoSuchTableError:  # dropped between listing and loading
+            continue
+    return found
+
+
+def lake_connection(
+    settings: LakeSettings, sources: Mapping[str, SourceTable], snapshots: Mapping[str, int | None] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """DuckDB connection where every ingested source and every view is a view named after it.
+
+    `snapshots` pins sources to a snapshot id (None: the table was still empty then).
+    """
+    con = connect_duckdb(settings=settings)
+    for name, location in sorted(view_tables(settings).items()):
+        if name in sources:
+            continue  # a source's mirror wins; view names are checked against sources when planned
+        con.execute(f"CREATE VIEW {_quote(name)} AS SELECT * FROM iceberg_scan('{_literal(location)}')")
+    for source in sources.values():
+        location = metadata_location(settings, MIRROR_NAMESPACE, source.name)
+        if location is None:
+            continue
+        # Declared columns first, then any the mirror gained from schema drift; no bookkeeping.
+        pinned = (snapshots or {}).get(source.name, 0)
+        scan = f"iceberg_scan('{_literal(location)}'" + (f", snapshot_from_id => {int(pinned)})" if pinned else ")")
+        present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()]
+        evolved = [c for c in present if c not in source.column_names and c not in BOOKKEEPING_NAMES]
+        columns = ", ".join(_quote(c) for c in (*source.column_names, *evolved))
+        empty = " AND FALSE" if snapshots and source.name in snapshots and snapshots[source.name] is None else ""
+        con.execute(f"CREATE VIEW {_quote(source.name)} AS SELECT {columns} FROM {scan} WHERE NOT {_quote(DELETED)}{empty}")
+    return con
+
+
+def run_query(settings: LakeSettings, sources: Mapping[str, SourceTable], sql: str) -> pa.Table:
+    """Run ad-hoc SQL over the lake in DuckDB; a bad query raises QueryError with DuckDB's reason."""
+    if not sql.strip() or not sql.strip().strip(";").strip():
+        raise QueryError("the query is empty: give a SELECT, e.g. lakemv query \"select * from users limit 5\"")
+    con = lake_connection(settings, sources)
+    try:
+        result = con.execute(sql)
+        if result.description is None:  # a statement that returns no rows (e.g. SET)
+            raise QueryError("the statement returned no result: lakemv query runs queries (SELECT ...)")
+        return result.to_arrow_table()
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0]
+        if isinstance(exc, duckdb.CatalogException) and "does not exist" in first:
+            tables = ", ".join(sorted(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()))
+            first += f" (tables in the lake: {tables or 'none yet - run lakemv ingest'})"
+        raise QueryError(first) from None
+    finally:
+        con.close()

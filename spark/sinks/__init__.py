@@ -1,0 +1,1 @@
+"""Data products: each view's change feed published to Kafka and Delta Lake."""

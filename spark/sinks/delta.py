@@ -1,0 +1,102 @@
+"""The Delta data products (`lakemv.spark.sinks.products`): a Delta table with Change Data Feed per view, each feed
+snapshot MERGEd with Delta's idempotent-write confs (`txnAppId` = the sink, `txnVersion` = the feed
+snapshot's sequence number), so a repeated MERGE is skipped and Delta's log says how far a sink got."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from lakemv.catalog.lake import delta_rs_options
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.storage import location
+from lakemv.catalog.tables import TableNames
+from lakemv.core.runtime.faults import crash_point
+from lakemv.core.sql.quote import q
+from lakemv.core.sql.viewsql import DIFF_OP
+from lakemv.spark.sinks.feed import FeedSnapshot, Progress, Sink, feed_uuid, snapshot_options
+
+
+class DeltaSinks:
+    """Delta delivery in a session of the publisher's own (the idempotency confs are per session)."""
+
+    def __init__(self, spark: SparkSession | None, settings: LakeSettings):
+        self.spark = spark
+        self.settings = settings
+        self.names = TableNames(settings.catalog_name)
+        self._uuids: dict[str, str] = {}
+
+    def app_id(self, sink: Sink) -> str:
+        """Delta's `txnAppId` of a sink: per feed table, whose sequence numbers are its txnVersions
+        (a feed created again starts them again, and must not be taken for one already delivered)."""
+        if sink.view not in self._uuids:  # a feed is replaced in place; it is created anew only between runs
+            self._uuids[sink.view] = feed_uuid(self.settings, sink.view)
+        return f"{sink.id}@{self._uuids[sink.view]}"
+
+    def progress(self, sink: Sink, history: Sequence[FeedSnapshot]) -> Progress | None:
+        """Delta's own record of the sink: the feed sequence number its last MERGE carried."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            version = DeltaTable(sink.target, storage_options=delta_rs_options(self.settings)).transaction_version(self.app_id(sink))
+        except TableNotFoundError:
+            return None
+        if version is None:
+            return None
+        match = [s.snapshot_id for s in history if s.sequence == version]
+        if match:
+            return Progress(match[-1], version)
+        return Progress(None, version) if version == 0 else Progress(-1, version)  # -1: not in the history: resync
+
+    def ensure(self, sink: Sink) -> None:
+        if (location(sink.target, self.settings.s3) / "_delta_log").is_dir():
+            return
+        if not self.settings.remote:
+            Path(sink.target).parent.mkdir(parents=True, exist_ok=True)
+        view = self.names.view(sink.view)
+        self.spark.sql(
+            f"CREATE TABLE IF NOT EXISTS delta.`{sink.target}` USING delta "
+            "TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.appendOnly = false) "
+            f"AS SELECT * FROM {view} WHERE false"
+        )
+
+    def _merge(self, sink: Sink, source_sql: str, version: int, *, delete_missing: bool) -> None:
+        on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in sink.key)
+        values = [c for c in sink.columns if c not in sink.key]
+        columns = ", ".join(q(c) for c in sink.columns)
+        clauses = [f"WHEN MATCHED AND s.{DIFF_OP} = 'delete' THEN DELETE"]
+        if values:
+            clauses.append("WHEN MATCHED THEN UPDATE SET " + ", ".join(f"t.{q(c)} = s.{q(c)}" for c in values))
+        clauses.append(f"WHEN NOT MATCHED AND s.{DIFF_OP} = 'upsert' THEN INSERT ({columns}) VALUES ({', '.join(f's.{q(c)}' for c in sink.columns)})")
+        if delete_missing:
+            clauses.append("WHEN NOT MATCHED BY SOURCE THEN DELETE")
+        conf = self.spark.conf
+        conf.set("spark.databricks.delta.write.txnAppId", self.app_id(sink))
+        conf.set("spark.databricks.delta.write.txnVersion", str(version))
+        try:
+            crash_point("delta_merging", version)
+            self.spark.sql(f"MERGE INTO delta.`{sink.target}` t USING ({source_sql}) s ON {on} " + " ".join(clauses))
+            crash_point("delta_merged", version)
+        finally:
+            conf.unset("spark.databricks.delta.write.txnAppId")
+            conf.unset("spark.databricks.delta.write.txnVersion")
+
+    def deliver_snapshot(self, sink: Sink, snapshot: FeedSnapshot) -> int:
+        feed = self.names.view_changes(sink.view)
+        options = snapshot_options(snapshot)
+        keys = ", ".join(f"{q(k)}" for k in sink.key)
+        values = ", ".join(f"row.{q(c)} AS {q(c)}" for c in sink.columns if c not in sink.key)
+        select = f"SELECT op AS {DIFF_OP}, {keys}{', ' + values if values else ''} FROM {feed} WITH ({options})"
+        count = self.spark.sql(f"SELECT count(*) FROM ({select})").first()[0]
+        self._merge(sink, select, snapshot.sequence, delete_missing=False)
+        return int(count)
+
+    def resync(self, sink: Sink, at: FeedSnapshot | None) -> int:
+        view = self.names.view(sink.view)
+        select = f"SELECT 'upsert' AS {DIFF_OP}, {', '.join(q(c) for c in sink.columns)} FROM {view}"
+        count = self.spark.table(view).count()
+        self._merge(sink, select, at.sequence if at else 0, delete_missing=True)
+        return int(count)

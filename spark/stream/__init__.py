@@ -1,0 +1,1 @@
+"""Structured Streaming sources feeding batches: landing files and Kafka."""

@@ -1,0 +1,1 @@
+"""View maintenance on Spark: build, incremental step, write, backfill, view state."""

@@ -1,0 +1,224 @@
+"""The per-batch view step over the local state: no Iceberg table is scanned.
+
+For each view the store serves (`lakemv.core.state.layout.route`): the keys the batch's images reach and
+the rows those keys read come from the store; Spark runs the view's own SQL over just those rows (as
+small local relations, so the engine and the invariant are the ones of a full recompute); each
+recomputed row's digest is compared with the stored one; only the rows that differ go to the change
+feed and the view MERGE (Spark into Iceberg), and their digests into the store after that commit.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import NamedTuple
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from lakemv.catalog.tables import arrow_type
+from lakemv.catalog.viewstate import ViewState
+from lakemv.core.batch.result import ViewResult
+from lakemv.core.planner import over
+from lakemv.core.planner.finality import final_rows_sql
+from lakemv.core.runtime.faults import crash_point
+from lakemv.core.sql.diff import repeated
+from lakemv.core.sql.quote import q
+from lakemv.core.sql.viewsql import DIFF_OP
+from lakemv.core.state.codec import Values, rows_of, to_arrow
+from lakemv.core.state.layout import MirrorPart, Route
+from lakemv.core.state.store import Location
+from lakemv.core.state.walk import gather, reach
+from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
+from lakemv.spark.commits import WriteUnit
+from lakemv.spark.views import maintain
+from lakemv.spark.views.maintain import ViewMaintainer, Writing
+
+_OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
+
+
+def part_schema(part: MirrorPart) -> pa.Schema:
+    """Arrow schema of a mirror's declared columns (what the view's SQL reads)."""
+    return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in part.columns])
+
+
+class IndexedView:
+    """Maintains one view from the store (see the module docstring)."""
+
+    def __init__(self, maintainer: ViewMaintainer, route: Route, sync: StoreSync):
+        self.maintainer = maintainer
+        self.plan = maintainer.plan
+        self.route = route
+        self.sync = sync
+        self.store = sync.store
+        self.spark: SparkSession = maintainer.spark
+        self.name = f"view:{self.plan.name}"
+        self._prefix = f"_lmv_{self.plan.name}_occ_"
+        self._body = _OCCURRENCE.sub(lambda m: f"{self._prefix}{m.group(1)}", self.plan.body)
+        self._schema: pa.Schema | None = None
+        self.settle = sync.store.views[self.plan.name].settle if self.plan.name in sync.store.views else None
+
+    def _view_schema(self) -> pa.Schema:
+        if self._schema is None:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            self._schema = to_arrow_schema(self.spark.table(self.maintainer.table).schema)
+        return self._schema
+
+    def _key_schema(self) -> pa.Schema:
+        schema = self._view_schema()
+        return pa.schema([schema.field(k) for k in self.plan.key_names])
+
+    def apply(self, images: Mapping[str, list[Values]], unit: WriteUnit, position: int | None, state: ViewState) -> ViewResult:
+        """Recompute the keys the images reach and write what changed (inside the batch's tagged block)."""
+        started = time.perf_counter()
+        parts = self.store.mirrors
+        images = {t: rows for t, rows in images.items() if self.plan.reached_by(t)}
+        keys, anchor_rows = reach(self.plan, self.route, parts, self.store, images)
+        if anchor_rows:
+            keys |= self._evaluate_keys(anchor_rows)
+        closing = self.maintainer.closing_query()
+        if closing is not None:  # windows the watermark closed: their rows turn final
+            keys |= set(rows_of(self.spark.sql(closing).toArrow(), self.plan.key_names))
+        steps = {"keys": time.perf_counter() - started}
+        crash_point(f"keys:{self.plan.name}", unit.batch_id)
+        if not keys:
+            return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
+        if self._recompute_all(len(keys)):
+            result = self.maintainer.write(None, Writing(len(keys), position, unit, started, steps, state))
+            self.sync.reload(self.name)
+            return result if result.paused else replace(result, note="recomputed in full: it reached most rows")
+        clock = time.perf_counter()
+        ordered = sorted(keys, key=repr)
+        rows = gather(self.plan, self.route, parts, self.store, ordered)
+        rows_read = sum(len(found) for found in rows.values())
+        steps["rows"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        new = self._recompute(rows, ordered)
+        steps["recompute"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        diff = self._diff(new, ordered)
+        steps["diff"] = time.perf_counter() - clock
+        if diff.rows.num_rows == 0:
+            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps),
+                              held=len(diff.duplicated), rows_read=rows_read)  # fmt: skip
+        writing = Writing(len(keys), position, unit, started, steps, state, held=len(diff.duplicated))
+        result = self.maintainer.write_diff(diff.rows, writing, lambda refresh: self._places(diff.held, unit, refresh))
+        if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
+            return result
+        clock = time.perf_counter()
+        self._record(diff, unit)
+        crash_point(f"state:{self.plan.name}", unit.batch_id)
+        return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)}, rows_read=rows_read)
+
+    def _places(self, held: list[Values], unit: WriteUnit, refresh: bool) -> tuple[int | None, list[Location]]:
+        """Where the view rows of `held` live, and the view snapshot the store reflects (what the
+        diff was computed against); with `refresh`, after following the table (a compaction)."""
+        return self.sync.places(self.name, lambda: self.store.view_locations(self.plan.name, held).values(), unit.write_id, refresh)
+
+    def _record(self, diff: _Diff, unit: WriteUnit) -> None:
+        """The unit's digests into the store, where its rows now live, and the snapshot it made; a
+        reload instead when someone else committed to the view meanwhile."""
+        step = self.sync.advance(self.name, unit.write_id)
+        if step is not None:
+            with self.store.transaction():
+                self.store.put_digests(self.plan.name, diff.upserts, diff.deletes, times=diff.times)
+                if self.sync.relocate(self.name, step.moved):
+                    self.store.set_record(self.name, self.store.views[self.plan.name].fingerprint, step.current, unit.write_id)
+                    return
+        self.sync.reload(self.name)
+
+    def _recompute_all(self, keys: int) -> bool:
+        """Past INDEXED_FULL_RECOMPUTE_SHARE of the view's rows a whole recompute is cheaper (lakemv.spark.views.maintain)."""
+        if keys < maintain.FULL_RECOMPUTE_MIN_KEYS or self.plan.as_of_processing or self.settle is not None:
+            return False  # (the store holds the digests of unsettled rows only: no share of the view)
+        return keys >= maintain.INDEXED_FULL_RECOMPUTE_SHARE * self.store.view_count(self.plan.name)
+
+    def _evaluate_keys(self, anchor_rows: list[Values]) -> set[Values]:
+        """Key expressions that are not plain columns, evaluated by Spark over the anchor rows."""
+        anchor = self.plan.occurrence(self.plan.anchor)
+        part = self.store.mirrors[anchor.table]
+        relation = f"_lmv_{self.plan.name}_anchor"
+        self.spark.createDataFrame(to_arrow(anchor_rows, part_schema(part))).createOrReplaceTempView(relation)
+        try:
+            select = ", ".join(f"{over(k.expr, 'a')} AS {q(k.name)}" for k in self.plan.keys)
+            found = self.spark.sql(f"SELECT DISTINCT {select} FROM {relation} AS a").toArrow()
+        finally:
+            self.spark.catalog.dropTempView(relation)
+        return set(rows_of(found, self.plan.key_names))
+
+    def _recompute(self, rows: Mapping[int, list[Values]], keys: list[Values]) -> pa.Table:
+        """The view's SQL over the gathered rows, with each row's digest."""
+        relations = []
+        try:
+            for occ in self.plan.occurrences:
+                part = self.store.mirrors[occ.table]
+                relation = f"{self._prefix}{occ.id}"
+                frame = self.spark.createDataFrame(to_arrow(rows.get(occ.id, []), part_schema(part)))
+                if occ.id == self.plan.anchor and not self.route.exact_keys:
+                    keyed = f"_lmv_{self.plan.name}_keys"
+                    self.spark.createDataFrame(to_arrow(keys, self._key_schema())).createOrReplaceTempView(keyed)
+                    relations.append(keyed)
+                    frame.createOrReplaceTempView(f"{relation}_all")
+                    relations.append(f"{relation}_all")
+                    match = " AND ".join(f"k.{q(k.name)} <=> {over(k.expr, 'a')}" for k in self.plan.keys)
+                    frame = self.spark.sql(f"SELECT a.* FROM {relation}_all AS a LEFT SEMI JOIN {keyed} AS k ON {match}")
+                frame.createOrReplaceTempView(relation)
+                relations.append(relation)
+            digest = digest_sql(list(self.plan.columns), "b")
+            body = final_rows_sql(self._body, self.plan.finality, self.maintainer.watermarks)
+            return self.spark.sql(f"SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b").toArrow()
+        finally:
+            for relation in relations:
+                self.spark.catalog.dropTempView(relation)
+
+    def _diff(self, new: pa.Table, keys: list[Values]) -> _Diff:
+        """The rows that changed against the stored digests (see `_Diff`). A direct commit deletes
+        exactly the held keys' rows, by position. A key with several new rows (a unique violation,
+        lakemv.core.sql.diff.repeated) is left alone."""
+        stored = self.store.digests(self.plan.name, keys)
+        new_keys = rows_of(new, self.plan.key_names)
+        duplicated = repeated(new_keys)
+        digests = new.column(DIGEST).to_pylist()
+        changed = [
+            i for i, (k, d) in enumerate(zip(new_keys, digests, strict=True)) if k not in duplicated and stored.get(k) != d
+        ]
+        present = set(new_keys)  # a duplicated key is present: its stored row stays
+        gone = [k for k in keys if k not in present and k in stored]
+        schema = self._view_schema()
+        fields = [f.with_nullable(True) for f in schema] + [pa.field(DIFF_OP, pa.string())]
+        upserted = new.select(list(self.plan.columns)).take(pa.array(changed, type=pa.int64())).cast(
+            pa.schema(fields[:-1])
+        )
+        upserted = upserted.append_column(DIFF_OP, pa.array(["upsert"] * len(changed), type=pa.string()))
+        removed = to_arrow(gone, self._key_schema())
+        for field in fields:
+            if field.name not in removed.column_names:
+                value = "delete" if field.name == DIFF_OP else None
+                removed = removed.append_column(field, pa.array([value] * len(gone), type=field.type))
+        diff = pa.concat_tables([upserted, removed.select([f.name for f in fields]).cast(pa.schema(fields))])
+        held = [new_keys[i] for i in changed if new_keys[i] in stored] + gone
+        times = None
+        if self.settle is not None:  # each row's time, epoch micros, by which its digest is dropped
+            stamps = new.column(self.settle).cast(pa.timestamp("us")).cast(pa.int64()).to_pylist()
+            times = [stamps[i] for i in changed]
+        return _Diff(diff, held, [(new_keys[i], digests[i]) for i in changed], times, gone, duplicated)
+
+
+class _Diff(NamedTuple):
+    """What a recompute changed: `rows` for the change feed and the view; `held`, the keys among
+    them the view holds a row for; the digests to store (and each row's settling time, for a view
+    whose rows settle), the keys to drop, and the keys left alone (several rows each)."""
+
+    rows: pa.Table
+    held: list[Values]
+    upserts: list[tuple[Values, str]]
+    times: list[int | None] | None
+    deletes: list[Values]
+    duplicated: set[Values]
+
+
+def _rounded(steps: Mapping[str, float]) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in steps.items()}

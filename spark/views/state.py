@@ -1,0 +1,56 @@
+"""The view maintenance state (lakemv.catalog.viewstate) read and written with Spark, and the mirror
+snapshot diffs a catch-up is computed from: comparing two snapshots of each mirror, no change
+between them is missed however many batches skipped the view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from pyspark.sql import SparkSession
+
+from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.tables import TableNames
+from lakemv.catalog.viewstate import STATE, ViewState
+from lakemv.spark.mirror import live_rows_sql
+
+
+def read_state(spark: SparkSession, table: str) -> ViewState:
+    """The view table's maintenance state (fresh from the catalog: the catalog cache is off)."""
+    rows = spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
+    return ViewState.parse(next((r["value"] for r in rows if r["key"] == STATE), None))
+
+
+def write_state(spark: SparkSession, table: str, state: ViewState) -> None:
+    """Set (or, for `active`, remove) the state; a metadata-only commit that Iceberg retries itself."""
+    if state.state == "active":
+        spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES IF EXISTS ('{STATE}')")
+    else:
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('{STATE}' = '{state.to_json()}')")
+
+
+def ref_snapshot(spark: SparkSession, table: str, ref: str = "main") -> int | None:
+    """The snapshot a branch of an Iceberg table points at (None: no such branch, or no snapshot yet)."""
+    rows = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = '{ref}'").collect()
+    return int(rows[0][0]) if rows else None
+
+
+def mirror_snapshots(spark: SparkSession, names: TableNames, tables: Iterable[str]) -> dict[str, int | None]:
+    """The current snapshot id of each mirror (None: the mirror has none yet)."""
+    return {table: ref_snapshot(spark, names.mirror(table)) for table in tables}
+
+
+def live_at_sql(names: TableNames, source: SourceTable, snapshot: int | None, columns: Sequence[str] | None = None) -> str:
+    """The live rows of a mirror as of `snapshot` (no rows when None: the mirror was empty then)."""
+    if snapshot is None:
+        return f"{live_rows_sql(names, source, columns=columns)} AND FALSE"
+    return live_rows_sql(names, source, snapshot, columns)
+
+
+def changed_rows_sql(
+    names: TableNames, source: SourceTable, old: int | None, new: int | None, columns: Sequence[str]
+) -> str:
+    """Old and new images of the live rows that differ between two snapshots of a mirror."""
+    before = live_at_sql(names, source, old, columns)
+    after = live_at_sql(names, source, new, columns)
+    return f"(({before}) EXCEPT ALL ({after})) UNION ALL (({after}) EXCEPT ALL ({before}))"
