@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.core.errors import ConfigError
+from lakemv.core.sql.quote import q
 
 MIRROR_NAMESPACE = "mirror"
 OPS_NAMESPACE = "lakemv"
@@ -115,9 +116,9 @@ def mirror_arrow_schema(source: SourceTable) -> pa.Schema:
 def mirror_ddl_columns(source: SourceTable) -> str:
     """Spark DDL column list of a mirror table (primary-key columns NOT NULL)."""
     cols = [
-        f"`{c.name}` {c.spark_type}{' NOT NULL' if c.name in source.primary_key else ''}" for c in source.columns
+        f"{q(c.name)} {c.spark_type}{' NOT NULL' if c.name in source.primary_key else ''}" for c in source.columns
     ]
-    cols += [f"`{name}` {typ}" for name, typ in BOOKKEEPING_SPARK]
+    cols += [f"{q(name)} {typ}" for name, typ in BOOKKEEPING_SPARK]
     return ", ".join(cols)
 
 

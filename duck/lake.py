@@ -19,6 +19,7 @@ from lakemv.catalog.lake import pyiceberg_catalog
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import BOOKKEEPING_NAMES, DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
 from lakemv.core.errors import QueryError
+from lakemv.core.sql.quote import ansi_ident, ansi_string
 
 
 def connect_duckdb(threads: int | None = None, settings: LakeSettings | None = None) -> duckdb.DuckDBPyConnection:
@@ -41,22 +42,14 @@ def connect_duckdb(threads: int | None = None, settings: LakeSettings | None = N
 def s3_secret(settings: LakeSettings) -> str:
     """DuckDB's CREATE SECRET for the warehouse's object store (from the same LAKEMV_S3_* settings)."""
     s3 = settings.s3
-    parts = ["TYPE s3", f"REGION '{_literal(s3.region)}'", f"URL_STYLE '{'path' if s3.path_style else 'vhost'}'"]
+    parts = ["TYPE s3", f"REGION {ansi_string(s3.region)}", f"URL_STYLE '{'path' if s3.path_style else 'vhost'}'"]
     if s3.host:
-        parts += [f"ENDPOINT '{_literal(s3.host)}'", f"USE_SSL {str(s3.secure).lower()}"]
+        parts += [f"ENDPOINT {ansi_string(s3.host)}", f"USE_SSL {str(s3.secure).lower()}"]
     if s3.access_key_id:
-        parts += [f"KEY_ID '{_literal(s3.access_key_id)}'", f"SECRET '{_literal(s3.secret_access_key or '')}'"]
+        parts += [f"KEY_ID {ansi_string(s3.access_key_id)}", f"SECRET {ansi_string(s3.secret_access_key or '')}"]
     else:
         parts += ["PROVIDER credential_chain", "VALIDATION 'none'"]  # the AWS chain, or none at all for an open store
     return f"CREATE OR REPLACE SECRET lakemv_s3 ({', '.join(parts)})"
-
-
-def _quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    return text.replace("'", "''")
 
 
 def metadata_location(settings: LakeSettings, namespace: str, table: str) -> str | None:
@@ -94,19 +87,19 @@ def lake_connection(
     for name, location in sorted(view_tables(settings).items()):
         if name in sources:
             continue  # a source's mirror wins; view names are checked against sources when planned
-        con.execute(f"CREATE VIEW {_quote(name)} AS SELECT * FROM iceberg_scan('{_literal(location)}')")
+        con.execute(f"CREATE VIEW {ansi_ident(name)} AS SELECT * FROM iceberg_scan({ansi_string(location)})")
     for source in sources.values():
         location = metadata_location(settings, MIRROR_NAMESPACE, source.name)
         if location is None:
             continue
         # Declared columns first, then any the mirror gained from schema drift; no bookkeeping.
         pinned = (snapshots or {}).get(source.name, 0)
-        scan = f"iceberg_scan('{_literal(location)}'" + (f", snapshot_from_id => {int(pinned)})" if pinned else ")")
+        scan = f"iceberg_scan({ansi_string(location)}" + (f", snapshot_from_id => {int(pinned)})" if pinned else ")")
         present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()]
         evolved = [c for c in present if c not in source.column_names and c not in BOOKKEEPING_NAMES]
-        columns = ", ".join(_quote(c) for c in (*source.column_names, *evolved))
+        columns = ", ".join(ansi_ident(c) for c in (*source.column_names, *evolved))
         empty = " AND FALSE" if snapshots and source.name in snapshots and snapshots[source.name] is None else ""
-        con.execute(f"CREATE VIEW {_quote(source.name)} AS SELECT {columns} FROM {scan} WHERE NOT {_quote(DELETED)}{empty}")
+        con.execute(f"CREATE VIEW {ansi_ident(source.name)} AS SELECT {columns} FROM {scan} WHERE NOT {ansi_ident(DELETED)}{empty}")
     return con
 
 

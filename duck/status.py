@@ -33,6 +33,7 @@ from lakemv.catalog.tables import (
     VIEW_NAMESPACE,
 )
 from lakemv.catalog.viewstate import STATE, ViewState
+from lakemv.core.sql.quote import ansi_string
 from lakemv.duck.lake import connect_duckdb
 
 
@@ -110,9 +111,8 @@ def _table(settings: LakeSettings, namespace: str, name: str) -> _Table:
     snapshot = table.current_snapshot()
     if snapshot is None:
         return _Table(True, None, None, table.properties)
-    location = table.metadata_location.replace("'", "''")
     at = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
-    return _Table(True, f"iceberg_scan('{location}')", at, table.properties)
+    return _Table(True, f"iceberg_scan({ansi_string(table.metadata_location)})", at, table.properties)
 
 
 def lake_status(

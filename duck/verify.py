@@ -28,6 +28,7 @@ from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
 from lakemv.catalog.viewstate import STATE, ViewState
 from lakemv.core.errors import LakemvError, QueryError
+from lakemv.core.sql.quote import ansi_ident
 from lakemv.duck.lake import lake_connection, metadata_location
 
 
@@ -158,19 +159,16 @@ class VerifyResult:
         )
 
 
-def _q(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
-
 
 def _differences(
     con: duckdb.DuckDBPyConnection, keys: Sequence[str], values: Sequence[str], sample: int
 ) -> tuple[dict[str, int], list[Difference]]:
     """Counts per kind and up to `sample` differences of each kind, between `expected` and `actual`."""
-    on = " AND ".join(f"e.{_q(k)} IS NOT DISTINCT FROM a.{_q(k)}" for k in keys)
+    on = " AND ".join(f"e.{ansi_ident(k)} IS NOT DISTINCT FROM a.{ansi_ident(k)}" for k in keys)
     # bookkeeping columns carry the _lmv_ prefix: a view may well have columns named kind or verdict
-    flags = [f"e.{_q(c)} IS DISTINCT FROM a.{_q(c)} AS {_q('_lmv_d_' + c)}" for c in values]
+    flags = [f"e.{ansi_ident(c)} IS DISTINCT FROM a.{ansi_ident(c)} AS {ansi_ident('_lmv_d_' + c)}" for c in values]
     select = ", ".join(
-        [f"coalesce(e.{_q(k)}, a.{_q(k)}) AS {_q(k)}" for k in keys]
+        [f"coalesce(e.{ansi_ident(k)}, a.{ansi_ident(k)}) AS {ansi_ident(k)}" for k in keys]
         + ["CASE WHEN a._lmv_a IS NULL THEN 'missing' WHEN e._lmv_e IS NULL THEN 'extra' ELSE 'compare' END AS _lmv_kind"]
         + flags
     )
@@ -178,14 +176,14 @@ def _differences(
         f"CREATE TEMP TABLE compared AS SELECT {select} FROM (SELECT *, TRUE AS _lmv_e FROM expected) e "
         f"FULL OUTER JOIN (SELECT *, TRUE AS _lmv_a FROM actual) a ON {on}"
     )
-    differs = " OR ".join(_q("_lmv_d_" + c) for c in values) or "FALSE"
+    differs = " OR ".join(ansi_ident("_lmv_d_" + c) for c in values) or "FALSE"
     kind = f"CASE WHEN _lmv_kind = 'compare' THEN (CASE WHEN {differs} THEN 'mismatch' ELSE 'match' END) ELSE _lmv_kind END"
     con.execute(f"CREATE TEMP VIEW classified AS SELECT *, {kind} AS _lmv_verdict FROM compared")
     counts = dict(con.execute("SELECT _lmv_verdict, count(*) FROM classified GROUP BY _lmv_verdict").fetchall())
     samples = []
     for verdict in ("mismatch", "missing", "extra"):
         rows = con.execute(
-            f"SELECT * FROM classified WHERE _lmv_verdict = '{verdict}' ORDER BY {', '.join(_q(k) for k in keys)} LIMIT {sample}"
+            f"SELECT * FROM classified WHERE _lmv_verdict = '{verdict}' ORDER BY {', '.join(ansi_ident(k) for k in keys)} LIMIT {sample}"
         ).fetchall()
         names = [d[0] for d in con.description]
         for row in rows:
@@ -274,7 +272,7 @@ def verify_view(
         if missing_columns:
             raise QueryError(f"view table {view} lacks column(s) {', '.join(missing_columns)}: run lakemv backfill {view}")
         values = [c for c in columns if c not in key and (compare is None or c in compare)]
-        keys = ", ".join(_q(k) for k in key)
+        keys = ", ".join(ansi_ident(k) for k in key)
         # DISTINCT over the rows (not count(DISTINCT ...), which skips NULLs): a NULL group is one key
         duplicates = con.execute(f"SELECT (SELECT count(*) FROM actual) - (SELECT count(*) FROM (SELECT DISTINCT {keys} FROM actual))").fetchone()[0]
         expected_rows = con.execute("SELECT count(*) FROM expected").fetchone()[0]

@@ -15,13 +15,9 @@ from its offsets file with no new snapshot; `down --purge` removes it all, repli
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -31,13 +27,12 @@ from pathlib import Path
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import PROJECT_ROOT
 from lakemv.core.errors import ConfigError
-from lakemv.core.runtime import lifecycle
+from lakemv.ops.postgres import USER, PostgresServer
 from lakemv.ops.services import ComponentStatus, Services, ServicesStatus, StackError, alive, free_port, port_open
 from lakemv.workload.postgres import SIGNAL_TABLE
 
 STACK_LIB = PROJECT_ROOT / "jvm" / "stack" / "lib"
 CONNECTOR = "lakemv-postgres"
-USER = "lake"
 
 
 @dataclass
@@ -85,132 +80,13 @@ class StackConfig:
         return f"http://127.0.0.1:{self.connect_port}"
 
 
-class Stack(Services):
+class Stack(PostgresServer, Services):
     """Start, stop and inspect the local stack kept in `config.folder`."""
 
     def __init__(self, config: StackConfig):
         super().__init__(config.folder)
         self.config = config
         self._admin = None  # one Kafka admin client for the readiness checks
-
-    # ---- PostgreSQL -----------------------------------------------------------------------------
-    def _pg_bin(self) -> Path:
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name))
-        if not found:
-            raise ConfigError("PostgreSQL server binaries missing (Debian package postgresql): run `make setup`")
-        return Path(found[-1])
-
-    def _as_postgres(self) -> list[str]:
-        return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-
-    def _pg(self, tool: str, *args: str) -> subprocess.CompletedProcess:
-        command = [*self._as_postgres(), str(self._pg_bin() / tool), *args]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise StackError(f"{tool} failed: {(done.stderr or done.stdout).strip()}")
-        return done
-
-    @property
-    def postgres_home(self) -> Path:
-        """PostgreSQL's files, in the stack's folder like everything else the stack runs."""
-        return self.folder / "postgres"
-
-    def _let_postgres_in(self, home: Path) -> None:
-        """As root, the server runs as `postgres`, who may not pass a folder above the stack's (/root,
-        pytest's 0700 temp dirs): each such folder gets an ACL entry letting postgres through (execute
-        only, nothing listed or read). An earlier version kept the data under the temp dir: it moves."""
-        for parent in reversed(home.parents):
-            if subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(parent)], capture_output=True).returncode:
-                done = subprocess.run(["setfacl", "-m", "u:postgres:x", str(parent)], capture_output=True, text=True)
-                if done.returncode:
-                    raise StackError(f"PostgreSQL's user cannot reach {home}: setfacl failed ({done.stderr.strip()}); use a --dir it can reach")
-        digest = hashlib.sha1(str(self.folder).encode()).hexdigest()[:12]
-        earlier = Path(tempfile.gettempdir()) / f"lakemv-postgres-{digest}"
-        if earlier.is_dir() and not home.exists():
-            shutil.move(str(earlier), str(home))
-
-    def _start_postgres(self) -> None:
-        home = self.postgres_home
-        if os.geteuid() == 0:
-            home.parent.mkdir(parents=True, exist_ok=True)
-            self._let_postgres_in(home)
-        data, run_dir = home / "data", home / "run"
-        if not (data / "PG_VERSION").exists():
-            data.mkdir(parents=True, exist_ok=True)
-            if os.geteuid() == 0:
-                for path in (home, data):
-                    shutil.chown(path, "postgres", "postgres")
-            os.chmod(data, 0o700)
-            self._pg("initdb", "-D", str(data), "-A", "trust", "-U", USER, "-E", "UTF8")
-            with open(data / "postgresql.conf", "a") as conf:
-                conf.write(
-                    "\n# lakemv stack: logical decoding for Debezium, loopback only\n"
-                    "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n"
-                    "listen_addresses = '127.0.0.1'\nfsync = off\nsynchronous_commit = off\n"
-                )
-        run_dir.mkdir(exist_ok=True)
-        if os.geteuid() == 0:
-            shutil.chown(run_dir, "postgres", "postgres")
-        if self._postgres_pid() is None:
-            lifecycle.outlive_me()
-            self._pg("pg_ctl", "-D", str(data), "-w", "-t", "60", "-l", str(home / "postgres.log"),
-                     "-o", f"-p {self.config.postgres_port} -k {run_dir}", "start")  # fmt: skip
-        self._create_database()
-
-    def _postgres_pid(self) -> int | None:
-        try:
-            pid = int((self.postgres_home / "data" / "postmaster.pid").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-        return pid if alive(pid) else None
-
-    def _connect(self, database: str | None = None):  # noqa: ANN202 - a psycopg2 connection
-        import psycopg2
-
-        return psycopg2.connect(
-            host="127.0.0.1", port=self.config.postgres_port, user=USER, dbname=database or self.config.database
-        )
-
-    def _create_database(self) -> None:
-        import psycopg2
-
-        con = psycopg2.connect(host="127.0.0.1", port=self.config.postgres_port, user=USER, dbname="postgres")
-        con.autocommit = True
-        try:
-            with con.cursor() as cur:
-                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.config.database,))
-                if cur.fetchone() is None:
-                    cur.execute(f'CREATE DATABASE "{self.config.database}"')
-        finally:
-            con.close()
-
-    def create_tables(self, sources: Mapping[str, SourceTable]) -> list[str]:
-        """Create a table per declared source that PostgreSQL lacks; the names of those created."""
-        from lakemv.workload.postgres import SIGNAL_TABLE_SQL, create_table_sql
-
-        created = []
-        con = self._connect()
-        with con, con.cursor() as cur:
-            cur.execute(SIGNAL_TABLE_SQL)
-            for name, source in sorted(sources.items()):
-                cur.execute("SELECT to_regclass(%s)", (f"public.{name}",))
-                if cur.fetchone()[0] is None:
-                    cur.execute(create_table_sql(source))
-                    created.append(name)
-        con.close()
-        return created
-
-    def drop_slot(self) -> bool:
-        """Drop Debezium's replication slot (a slot nobody reads keeps every WAL segment)."""
-        if self._postgres_pid() is None:
-            return False
-        con = self._connect()
-        con.autocommit = True
-        with con.cursor() as cur:
-            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'lakemv'")
-            dropped = cur.rowcount > 0
-        con.close()
-        return dropped
 
     # ---- Kafka ----------------------------------------------------------------------------------
     def _java(self, main: str, *args: str, heap: str, log_level: str = "INFO") -> list[str]:

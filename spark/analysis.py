@@ -18,6 +18,7 @@ from pathlib import Path
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
 from lakemv.core.errors import ViewDefinitionError
+from lakemv.core.sql.quote import q
 
 RECORD = Path("_lakemv") / "view-analysis.json"
 
@@ -46,7 +47,7 @@ def analyse(spark, plans: Sequence, sources: Mapping[str, SourceTable]) -> dict[
 
     session = spark.newSession()  # temp views of its own
     for name, source in sources.items():
-        schema = ", ".join(f"`{c.name}` {c.spark_type}" for c in source.columns)
+        schema = ", ".join(f"{q(c.name)} {c.spark_type}" for c in source.columns)
         session.createDataFrame([], schema).createOrReplaceTempView(name)
     results: dict[str, tuple[str, str | None] | None] = {}
     for plan in plans:

@@ -21,6 +21,7 @@ from typing import TypeVar
 from pyspark.sql import SparkSession
 
 from lakemv.core.errors import CommitConflict
+from lakemv.core.sql.quote import spark_string
 
 WRITE_ID = "lakemv.write-id"
 _SESSION_PROPERTY = f"spark.sql.iceberg.snapshot-property.{WRITE_ID}"
@@ -56,8 +57,7 @@ def tagged(spark: SparkSession, write_id: str) -> Iterator[None]:
 
 def committed(spark: SparkSession, table: str, write_id: str) -> bool:
     """Whether `table` has a snapshot committed under `write_id`."""
-    literal = write_id.replace("'", "''")
-    rows = spark.sql(f"SELECT 1 FROM {table}.snapshots WHERE summary['{WRITE_ID}'] = '{literal}' LIMIT 1").collect()
+    rows = spark.sql(f"SELECT 1 FROM {table}.snapshots WHERE summary[{spark_string(WRITE_ID)}] = {spark_string(write_id)} LIMIT 1").collect()
     return bool(rows)
 
 

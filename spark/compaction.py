@@ -26,6 +26,7 @@ from lakemv.catalog.storage import Location
 from lakemv.catalog.tables import DELETED, INGESTED_AT, METADATA_PROPERTIES
 from lakemv.core.errors import CommitConflict, ConfigError
 from lakemv.core.planner.sortorder import SortOrder
+from lakemv.core.sql.quote import q
 from lakemv.spark.commits import Retries
 
 # A stream commits every few seconds: days of snapshots make every commit rewrite a metadata file that
@@ -92,7 +93,7 @@ def _timestamp(moment: datetime) -> str:
 
 def _purge_tombstones(spark: SparkSession, full: str, older_than: datetime, retries: Retries) -> int:
     """Delete mirror tombstones ingested before `older_than`; returns how many there were."""
-    condition = f"`{DELETED}` AND `{INGESTED_AT}` < {_timestamp(older_than)}"
+    condition = f"{q(DELETED)} AND {q(INGESTED_AT)} < {_timestamp(older_than)}"
     count = spark.sql(f"SELECT count(*) AS n FROM {full} WHERE {condition}").collect()[0]["n"]
     if count:
         retries.run(f"purge tombstones of {full}", lambda: spark.sql(f"DELETE FROM {full} WHERE {condition}"))

@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.storage import S3_SCHEMES, arrow_file, is_remote
-from lakemv.core.state.store import Location
+from lakemv.core.state.places import Location
 from lakemv.spark.commits import WRITE_ID
 
 # Iceberg's reserved field ids of a position-delete file's columns (the table spec's "Position Delete Files").

@@ -21,7 +21,7 @@ from lakemv.catalog.tables import (
     tblproperties_sql,
 )
 from lakemv.core.cdc.evolution import mirror_columns
-from lakemv.core.sql.quote import key_columns, key_filter
+from lakemv.core.sql.quote import key_columns, key_filter, q
 
 
 def ensure_namespaces(spark: SparkSession, names: TableNames) -> None:
@@ -36,7 +36,7 @@ def ensure_view_namespace(spark: SparkSession, names: TableNames) -> None:
 def ensure_mirror(spark: SparkSession, names: TableNames, source: SourceTable) -> None:
     """Create the mirror table of `source` if it does not exist (format v2, merge-on-read); an event
     source's table is partitioned by hours or days of its event time."""
-    partitioned = f" PARTITIONED BY ({source.partition}s(`{source.event_time}`))" if source.is_events else ""
+    partitioned = f" PARTITIONED BY ({source.partition}s({q(source.event_time)}))" if source.is_events else ""
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {names.mirror(source.name)} ({mirror_ddl_columns(source)}) "
         f"USING iceberg{partitioned} TBLPROPERTIES ({tblproperties_sql()})"
@@ -49,7 +49,7 @@ def event_clocks(spark: SparkSession, names: TableNames, sources: Mapping[str, S
     clocks = {}
     for name, source in sorted(sources.items()):
         if source.is_events:
-            row = spark.sql(f"SELECT unix_micros(max(`{source.event_time}`)) FROM {names.mirror(name)}").collect()[0]
+            row = spark.sql(f"SELECT unix_micros(max({q(source.event_time)})) FROM {names.mirror(name)}").collect()[0]
             clocks[name] = row[0]
     return clocks
 
@@ -77,7 +77,7 @@ def add_mirror_columns(spark: SparkSession, names: TableNames, source: SourceTab
     missing = [c for c in columns if c.name not in existing]
     if missing:
         # a time of day is text in the table: its comment says it is a time, for the next run
-        ddl = ", ".join(f"`{c.name}` {c.spark_type}" + (f" COMMENT '{TIME_COMMENT}'" if c.type == "time" else "") for c in missing)
+        ddl = ", ".join(f"{q(c.name)} {c.spark_type}" + (f" COMMENT '{TIME_COMMENT}'" if c.type == "time" else "") for c in missing)
         spark.sql(f"ALTER TABLE {names.mirror(source.name)} ADD COLUMNS ({ddl})")
 
 
@@ -87,10 +87,10 @@ def merge_sql(target: str, source_view: str, source: SourceTable, prefilter: str
     `prefilter`, a predicate on the target's key columns true for every source key (see
     lakemv.core.sql.quote), keeps the join from reading the rest of the table.
     """
-    on = " AND ".join([f"t.`{k}` = s.`{k}`" for k in source.primary_key] + ([prefilter] if prefilter else []))
+    on = " AND ".join([f"t.{q(k)} = s.{q(k)}" for k in source.primary_key] + ([prefilter] if prefilter else []))
     return (
         f"MERGE INTO {target} t USING {source_view} s ON {on} "
-        f"WHEN MATCHED AND s.`{POSITION}` > t.`{POSITION}` THEN UPDATE SET * "
+        f"WHEN MATCHED AND s.{q(POSITION)} > t.{q(POSITION)} THEN UPDATE SET * "
         f"WHEN NOT MATCHED THEN INSERT *"
     )
 
@@ -113,9 +113,9 @@ def live_rows_sql(
 
     With `snapshot`, as of that snapshot (time travel); `columns` narrows the columns.
     """
-    selected = ", ".join(f"`{c}`" for c in (source.column_names if columns is None else columns))
+    selected = ", ".join(f"{q(c)}" for c in (source.column_names if columns is None else columns))
     travel = f" VERSION AS OF {int(snapshot)}" if snapshot is not None else ""
-    return f"SELECT {selected} FROM {names.mirror(source.name)}{travel} WHERE NOT `{DELETED}`"
+    return f"SELECT {selected} FROM {names.mirror(source.name)}{travel} WHERE NOT {q(DELETED)}"
 
 
 def stored_rows(spark: SparkSession, names: TableNames, source: SourceTable, rows: pa.Table) -> pa.Table:
@@ -129,11 +129,11 @@ def matching_rows(spark: SparkSession, names: TableNames, source: SourceTable, m
     so the Iceberg scan skips the files that cannot hold them (lakemv.core.sql.quote)."""
     view = f"_lmv_match_{source.name}"
     spark.createDataFrame(match).createOrReplaceTempView(view)
-    on = " AND ".join(f"m.`{k}` = k.`{k}`" for k in match.column_names)
-    conditions = [key_filter("m", key_columns(match, match.column_names))] + ([f"NOT m.`{DELETED}`"] if live else [])
+    on = " AND ".join(f"m.{q(k)} = k.{q(k)}" for k in match.column_names)
+    conditions = [key_filter("m", key_columns(match, match.column_names))] + ([f"NOT m.{q(DELETED)}"] if live else [])
     where = " AND ".join(c for c in conditions if c)
     try:
-        columns = ", ".join(f"m.`{f.name}`" for f in mirror_arrow_schema(source))
+        columns = ", ".join(f"m.{q(f.name)}" for f in mirror_arrow_schema(source))
         sql = f"SELECT {columns} FROM {names.mirror(source.name)} m LEFT SEMI JOIN {view} k ON {on}" + (f" WHERE {where}" if where else "")
         stored = spark.sql(sql).toArrow()
     finally:

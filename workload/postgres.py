@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lakemv.catalog.declarations import Column, SourceTable
+from lakemv.core.sql.quote import ansi_ident
 from lakemv.workload.github import GitHubWorkload, Row, WorkloadConfig
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -33,9 +34,6 @@ def postgres_type(column: Column) -> str:
     }[column.type]  # fmt: skip
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
 
 # Debezium's signal table (signal.data.collection): a row `execute-snapshot` starts an incremental
 # snapshot of the tables it names while changes keep streaming.
@@ -45,10 +43,10 @@ SIGNAL_TABLE_SQL = f"CREATE TABLE IF NOT EXISTS public.{SIGNAL_TABLE} (id varcha
 
 def create_table_sql(source: SourceTable) -> str:
     """CREATE TABLE for a declared source: its columns, primary key and unique keys."""
-    columns = [f"{_q(c.name)} {postgres_type(c)}{' NOT NULL' if c.name in source.primary_key else ''}" for c in source.columns]
-    columns.append(f"PRIMARY KEY ({', '.join(_q(k) for k in source.primary_key)})")
-    columns += [f"UNIQUE ({', '.join(_q(c) for c in unique)})" for unique in source.unique]
-    return f"CREATE TABLE public.{_q(source.name)} (\n  " + ",\n  ".join(columns) + "\n)"
+    columns = [f"{ansi_ident(c.name)} {postgres_type(c)}{' NOT NULL' if c.name in source.primary_key else ''}" for c in source.columns]
+    columns.append(f"PRIMARY KEY ({', '.join(ansi_ident(k) for k in source.primary_key)})")
+    columns += [f"UNIQUE ({', '.join(ansi_ident(c) for c in unique)})" for unique in source.unique]
+    return f"CREATE TABLE public.{ansi_ident(source.name)} (\n  " + ",\n  ".join(columns) + "\n)"
 
 
 def to_postgres(column: Column, value: Any) -> Any:
@@ -77,21 +75,21 @@ class PostgresWorkload(GitHubWorkload):
         key = source.primary_key
         if op in ("c", "r"):
             assert after is not None
-            names = ", ".join(_q(c.name) for c in source.columns)
+            names = ", ".join(ansi_ident(c.name) for c in source.columns)
             marks = ", ".join(["%s"] * len(source.columns))
             values = tuple(to_postgres(c, after[c.name]) for c in source.columns)
-            self.statements.append((f"INSERT INTO public.{_q(table)} ({names}) VALUES ({marks})", values))
+            self.statements.append((f"INSERT INTO public.{ansi_ident(table)} ({names}) VALUES ({marks})", values))
         elif op == "u":
             assert after is not None
             others = [c for c in source.columns if c.name not in key]
-            sets = ", ".join(f"{_q(c.name)} = %s" for c in others)
-            where = " AND ".join(f"{_q(k)} = %s" for k in key)
+            sets = ", ".join(f"{ansi_ident(c.name)} = %s" for c in others)
+            where = " AND ".join(f"{ansi_ident(k)} = %s" for k in key)
             values = tuple(to_postgres(c, after[c.name]) for c in others) + tuple(after[k] for k in key)
-            self.statements.append((f"UPDATE public.{_q(table)} SET {sets} WHERE {where}", values))
+            self.statements.append((f"UPDATE public.{ansi_ident(table)} SET {sets} WHERE {where}", values))
         else:
             assert before is not None
-            where = " AND ".join(f"{_q(k)} = %s" for k in key)
-            self.statements.append((f"DELETE FROM public.{_q(table)} WHERE {where}", tuple(before[k] for k in key)))
+            where = " AND ".join(f"{ansi_ident(k)} = %s" for k in key)
+            self.statements.append((f"DELETE FROM public.{ansi_ident(table)} WHERE {where}", tuple(before[k] for k in key)))
 
     def _change_key(self, table: str, row: Row, changes: Row) -> None:
         """UPDATE of primary-key columns: one statement, which Debezium turns into delete + create."""
@@ -100,9 +98,9 @@ class PostgresWorkload(GitHubWorkload):
         del self.state[table][old_key]
         self.state[table][self._key(table, new)] = new
         self.order[table].append(self._key(table, new))
-        sets = ", ".join(f"{_q(c)} = %s" for c in changes)
-        where = " AND ".join(f"{_q(k)} = %s" for k in source.primary_key)
-        self.statements.append((f"UPDATE public.{_q(table)} SET {sets} WHERE {where}", (*changes.values(), *old_key)))
+        sets = ", ".join(f"{ansi_ident(c)} = %s" for c in changes)
+        where = " AND ".join(f"{ansi_ident(k)} = %s" for k in source.primary_key)
+        self.statements.append((f"UPDATE public.{ansi_ident(table)} SET {sets} WHERE {where}", (*changes.values(), *old_key)))
 
     def _operate(self, name: str) -> None:
         if name == "user_email_change":
@@ -158,7 +156,7 @@ def load_state(con, workload: PostgresWorkload) -> None:  # noqa: ANN001 - psyco
     with con.cursor() as cur:
         for table, source in workload.sources.items():
             names = [c.name for c in source.columns]
-            cur.execute(f"SELECT {', '.join(_q(n) for n in names)} FROM public.{_q(table)}")
+            cur.execute(f"SELECT {', '.join(ansi_ident(n) for n in names)} FROM public.{ansi_ident(table)}")
             for values in cur.fetchall():
                 row = {c.name: _from_postgres(c, v) for c, v in zip(source.columns, values, strict=True)}
                 key = workload._key(table, row)

@@ -1,4 +1,10 @@
-"""Literal key filters for MERGE targets: `t.k IN (...)` lists built from the keys a batch touches.
+"""Quoting for every SQL lakemv writes, and literal key filters for MERGE targets.
+
+One place quotes: `q` and `literal` for Spark SQL (backquoted identifiers; strings with backslash
+escapes, as Spark's parser reads them), `ansi_ident` and `ansi_string` for DuckDB, PostgreSQL and SQLite
+(double-quoted identifiers; strings with doubled quotes).
+
+`key_filter` builds `t.k IN (...)` lists from the keys a batch touches.
 
 A MERGE's ON clause decides which target rows meet a source row. Adding `t.k IN (<the source's keys>)`
 changes nothing about which rows match (a matching row has one of those keys by definition), but it is
@@ -25,7 +31,7 @@ def literal(value: Any) -> str | None:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return spark_string(value)
     if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
         return f"DATE'{value.isoformat()}'"
     return None
@@ -53,3 +59,19 @@ def key_columns(rows: pa.Table, names: Sequence[str]) -> dict[str, list[Any]]:
 def q(identifier: str) -> str:
     """Backquote an identifier for Spark SQL."""
     return "`" + identifier.replace("`", "``") + "`"
+
+
+def spark_string(text: str) -> str:
+    """A Spark SQL string literal of any text (backslash escapes: Spark joins adjacent literals, so a
+    doubled quote would not be one quote)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def ansi_ident(identifier: str) -> str:
+    """Double-quote an identifier for DuckDB, PostgreSQL and SQLite."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def ansi_string(text: str) -> str:
+    """A string literal for DuckDB, PostgreSQL and SQLite (a quote doubled)."""
+    return "'" + text.replace("'", "''") + "'"

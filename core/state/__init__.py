@@ -9,5 +9,6 @@ which snapshot of each table it reflects and is rebuilt from them whenever it is
 * `codec` (pure): Arrow values <-> the store's values;
 * `walk` (pure over a store): the view keys changed rows reach, and the rows those keys read;
 * `store` (SQLite): the tables, indexes and the snapshot record, each update one transaction;
+* `places`: where each row of a located part lives in its Iceberg table (data file, position);
 * `lakemv.spark.batch.sync` (Iceberg): checks the record against the tables, rebuilds what is out of step.
 """

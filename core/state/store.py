@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lakemv.core.sql.quote import ansi_ident
 from lakemv.core.state.codec import Values, decode, encode, index_value
 from lakemv.core.state.dbfile import close_sealed, open_checked
 from lakemv.core.state.layout import MirrorPart, ViewPart
+from lakemv.core.state.places import CHUNK, FilePlaces, Location, key_blob
 
 log = logging.getLogger(__name__)
-_CHUNK = 500  # parameters per IN list (SQLite allows 32766; shorter statements cache better)
-Location = tuple[str, int]  # (data file path as the table's metadata spells it, row position in it)
 
 
 @dataclass(frozen=True)
@@ -52,16 +52,8 @@ class Stored:
     location: Location | None = None  # where the row lives, for a located part (None: not known)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
-
-def key_blob(key: Values) -> bytes:
-    """A canonical encoding of a view key (equal keys, equal bytes)."""
-    return repr(tuple(index_value(v) for v in key)).encode()
-
-
-class Store:
+class Store(FilePlaces):
     """The local indexed state of one ingest stream (see the module docstring)."""
 
     def __init__(self, path: Path | str):
@@ -144,10 +136,10 @@ class Store:
             return valid
 
     def _create_mirror(self, part: MirrorPart) -> None:
-        table = _q(f"m_{part.table}")
+        table = ansi_ident(f"m_{part.table}")
         self._db.execute(f"DROP TABLE IF EXISTS {table}")
-        columns = ", ".join(_q(c) for c in part.materialized)
-        pk = ", ".join(_q(c) for c in part.primary_key)
+        columns = ", ".join(ansi_ident(c) for c in part.materialized)
+        pk = ", ".join(ansi_ident(c) for c in part.primary_key)
         self._db.execute(
             f"CREATE TABLE {table} ({columns}, _row BLOB, _pos INTEGER, _del INTEGER, _file INTEGER, _at INTEGER, "
             f"PRIMARY KEY ({pk})) WITHOUT ROWID"
@@ -164,10 +156,10 @@ class Store:
             if r[0].startswith(prefix)
         }
         for name in existing - set(wanted):
-            self._db.execute(f"DROP INDEX {_q(name)}")
+            self._db.execute(f"DROP INDEX {ansi_ident(name)}")
         for name in sorted(set(wanted) - existing):
-            columns = ", ".join(_q(c) for c in wanted[name])
-            self._db.execute(f"CREATE INDEX {_q(name)} ON {_q(f'm_{part.table}')} ({columns}) WHERE _del = 0")
+            columns = ", ".join(ansi_ident(c) for c in wanted[name])
+            self._db.execute(f"CREATE INDEX {ansi_ident(name)} ON {ansi_ident(f'm_{part.table}')} ({columns}) WHERE _del = 0")
 
     def attach_view(self, part: ViewPart) -> bool:
         """Use `part`; True when its digests are still valid, else it is emptied."""
@@ -176,99 +168,16 @@ class Store:
             record = self.record(f"view:{part.view}")
             if record is not None and record.fingerprint == part.fingerprint:
                 return True
-            self._db.execute(f"DROP TABLE IF EXISTS {_q(f'v_{part.view}')}")
+            self._db.execute(f"DROP TABLE IF EXISTS {ansi_ident(f'v_{part.view}')}")
             settle = ", _t INTEGER" if part.settle else ""
             self._db.execute(
-                f"CREATE TABLE {_q(f'v_{part.view}')} (k BLOB PRIMARY KEY, digest TEXT, _file INTEGER, _at INTEGER{settle}) WITHOUT ROWID"
+                f"CREATE TABLE {ansi_ident(f'v_{part.view}')} (k BLOB PRIMARY KEY, digest TEXT, _file INTEGER, _at INTEGER{settle}) WITHOUT ROWID"
             )
             if part.settle:
-                self._db.execute(f"CREATE INDEX {_q(f'vt_{part.view}')} ON {_q(f'v_{part.view}')} (_t)")
+                self._db.execute(f"CREATE INDEX {ansi_ident(f'vt_{part.view}')} ON {ansi_ident(f'v_{part.view}')} (_t)")
             self._db.execute("DELETE FROM parts WHERE name = ?", (f"view:{part.view}",))
             self._forget_files(f"view:{part.view}")
             return False
-
-    # ---- where rows live -----------------------------------------------------------------------------
-    def _file_id(self, part: str, path: str) -> int:
-        known = self._file_ids.get(path)
-        if known is None:
-            self._db.execute("INSERT OR IGNORE INTO files (part, path) VALUES (?, ?)", (part, path))
-            known = self._db.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()[0]
-            self._file_ids[path], self._paths[known] = known, path
-        return known
-
-    def _path(self, file_id: int | None) -> str | None:
-        if file_id is None:
-            return None
-        if file_id not in self._paths:
-            path = self._db.execute("SELECT path FROM files WHERE id = ?", (file_id,)).fetchone()[0]
-            self._paths[file_id], self._file_ids[path] = path, file_id
-        return self._paths[file_id]
-
-    def _forget_files(self, part: str, paths: Iterable[str] | None = None) -> None:
-        """Drop the file ids of `part` (all of them, or those of `paths`): no row of it lives there now."""
-        if paths is None:
-            gone = [r[0] for r in self._db.execute("SELECT path FROM files WHERE part = ?", (part,))]
-        else:
-            gone = list(paths)
-        self._db.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in gone))
-        for path in gone:
-            self._paths.pop(self._file_ids.pop(path, -1), None)
-
-    def locate(self, part: str, path: str, keys: Sequence[Values]) -> None:
-        """The rows of `keys` (primary keys of a mirror part, keys of a view part) now live in data
-        file `path`, the i-th key at row i."""
-        kind, name = part.split(":", 1)
-        with self.transaction():
-            file_id = self._file_id(part, path)
-            if kind == "view":
-                self._db.executemany(
-                    f"UPDATE {_q(f'v_{name}')} SET _file = ?, _at = ? WHERE k = ?",
-                    ((file_id, at, key_blob(key)) for at, key in enumerate(keys)),
-                )
-                return
-            pk = self._mirrors[name].primary_key
-            where = " AND ".join(f"{_q(c)} = ?" for c in pk)
-            self._db.executemany(
-                f"UPDATE {_q(f'm_{name}')} SET _file = ?, _at = ? WHERE {where}",
-                ([file_id, at, *(index_value(v) for v in key)] for at, key in enumerate(keys)),
-            )
-
-    def _placed(
-        self, part: str, items: Iterable[Any], locations: Iterable[Location | None] | None
-    ) -> Iterator[tuple[Any, int | None, int | None]]:
-        """Each of `items` with its place as the store keeps it (file id, position): None, None where
-        not known, and for every item when `locations` is None."""
-        if locations is None:
-            for item in items:
-                yield item, None, None
-            return
-        for item, place in zip(items, locations, strict=True):
-            yield (item, None, None) if place is None else (item, self._file_id(part, place[0]), place[1])
-
-    def forget_files(self, part: str, paths: Iterable[str]) -> None:
-        """Data files of `part`'s table that no snapshot reads any more (a compaction replaced them)."""
-        with self.transaction():
-            self._forget_files(part, paths)
-
-    def view_locations(self, view: str, keys: Sequence[Values]) -> dict[Values, Location | None]:
-        """Where the view's rows of `keys` live (for the keys it holds; None where not known)."""
-        found: dict[Values, Location | None] = {}
-        with self._lock:
-            for key, file_id, at in self._view_rows(view, keys, "_file, _at"):
-                path = self._path(file_id)
-                found[key] = None if path is None else (path, at)
-        return found
-
-    def _view_rows(self, view: str, keys: Sequence[Values], columns: str) -> Iterator[tuple[Any, ...]]:
-        """(key, *columns) of each of `keys` the view part holds, in chunks of one IN list."""
-        blobs = {key_blob(k): k for k in keys}
-        items = list(blobs)
-        with self._lock:
-            for start in range(0, len(items), _CHUNK):
-                chunk = items[start : start + _CHUNK]
-                marks = ", ".join("?" for _ in chunk)
-                for blob, *values in self._db.execute(f"SELECT k, {columns} FROM {_q(f'v_{view}')} WHERE k IN ({marks})", chunk):
-                    yield (blobs[blob], *values)
 
     # ---- mirror rows ---------------------------------------------------------------------------------
     def put_rows(
@@ -279,7 +188,7 @@ class Store:
         part = self._mirrors[table]
         positions = [part.column_names.index(c) for c in part.materialized]
         marks = ", ".join("?" for _ in range(len(positions) + 5))
-        sql = f"INSERT OR REPLACE INTO {_q(f'm_{table}')} VALUES ({marks})"
+        sql = f"INSERT OR REPLACE INTO {ansi_ident(f'm_{table}')} VALUES ({marks})"
 
         def params() -> Iterator[list[Any]]:
             for (values, position, deleted), file_id, at in self._placed(f"mirror:{table}", rows, locations):
@@ -291,28 +200,28 @@ class Store:
 
     def clear_rows(self, table: str) -> None:
         with self.transaction():
-            self._db.execute(f"DELETE FROM {_q(f'm_{table}')}")
+            self._db.execute(f"DELETE FROM {ansi_ident(f'm_{table}')}")
             self._forget_files(f"mirror:{table}")
 
     def purge(self, table: str, column: str, before: int) -> int:
         """Drop the rows of `table` whose `column` (an indexed event time, epoch micros) is before
         `before`: events no view needs any more. Returns how many went."""
         with self.transaction():
-            return self._db.execute(f"DELETE FROM {_q(f'm_{table}')} WHERE {_q(column)} < ?", (before,)).rowcount
+            return self._db.execute(f"DELETE FROM {ansi_ident(f'm_{table}')} WHERE {ansi_ident(column)} < ?", (before,)).rowcount
 
     def rebuild_indexes(self, table: str) -> None:
         """Drop and recreate a part's indexes (a bulk load inserts first, then indexes once)."""
         part = self._mirrors[table]
         with self.transaction():
             for index in part.indexes:
-                self._db.execute(f"DROP INDEX IF EXISTS {_q(f'ix_{table}__' + '__'.join(index))}")
+                self._db.execute(f"DROP INDEX IF EXISTS {ansi_ident(f'ix_{table}__' + '__'.join(index))}")
             self._sync_indexes(part)
 
     def drop_indexes(self, table: str) -> None:
         part = self._mirrors[table]
         with self.transaction():
             for index in part.indexes:
-                self._db.execute(f"DROP INDEX IF EXISTS {_q(f'ix_{table}__' + '__'.join(index))}")
+                self._db.execute(f"DROP INDEX IF EXISTS {ansi_ident(f'ix_{table}__' + '__'.join(index))}")
 
     def stored(self, table: str, keys: Sequence[Values]) -> dict[Values, Stored]:
         """The stored rows (tombstones included) for primary keys `keys`, by key."""
@@ -334,25 +243,25 @@ class Store:
 
     def count(self, table: str) -> int:
         with self._lock:
-            return self._db.execute(f"SELECT count(*) FROM {_q(f'm_{table}')}").fetchone()[0]
+            return self._db.execute(f"SELECT count(*) FROM {ansi_ident(f'm_{table}')}").fetchone()[0]
 
     def _select(
         self, table: str, columns: tuple[str, ...], wanted: list[Values], null_safe: tuple[bool, ...], live: bool
     ) -> Iterator[tuple[Any, ...]]:
-        name = _q(f"m_{table}")
+        name = ansi_ident(f"m_{table}")
         alive = " AND _del = 0" if live else ""
         with self._lock:
             if len(columns) == 1:
-                column = _q(columns[0])
+                column = ansi_ident(columns[0])
                 plain = [index_value(v[0]) for v in wanted if v[0] is not None]
-                for start in range(0, len(plain), _CHUNK):
-                    chunk = plain[start : start + _CHUNK]
+                for start in range(0, len(plain), CHUNK):
+                    chunk = plain[start : start + CHUNK]
                     marks = ", ".join("?" for _ in chunk)
                     yield from self._db.execute(f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {column} IN ({marks}){alive}", chunk)
                 if any(v[0] is None for v in wanted):
                     yield from self._db.execute(f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {column} IS NULL{alive}")
                 return
-            where = " AND ".join(f"{_q(c)} IS ?" if ns else f"{_q(c)} = ?" for c, ns in zip(columns, null_safe, strict=True))
+            where = " AND ".join(f"{ansi_ident(c)} IS ?" if ns else f"{ansi_ident(c)} = ?" for c, ns in zip(columns, null_safe, strict=True))
             sql = f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {where}{alive}"
             for value in wanted:
                 yield from self._db.execute(sql, [index_value(v) for v in value])
@@ -372,7 +281,7 @@ class Store:
     ) -> None:
         """Store the digests of `upserts` (with where each row lives when known, and for a view whose
         rows settle each row's time, epoch micros) and drop `deletes`."""
-        table = _q(f"v_{view}")
+        table = ansi_ident(f"v_{view}")
         settles = self._views[view].settle is not None
         columns = "k, digest, _file, _at" + (", _t" if settles else "")
         marks = ", ".join("?" for _ in columns.split(", "))
@@ -394,16 +303,16 @@ class Store:
         if self._views[view].settle is None:
             return 0
         with self.transaction():
-            return self._db.execute(f"DELETE FROM {_q(f'v_{view}')} WHERE _t < ?", (int(before),)).rowcount
+            return self._db.execute(f"DELETE FROM {ansi_ident(f'v_{view}')} WHERE _t < ?", (int(before),)).rowcount
 
     def clear_digests(self, view: str) -> None:
         with self.transaction():
-            self._db.execute(f"DELETE FROM {_q(f'v_{view}')}")
+            self._db.execute(f"DELETE FROM {ansi_ident(f'v_{view}')}")
             self._forget_files(f"view:{view}")
 
     def view_count(self, view: str) -> int:
         with self._lock:
-            return self._db.execute(f"SELECT count(*) FROM {_q(f'v_{view}')}").fetchone()[0]
+            return self._db.execute(f"SELECT count(*) FROM {ansi_ident(f'v_{view}')}").fetchone()[0]
 
     def size_bytes(self) -> int:
         """The database's size on disk (main file and write-ahead log)."""

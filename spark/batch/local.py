@@ -21,7 +21,8 @@ from lakemv.core.planner.retention import Need, horizon, settles
 from lakemv.core.sql.quote import q
 from lakemv.core.state.codec import rows_of
 from lakemv.core.state.layout import ViewPart, mirror_parts, route
-from lakemv.core.state.store import Location, Store
+from lakemv.core.state.places import Location
+from lakemv.core.state.store import Store
 from lakemv.spark.batch.sync import StoreSync, SyncReport, record_mirrors
 from lakemv.spark.commits import WriteUnit, commit_once
 from lakemv.spark.directwrite import DirectWriter

@@ -37,6 +37,7 @@ from lakemv.core.cdc.unique import Violation, unique_violations, violation_lette
 from lakemv.core.planner import ViewPlan
 from lakemv.core.planner.retention import source_needs
 from lakemv.core.runtime.faults import crash_point
+from lakemv.core.sql.quote import q
 from lakemv.core.state.codec import rows_of, to_arrow
 from lakemv.core.state.store import Store
 from lakemv.spark.batch.local import StoreSteps
@@ -235,7 +236,7 @@ class BatchProcessor(StoreSteps):
     def _live_keys(self, table: str) -> list[tuple]:
         """The primary keys of a mirror's live rows (asked only for a TRUNCATE: it deletes them all)."""
         key = self.sources[table].primary_key
-        rows = self.spark.sql(f"SELECT {', '.join(f'`{k}`' for k in key)} FROM {self.names.mirror(table)} WHERE NOT {DELETED}").toArrow()
+        rows = self.spark.sql(f"SELECT {', '.join(f'{q(k)}' for k in key)} FROM {self.names.mirror(table)} WHERE NOT {DELETED}").toArrow()
         return change_values(rows)
 
     def _applied_position(self) -> int:

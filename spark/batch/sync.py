@@ -28,7 +28,8 @@ from lakemv.catalog.tables import DELETED, POSITION, TableNames
 from lakemv.core.sql.quote import q
 from lakemv.core.state.codec import columns_of, rows_of
 from lakemv.core.state.layout import MirrorPart, ViewPart
-from lakemv.core.state.store import Location, Store
+from lakemv.core.state.places import Location
+from lakemv.core.state.store import Store
 from lakemv.spark.commits import WRITE_ID
 
 log = logging.getLogger(__name__)

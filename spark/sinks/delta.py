@@ -58,7 +58,7 @@ class DeltaSinks:
             Path(sink.target).parent.mkdir(parents=True, exist_ok=True)
         view = self.names.view(sink.view)
         self.spark.sql(
-            f"CREATE TABLE IF NOT EXISTS delta.`{sink.target}` USING delta "
+            f"CREATE TABLE IF NOT EXISTS delta.{q(sink.target)} USING delta "
             "TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.appendOnly = false) "
             f"AS SELECT * FROM {view} WHERE false"
         )
@@ -78,7 +78,7 @@ class DeltaSinks:
         conf.set("spark.databricks.delta.write.txnVersion", str(version))
         try:
             crash_point("delta_merging", version)
-            self.spark.sql(f"MERGE INTO delta.`{sink.target}` t USING ({source_sql}) s ON {on} " + " ".join(clauses))
+            self.spark.sql(f"MERGE INTO delta.{q(sink.target)} t USING ({source_sql}) s ON {on} " + " ".join(clauses))
             crash_point("delta_merged", version)
         finally:
             conf.unset("spark.databricks.delta.write.txnAppId")

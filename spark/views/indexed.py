@@ -29,7 +29,7 @@ from lakemv.core.sql.quote import q
 from lakemv.core.sql.viewsql import DIFF_OP
 from lakemv.core.state.codec import Values, rows_of, to_arrow
 from lakemv.core.state.layout import MirrorPart, Route
-from lakemv.core.state.store import Location
+from lakemv.core.state.places import Location
 from lakemv.core.state.walk import gather, reach
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit

@@ -21,8 +21,17 @@ from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.diff import content_diff, duplicated_keys, feed_rows
 from lakemv.core.sql.quote import key_columns, key_filter
-from lakemv.core.sql.viewsql import DIFF_OP, Watermarks, diff_sql, feed_insert_sql, filtered_ctes, merge_sql, old_rows_sql, rows_sql
-from lakemv.core.state.store import Location
+from lakemv.core.sql.viewsql import (
+    DIFF_OP,
+    Watermarks,
+    diff_sql,
+    feed_insert_sql,
+    filtered_ctes,
+    merge_sql,
+    old_rows_sql,
+    rows_sql,
+)
+from lakemv.core.state.places import Location
 from lakemv.spark.commits import WriteUnit, append_once, commit_once
 from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.parallel import concurrently
