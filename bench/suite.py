@@ -55,7 +55,9 @@ from rich.console import Console
 from bench.report import write_report
 from lakemv.catalog.declarations import load_sources
 from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
+from lakemv.catalog.streams import checkpoint_dir, planned_files
 from lakemv.catalog.tables import TableNames
+from lakemv.core.batch.result import BatchResult
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.cost import batch_estimate, key_profile, predict
 from lakemv.core.planner.cost import statistics as mirror_statistics
@@ -63,11 +65,11 @@ from lakemv.core.planner.definitions import load_views
 from lakemv.core.state.store import Store
 from lakemv.duck.lake import lake_connection
 from lakemv.duck.verify import duckdb_sql
-from lakemv.spark.batch.runner import VIEW_WORKERS, BatchProcessor, BatchResult
+from lakemv.spark.batch.runner import VIEW_WORKERS, BatchProcessor
 from lakemv.spark.bulk import lines_frame
 from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.session import get_spark
-from lakemv.spark.stream.files import checkpoint_dir, planned_files, run_ingest
+from lakemv.spark.stream.files import run_ingest
 from lakemv.spark.views.maintain import ViewMaintainer
 from lakemv.workload.debezium import connect_schema, write_landing_files
 from lakemv.workload.github import GitHubWorkload, WorkloadConfig

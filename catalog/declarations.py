@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lakemv.core.durations import format_duration, parse_duration
 from lakemv.core.errors import ConfigError
+from lakemv.core.types import arrow_type, spark_ddl
 
 ColumnType = Literal["string", "bigint", "int", "double", "boolean", "timestamp", "date", "time", "decimal"]
 # How a value is encoded on the wire when the message carries no Connect schema that says so
@@ -59,18 +60,6 @@ ENCODINGS: Mapping[str, tuple[str, ...]] = {
 # bookkeeping columns (and Iceberg's reserved `_deleted`, `_pos`, ...) clear of declared names.
 IDENTIFIER = r"^[a-z][a-z0-9_]*$"
 
-SPARK_TYPES: Mapping[str, str] = {
-    "string": "STRING",
-    "bigint": "BIGINT",
-    "int": "INT",
-    "double": "DOUBLE",
-    "boolean": "BOOLEAN",
-    "timestamp": "TIMESTAMP",
-    "date": "DATE",
-    # Spark 4.1 cannot keep TIME in an Iceberg table ("Not a supported type: time(6)"): a time of
-    # day is stored as its fixed-width text HH:MM:SS.ffffff, which sorts and compares as time does.
-    "time": "STRING",
-}
 
 
 class Column(BaseModel):
@@ -123,7 +112,7 @@ class Column(BaseModel):
 
     @property
     def spark_type(self) -> str:
-        return f"DECIMAL({self.precision},{self.scale})" if self.type == "decimal" else SPARK_TYPES[self.type]
+        return spark_ddl(arrow_type(self.kind))
 
 
 class SourceTable(BaseModel):

@@ -9,6 +9,7 @@ import pyarrow as pa
 from lakemv.catalog.declarations import SourceTable
 from lakemv.core.errors import ConfigError
 from lakemv.core.sql.quote import q
+from lakemv.core.types import arrow_type, spark_ddl
 
 MIRROR_NAMESPACE = "mirror"
 OPS_NAMESPACE = "lakemv"
@@ -26,36 +27,7 @@ SOURCE_TS = "_lmv_source_ts"  # source.ts_ms of that change, as a timestamp
 INGESTED_AT = "_lmv_ingested_at"
 BATCH_ID = "_lmv_batch_id"
 
-BOOKKEEPING_SPARK = (
-    (POSITION, "BIGINT"),
-    (OP, "STRING"),
-    (DELETED, "BOOLEAN"),
-    (SOURCE_TS, "TIMESTAMP"),
-    (INGESTED_AT, "TIMESTAMP"),
-    (BATCH_ID, "BIGINT"),
-)
-
-BOOKKEEPING_NAMES = tuple(name for name, _ in BOOKKEEPING_SPARK)
-
 _UTC_MICROS = pa.timestamp("us", tz="UTC")
-ARROW_TYPES = {
-    "string": pa.string(),
-    "bigint": pa.int64(),
-    "int": pa.int32(),
-    "double": pa.float64(),
-    "boolean": pa.bool_(),
-    "timestamp": _UTC_MICROS,
-    "date": pa.date32(),
-    "time": pa.string(),  # HH:MM:SS.ffffff (see declarations.SPARK_TYPES)
-}
-
-
-def arrow_type(kind: str) -> pa.DataType:
-    """The Arrow type of a declared column kind (`Column.kind`: `bigint`, `decimal(12,2)`, ...)."""
-    if kind.startswith("decimal("):
-        precision, scale = (int(part) for part in kind[len("decimal(") : -1].split(","))
-        return pa.decimal128(precision, scale)
-    return ARROW_TYPES[kind]
 BOOKKEEPING_ARROW = (
     pa.field(POSITION, pa.int64()),
     pa.field(OP, pa.string()),
@@ -64,6 +36,7 @@ BOOKKEEPING_ARROW = (
     pa.field(INGESTED_AT, _UTC_MICROS),
     pa.field(BATCH_ID, pa.int64()),
 )
+BOOKKEEPING_NAMES = tuple(f.name for f in BOOKKEEPING_ARROW)
 
 # A stream commits every few seconds: each commit's previous metadata file is deleted once newer
 # ones replace it (Iceberg keeps the last few), rather than left for orphan removal.
@@ -103,7 +76,7 @@ class TableNames:
 
     @property
     def ledger(self) -> str:
-        """One row per committed unit of ingest work (see lakemv.spark.ledger)."""
+        """One row per committed unit of ingest work (see lakemv.core.batch.records)."""
         return f"{self.catalog}.{OPS_NAMESPACE}.{LEDGER}"
 
 
@@ -118,7 +91,7 @@ def mirror_ddl_columns(source: SourceTable) -> str:
     cols = [
         f"{q(c.name)} {c.spark_type}{' NOT NULL' if c.name in source.primary_key else ''}" for c in source.columns
     ]
-    cols += [f"{q(name)} {typ}" for name, typ in BOOKKEEPING_SPARK]
+    cols += [f"{q(f.name)} {spark_ddl(f.type)}" for f in BOOKKEEPING_ARROW]
     return ", ".join(cols)
 
 

@@ -29,6 +29,7 @@ from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
 from lakemv.catalog.viewstate import STATE, ViewState
 from lakemv.core.errors import LakemvError, QueryError
 from lakemv.core.sql.quote import ansi_ident
+from lakemv.core.types import UTC_MICROS, duckdb_type
 from lakemv.duck.lake import lake_connection, metadata_location
 
 
@@ -97,7 +98,7 @@ def _spark_epoch_functions(node: exp.Expression) -> exp.Expression:
     `((a % b) + b) % b` (the window starts of `lakemv.core.planner.timewindows` use both)."""
     if isinstance(node, exp.Anonymous) and node.name.upper() == "TIMESTAMP_MICROS" and len(node.expressions) == 1:
         made = exp.Anonymous(this="make_timestamp", expressions=[node.expressions[0].transform(_spark_epoch_functions)])
-        return exp.Cast(this=made, to=exp.DataType.build("TIMESTAMPTZ"))
+        return exp.Cast(this=made, to=exp.DataType.build(duckdb_type(UTC_MICROS)))  # Spark's TIMESTAMP is UTC micros
     if isinstance(node, exp.Anonymous) and node.name.upper() == "PMOD" and len(node.expressions) == 2:
         a, b = (exp.Paren(this=e.transform(_spark_epoch_functions)) for e in node.expressions)
         return exp.Mod(this=exp.Paren(this=exp.Add(this=exp.Mod(this=a, expression=b), expression=b.copy())), expression=b.copy())

@@ -13,6 +13,15 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from lakemv.catalog.upkeep import (
+    DEFAULT_ORPHAN_AGE,
+    DEFAULT_RETENTION,
+    DEFAULT_TOMBSTONE_RETENTION,
+    MIN_ORPHAN_AGE,
+    MIN_RETENTION,
+    MIN_TOMBSTONE_RETENTION,
+    hours,
+)
 from lakemv.catalog.writer import writer_lock
 from lakemv.core.errors import ConfigError, LakemvError
 from lakemv.core.failures import explain as explain_failure
@@ -64,7 +73,7 @@ def ingest(
     with writer_lock(settings.local_root, settings.catalog_name, settings.warehouse, probe=True, lease=settings.lake):  # refused before anything starts
         pass
     if kafka is not None:
-        from lakemv.spark.stream.kafka import check_bootstrap, reach_brokers
+        from lakemv.catalog.brokers import check_bootstrap, reach_brokers
 
         given = check_bootstrap(kafka, "--kafka" if option_kafka else "LAKEMV_KAFKA_BOOTSTRAP")
         reach_brokers(given, settings.kafka_options)  # before Spark, which would wait for one forever
@@ -112,12 +121,15 @@ def compact(
         list[str] | None, typer.Argument(help="Tables as namespace.name (default: every mirror, view and ops table).")
     ] = None,
     retention_hours: Annotated[
-        float, typer.Option(min=0.25, help="Expire snapshots older than this (keeping the last 5, and those a stream's replay may need).")
-    ] = 1.0,
-    orphan_age_hours: Annotated[float, typer.Option(min=1, help="Remove unreferenced files older than this.")] = 72.0,
+        float,
+        typer.Option(min=hours(MIN_RETENTION), help="Expire snapshots older than this (keeping the last 5, and those a stream's replay may need)."),
+    ] = hours(DEFAULT_RETENTION),
+    orphan_age_hours: Annotated[
+        float, typer.Option(min=hours(MIN_ORPHAN_AGE), help="Remove unreferenced files older than this.")
+    ] = hours(DEFAULT_ORPHAN_AGE),
     tombstone_retention_hours: Annotated[
-        float, typer.Option(min=1, help="Purge mirror tombstones ingested longer ago than this.")
-    ] = 168.0,
+        float, typer.Option(min=hours(MIN_TOMBSTONE_RETENTION), help="Purge mirror tombstones ingested longer ago than this.")
+    ] = hours(DEFAULT_TOMBSTONE_RETENTION),
 ) -> None:
     """Compact files in the lookup-aware layout, expire snapshots, remove orphans, purge old tombstones."""
     if tables:  # named tables are checked before Spark starts: a typo costs a second, not a JVM
@@ -155,7 +167,7 @@ def serve(
     compact_every: Annotated[float, typer.Option(min=1, help="Seconds between compact runs.")] = 3600.0,
     verify_every: Annotated[float, typer.Option(min=1, help="Seconds between verify runs.")] = 3600.0,
     retention_hours: Annotated[
-        float | None, typer.Option(min=0.25, help="Snapshot expiry of the compact runs (default: compact's own, 1 hour).")
+        float | None, typer.Option(min=hours(MIN_RETENTION), help="Snapshot expiry of the compact runs (default: compact's own, 1 hour).")
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port of the local Prefect server (when PREFECT_API_URL is unset).")] = None,
 ) -> None:
@@ -170,7 +182,7 @@ def serve(
     if landing is not None:
         _check_landing(ctx, landing, once=False)
     else:
-        from lakemv.spark.stream.kafka import check_bootstrap
+        from lakemv.catalog.brokers import check_bootstrap
 
         kafka = check_bootstrap(kafka)  # type: ignore[arg-type]
     ctx.obj.checked_plans()  # a refused view fails here, before anything starts
@@ -212,9 +224,9 @@ def demo(
     rounds: Annotated[int, typer.Option(min=1, help="Rounds (snapshot + changes).")] = 3,
 ) -> None:
     """The end-to-end tour: generate a GitHub workload, ingest it, print rows of the lake."""
+    from lakemv.catalog.streams import checkpoint_dir
     from lakemv.duck.lake import run_query
     from lakemv.flows.lakecli import generate
-    from lakemv.spark.stream.files import checkpoint_dir
 
     settings = ctx.obj.settings
     landing = settings.local_root / "demo-landing"

@@ -9,9 +9,11 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from lakemv.catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
+from lakemv.catalog.upkeep import DEFAULT_ORPHAN_AGE, DEFAULT_RETENTION, DEFAULT_TOMBSTONE_RETENTION, hours
 from lakemv.catalog.writer import CommitTurns
 from lakemv.flows.lake import Lake
 from lakemv.flows.progress import report
+from lakemv.flows.retries import RETRIES, RETRY_DELAY_SECONDS, transient
 
 
 def table_layouts(lake: Lake) -> dict[str, object]:
@@ -23,11 +25,13 @@ def table_layouts(lake: Lake) -> dict[str, object]:
     return layouts
 
 
-@task(name="compact-table", cache_policy=NO_CACHE)  # a SparkSession argument: nothing to cache on
-def compact_table(spark, catalog: str, table: str, sort, retention: timedelta, pinned, orphan_age: timedelta, tombstones, turns):  # noqa: ANN001, ANN201
-    from lakemv.spark.compaction import maintain_table
+# A SparkSession argument: nothing to cache on. A table whose commits keep losing their races past
+# compaction's own retries is compacted again, after a pause (lakemv.flows.retries).
+@task(name="compact-table", cache_policy=NO_CACHE, retries=RETRIES, retry_delay_seconds=RETRY_DELAY_SECONDS, retry_condition_fn=transient)
+def compact_one(spark, catalog: str, table: str, sort, retention: timedelta, pinned, orphan_age: timedelta, tombstones, turns):  # noqa: ANN001, ANN201
+    from lakemv.spark.compaction import compact_table
 
-    return maintain_table(
+    return compact_table(
         spark, catalog, table, sort=sort, retention=retention, pinned=pinned, orphan_age=orphan_age, tombstone_retention=tombstones,
         turn=turns.turn,
     )
@@ -36,15 +40,15 @@ def compact_table(spark, catalog: str, table: str, sort, retention: timedelta, p
 @flow(name="compact", validate_parameters=True)
 def compact(
     tables: list[str] | None = None,
-    retention_hours: float = 1.0,
-    orphan_age_hours: float = 72.0,
-    tombstone_retention_hours: float = 168.0,
+    retention_hours: float = hours(DEFAULT_RETENTION),
+    orphan_age_hours: float = hours(DEFAULT_ORPHAN_AGE),
+    tombstone_retention_hours: float = hours(DEFAULT_TOMBSTONE_RETENTION),
     warehouse: str | None = None,
 ) -> dict:
     """Compact data and delete files, expire snapshots, remove orphan files, purge old tombstones.
 
     Mirrors are sorted by the columns views look them up by and views by their key. Safe while
-    `maintain` commits: each table's rewrites take a turn between the stream's units
+    `ingest` commits: each table's rewrites take a turn between the stream's units
     (`lakemv.catalog.writer.CommitTurns`), lost commit races are retried, and a rewrite never changes rows.
     """
     from lakemv.spark.compaction import lake_tables, pinned_since
@@ -67,7 +71,7 @@ def compact(
     try:
         for table in chosen:
             with report.status(f"compacting {table}..."):
-                result = compact_table(
+                result = compact_one(
                     spark,
                     catalog,
                     table,

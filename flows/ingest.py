@@ -56,7 +56,7 @@ def ingest(
     if landing is not None:
         check_landing(Path(landing))
     else:
-        from lakemv.spark.stream.kafka import reach_brokers
+        from lakemv.catalog.brokers import reach_brokers
 
         reach_brokers(kafka, lake.settings.kafka_options)
     settings = lake.settings

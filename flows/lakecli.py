@@ -53,7 +53,7 @@ def generate_events(
 ) -> None:
     """Write event streams (page views, profile views, searches, clicks) with out-of-order, late and
     repeated arrivals, for the sources in catalog/sources/events."""
-    from lakemv.spark.stream.kafka import check_bootstrap
+    from lakemv.catalog.brokers import check_bootstrap
     from lakemv.workload.events import EventConfig, EventWorkload, produce_round, write_round
 
     if (out is None) == (kafka is None):
@@ -190,7 +190,8 @@ def _kafka_progress(lake: Lake, checkpoint) -> tuple[int | None, str]:  # noqa: 
     """(records behind, what that means): the stream's consumed offsets against the topics' ends."""
     from confluent_kafka import KafkaException
 
-    from lakemv.spark.stream.kafka import KafkaTopics, consumed_offsets, records_behind
+    from lakemv.catalog.brokers import records_behind
+    from lakemv.catalog.streams import KafkaTopics, consumed_offsets
 
     settings = lake.settings
     if not settings.kafka_bootstrap:
@@ -207,8 +208,8 @@ def _stream_tables(lake: Lake) -> dict:
     """The Kafka stream's transaction mode, and each data product's lag behind its view's feed."""
     import pyarrow as pa
 
+    from lakemv.catalog.streams import kafka_checkpoint, mode_path
     from lakemv.spark.sinks.products import Publisher, declared_sinks
-    from lakemv.spark.stream.kafka import kafka_checkpoint, mode_path
 
     found = {}
     checkpoint = kafka_checkpoint(lake.settings)

@@ -24,26 +24,15 @@ from pyspark.sql import SparkSession
 
 from lakemv.catalog.storage import Location
 from lakemv.catalog.tables import DELETED, INGESTED_AT, METADATA_PROPERTIES
+from lakemv.catalog.upkeep import DEFAULT_ORPHAN_AGE, DEFAULT_RETENTION, MIN_ORPHAN_AGE, PIN_MARGIN
 from lakemv.core.errors import CommitConflict, ConfigError
 from lakemv.core.planner.sortorder import SortOrder
+from lakemv.core.retry import Retries
 from lakemv.core.sql.quote import q
-from lakemv.spark.commits import Retries
-
-# A stream commits every few seconds: days of snapshots make every commit rewrite a metadata file that
-# lists them all. A replayed batch finds its earlier appends by the write ids in snapshot summaries,
-# so expiry also keeps every snapshot since the oldest unit a journal may still replay (`pinned_since`).
-DEFAULT_RETENTION = timedelta(hours=1)
-PIN_MARGIN = timedelta(minutes=10)  # a unit's first commits come after its journal entry; clocks differ
-# Iceberg's own default: a file younger than this may belong to a commit still in flight.
-DEFAULT_ORPHAN_AGE = timedelta(days=3)
-MIN_ORPHAN_AGE = timedelta(hours=1)
-# Tombstones guard against replays of old events (a replayed create must not resurrect a deleted
-# row); keep them longer than the change stream's own retention (Kafka's default is 7 days).
-DEFAULT_TOMBSTONE_RETENTION = timedelta(days=7)
 
 
 @dataclass(frozen=True)
-class TableMaintenance:
+class Compaction:
     """What maintaining one table did."""
 
     table: str
@@ -144,7 +133,7 @@ def _rewrite(
     return purged, deferred
 
 
-def maintain_table(
+def compact_table(
     spark: SparkSession,
     catalog: str,
     table: str,
@@ -157,7 +146,7 @@ def maintain_table(
     tombstone_retention: timedelta | None = None,
     retries: Retries | None = None,
     turn: Callable[[], AbstractContextManager[object]] | None = None,
-) -> TableMaintenance:
+) -> Compaction:
     """Maintain `<catalog>.<table>` (table = 'namespace.name'), every step through Iceberg's procedures.
 
     In order: purge tombstones older than `tombstone_retention` (mirrors only), rewrite data files
@@ -197,7 +186,7 @@ def maintain_table(
         ).collect(),
     )
     data_after, deletes_after, bytes_after = _files(spark, full)
-    return TableMaintenance(
+    return Compaction(
         table=table,
         data_files_before=data_before,
         data_files_after=data_after,

@@ -22,6 +22,7 @@ from lakemv.catalog.tables import (
 )
 from lakemv.core.cdc.evolution import mirror_columns
 from lakemv.core.sql.quote import key_columns, key_filter, q
+from lakemv.core.types import TIME_COMMENT
 
 
 def ensure_namespaces(spark: SparkSession, names: TableNames) -> None:
@@ -61,7 +62,6 @@ def event_watermarks(spark: SparkSession, names: TableNames, sources: Mapping[st
     return watermarks(event_clocks(spark, names, sources), sources)
 
 
-TIME_COMMENT = "lakemv:time"
 
 
 def evolved_source(spark: SparkSession, names: TableNames, source: SourceTable) -> SourceTable:

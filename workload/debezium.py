@@ -11,24 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from lakemv.catalog.declarations import Column, SourceTable
+from lakemv.core.types import TYPES, WIRE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_CONNECT_TYPES = {
-    "string": ("string", None),
-    "bigint": ("int64", None),
-    "int": ("int32", None),
-    "double": ("double", None),
-    "boolean": ("boolean", None),
-}
-_TEMPORAL = {
-    "micros": ("int64", "io.debezium.time.MicroTimestamp"),
-    "millis": ("int64", "io.debezium.time.Timestamp"),
-    "nanos": ("int64", "io.debezium.time.NanoTimestamp"),
-    "iso": ("string", "io.debezium.time.ZonedTimestamp"),
-    "days": ("int32", "io.debezium.time.Date"),
-}
-
-
 def encode_value(column: Column, value: Any) -> Any:
     """Encode a model value (timestamps as epoch micros, dates as days) the way Debezium sends it."""
     if value is None or column.type not in ("timestamp", "date"):
@@ -46,7 +31,8 @@ def encode_value(column: Column, value: Any) -> Any:
 
 
 def _field_schema(column: Column, key: bool) -> dict[str, Any]:
-    kind, name = _TEMPORAL[column.wire_encoding] if column.type in ("timestamp", "date") else _CONNECT_TYPES[column.type]  # type: ignore[index]
+    wire = (column.type, column.wire_encoding)
+    kind, name = WIRE[wire][:2] if wire in WIRE else (TYPES[column.type].connect, None)
     schema: dict[str, Any] = {"type": kind, "optional": not key, "field": column.name}
     if name:
         schema.update(name=name, version=1)

@@ -16,6 +16,7 @@ from typing import Any
 
 from lakemv.catalog.declarations import Column, SourceTable
 from lakemv.core.sql.quote import ansi_ident
+from lakemv.core.types import postgres_type as type_in_postgres
 from lakemv.workload.github import GitHubWorkload, Row, WorkloadConfig
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -24,14 +25,9 @@ Statement = tuple[str, tuple[Any, ...]]
 
 def postgres_type(column: Column) -> str:
     """The PostgreSQL type whose Debezium encoding is what the declaration expects."""
-    if column.type == "timestamp":
-        return {"micros": "timestamp(6)", "millis": "timestamp(3)", "nanos": "timestamp(6)", "iso": "timestamptz"}[column.wire_encoding]  # type: ignore[index]
     if column.type == "decimal":
         return f"numeric({column.precision},{column.scale})"
-    return {
-        "string": "text", "bigint": "bigint", "int": "integer", "double": "double precision",
-        "boolean": "boolean", "date": "date", "time": "time(6)",
-    }[column.type]  # fmt: skip
+    return type_in_postgres(column.type, column.wire_encoding)
 
 
 

@@ -21,13 +21,13 @@ from typing import Any
 
 from lakemv.catalog.declarations import ENCODINGS, Column
 from lakemv.core.errors import EnvelopeError
+from lakemv.core.types import int_range
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ONE_MICRO = timedelta(microseconds=1)
 # Valid range of Spark/Iceberg timestamps: years 0001..9999.
 MIN_MICROS = (datetime(1, 1, 1, tzinfo=UTC) - EPOCH) // ONE_MICRO
 MAX_MICROS = (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC) - EPOCH) // ONE_MICRO
-_INT_RANGES = {"bigint": (-(2**63), 2**63 - 1), "int": (-(2**31), 2**31 - 1)}
 _SCALE_TO_MICROS = {"micros": (1, 1), "millis": (1000, 1), "nanos": (1, 1000)}
 _LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
 
@@ -182,8 +182,8 @@ def coerce(column: Column, value: Any, wire: Wire | None = None) -> Any:
         if isinstance(value, str):
             return value
         raise _fail(column, value)
-    if kind in _INT_RANGES:
-        low, high = _INT_RANGES[kind]
+    if (bounds := int_range(kind)) is not None:
+        low, high = bounds
         if _is_int(value) and low <= value <= high:
             return value
         raise _fail(column, value)

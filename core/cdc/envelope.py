@@ -23,29 +23,12 @@ from lakemv.core.cdc.coerce import MAX_MICROS, Wire, coerce
 from lakemv.core.cdc.evolution import TypedSample
 from lakemv.core.cdc.unavailable import is_placeholder
 from lakemv.core.errors import EnvelopeError
+from lakemv.core.types import LOGICAL
 
 OPS = ("c", "r", "u", "d")  # and "t", a TRUNCATE (see Truncate)
-# Connect logical types -> the encoding they mean (see lakemv.catalog.declarations.Encoding) and the type.
-LOGICAL_TYPES = {
-    "io.debezium.time.MicroTimestamp": "micros",
-    "io.debezium.time.Timestamp": "millis",
-    "io.debezium.time.NanoTimestamp": "nanos",
-    "io.debezium.time.ZonedTimestamp": "iso",
-    "org.apache.kafka.connect.data.Timestamp": "millis",
-    "io.debezium.time.Date": "days",
-    "org.apache.kafka.connect.data.Date": "days",
-    "io.debezium.time.MicroTime": "micros",
-    "io.debezium.time.Time": "millis",
-    "io.debezium.time.NanoTime": "nanos",
-    "io.debezium.time.ZonedTime": "iso",
-    "org.apache.kafka.connect.data.Time": "millis",
-    "org.apache.kafka.connect.data.Decimal": "base64",
-    # time.precision.mode=isostring (Debezium 3.1+): ISO-8601 text
-    "io.debezium.time.IsoTimestamp": "iso",
-    "io.debezium.time.IsoDate": "iso",
-    "io.debezium.time.IsoTime": "iso",
-}
-_LOGICAL_KIND = {name: kind for kind in ("Timestamp", "Date", "Time", "Decimal") for name in LOGICAL_TYPES if name.endswith(kind)}
+# Connect logical types -> the encoding they mean (lakemv.core.types.LOGICAL) and the type they are.
+LOGICAL_TYPES = {name: encoding for name, (_, encoding) in LOGICAL.items()}
+_LOGICAL_KIND = {name: kind.capitalize() for name, (kind, _) in LOGICAL.items()}
 
 
 @dataclass(frozen=True, slots=True)

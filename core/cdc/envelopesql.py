@@ -21,26 +21,18 @@ from __future__ import annotations
 
 import re
 
-from lakemv.catalog.declarations import Column, SourceTable
+from lakemv.catalog.declarations import ENCODINGS, Column, SourceTable
 from lakemv.catalog.tables import DELETED, OP, POSITION, SOURCE_TS
 from lakemv.core.cdc.coerce import MAX_MICROS, MIN_MICROS
 from lakemv.core.cdc.unavailable import SPELLINGS
 from lakemv.core.sql.quote import q
+from lakemv.core.types import DRIVER_ONLY_LOGICAL, LOGICAL, TYPES
 
 CLEAN = "_lmv_clean"
 SEQ = "_lmv_seq"  # the line's place in the unit: on equal positions the later line wins
 # A line holding Debezium's placeholder for an unavailable value, in any spelling, is the driver's
 # (lakemv.core.cdc.unavailable); so is one that is not UTF-8 (its dead letter says where).
 PLACEHOLDERS = "|".join(re.escape(s) for s in sorted(SPELLINGS))
-# JSON kinds (schema_of_variant) each declared type accepts; integers are BIGINT whatever their width.
-_KINDS = {
-    "string": ("STRING",),
-    "bigint": ("BIGINT",),
-    "int": ("BIGINT",),
-    "double": ("BIGINT", "DOUBLE", "FLOAT", r"DECIMAL\\([0-9]+,[0-9]+\\)"),
-    "boolean": ("BOOLEAN",),
-    "date": ("BIGINT",),
-}
 # The one ISO-8601 form accepted set-wise: date, T or space, time, 1-9 fraction digits, Z or +hh:mm.
 _ISO = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})?$"
 _MICROS_PER = {"micros": 1, "millis": 1000}
@@ -48,25 +40,21 @@ _MIN_DAYS, _MAX_DAYS = -719162, 2932896
 
 
 # Types only `parse_envelope` decodes (base64 decimals, times of day): their lines are never clean here.
-_PYTHON_ONLY = ("decimal", "time")
+_PYTHON_ONLY = tuple(name for name, facts in TYPES.items() if facts.json_kinds == ("NONE",))
 
 
 def _kinds(column: Column) -> tuple[str, ...]:
-    if column.type in _PYTHON_ONLY:
-        return ("NONE",)  # matches no schema_of_variant
-    if column.type == "timestamp":
-        return ("STRING",) if column.wire_encoding == "iso" else ("BIGINT", "STRING")
-    return _KINDS[column.type]
+    """The JSON kinds (schema_of_variant) a declared column accepts set-wise."""
+    if column.type == "timestamp" and column.wire_encoding == "iso":
+        return ("STRING",)
+    return TYPES[column.type].json_kinds
 
 
-# The Connect logical types each declared encoding is (lakemv.core.cdc.envelope.LOGICAL_TYPES, inverted).
+# The Connect logical types each declared encoding is (lakemv.core.types.LOGICAL, inverted; isostring
+# mode's names are decoded by the driver only).
 _LOGICAL_NAMES = {
-    ("timestamp", "micros"): ("io.debezium.time.MicroTimestamp",),
-    ("timestamp", "millis"): ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"),
-    ("timestamp", "nanos"): ("io.debezium.time.NanoTimestamp",),
-    ("timestamp", "iso"): ("io.debezium.time.ZonedTimestamp",),
-    ("date", "days"): ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"),
-    ("date", "iso"): (),
+    (kind, encoding): tuple(n for n, k in LOGICAL.items() if k == (kind, encoding) and n not in DRIVER_ONLY_LOGICAL)
+    for kind in ("timestamp", "date") for encoding in ENCODINGS[kind]
 }
 
 

@@ -8,24 +8,14 @@ the mirror's Iceberg schema, which is where a restarted ingest reads them back f
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lakemv.catalog.declarations import IDENTIFIER, Column, ColumnType, SourceTable
+from lakemv.catalog.declarations import IDENTIFIER, Column, SourceTable
+from lakemv.core.types import TIME_COMMENT, column_type_of
 
 _IDENTIFIER = re.compile(IDENTIFIER)
-# Iceberg/Spark simple type names of mirror columns -> declared column types.
-SPARK_TO_COLUMN: Mapping[str, ColumnType] = {
-    "string": "string",
-    "bigint": "bigint",
-    "int": "int",
-    "double": "double",
-    "boolean": "boolean",
-    "timestamp": "timestamp",
-    "date": "date",
-    "lakemv:time": "time",  # a STRING column whose comment says it holds times of day (lakemv.spark.mirror)
-}
 
 
 @dataclass(frozen=True)
@@ -69,12 +59,18 @@ def with_columns(source: SourceTable, columns: Iterable[Column]) -> SourceTable:
     return source if not added else source.model_copy(update={"columns": (*source.columns, *added)})
 
 
+def _declared(spark_simple: str) -> str | None:
+    """The declared type of a mirror column by its Spark simple type, or TIME_COMMENT for a STRING that
+    holds times of day (lakemv.spark.mirror reads the column's comment)."""
+    return column_type_of(spark_simple, None) if spark_simple != TIME_COMMENT else "time"
+
+
 def mirror_columns(source: SourceTable, schema: Iterable[tuple[str, str]], bookkeeping: Iterable[str]) -> SourceTable:
     """`source` plus the columns its mirror gained by evolution (`schema`: (name, Spark simple type))."""
     skip = set(source.column_names) | set(bookkeeping)
     found = [
-        Column(name=n, type=t) if t.startswith("decimal(") else Column(name=n, type=SPARK_TO_COLUMN[t])  # type: ignore[arg-type]
+        Column(name=n, type=t) if t.startswith("decimal(") else Column(name=n, type=kind)  # type: ignore[arg-type]
         for n, t in schema
-        if n not in skip and (t in SPARK_TO_COLUMN or t.startswith("decimal("))
+        if n not in skip and (t.startswith("decimal(") or (kind := _declared(t)) is not None)
     ]
     return with_columns(source, found)

@@ -157,9 +157,9 @@ class Publisher:
                     delivery.snapshots += 1
                     self._progress[sink.id] = Progress(snapshot.snapshot_id, snapshot.sequence)
             except Exception as exc:  # noqa: BLE001 - a sink's failure must not stop the stream; it retries next batch
-                from lakemv.spark.commits import first_line
+                from lakemv.core.failures import classify
 
-                delivery.error = first_line(exc)
+                delivery.error = classify(exc).line
                 self._progress.pop(sink.id, None)  # read again next time
             delivery.seconds = time.perf_counter() - started
             done.append(delivery)
@@ -178,9 +178,9 @@ class Publisher:
                 oldest = datetime.fromtimestamp(todo[0].committed_ms / 1000, UTC) if todo else None
                 found.append(SinkLag(sink, len(todo), oldest, progress.sequence if progress else None))
             except Exception as exc:  # noqa: BLE001 - status reports, never fails
-                from lakemv.spark.commits import first_line
+                from lakemv.core.failures import classify
 
-                found.append(SinkLag(sink, 0, None, None, first_line(exc)))
+                found.append(SinkLag(sink, 0, None, None, classify(exc).line))
         return found
 
     def close(self) -> None:

@@ -18,7 +18,6 @@ from typing import NamedTuple
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from lakemv.catalog.tables import arrow_type
 from lakemv.catalog.viewstate import ViewState
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import over
@@ -31,6 +30,7 @@ from lakemv.core.state.codec import Values, rows_of, to_arrow
 from lakemv.core.state.layout import MirrorPart, Route
 from lakemv.core.state.places import Location
 from lakemv.core.state.walk import gather, reach
+from lakemv.core.types import arrow_type
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
 from lakemv.spark.views import maintain

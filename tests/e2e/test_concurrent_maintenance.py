@@ -22,8 +22,8 @@ import pytest
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
 from lakemv.catalog.writer import CommitTurns
-from lakemv.spark.commits import Retries
-from lakemv.spark.compaction import TableMaintenance, lake_tables, maintain_table
+from lakemv.core.retry import Retries
+from lakemv.spark.compaction import Compaction, compact_table, lake_tables
 from lakemv.spark.session import use_catalog
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.conftest import LAKEMV
@@ -52,7 +52,7 @@ def test_compaction_and_ingest_commit_concurrently_without_losing_a_change(tmp_p
     retries = Retries()
     passes: list[int] = [0]
     failures: list[BaseException] = []
-    results: list[TableMaintenance] = []
+    results: list[Compaction] = []
     turns = CommitTurns(settings.local_root, settings.catalog_name)
 
     def compact_forever() -> None:
@@ -63,7 +63,7 @@ def test_compaction_and_ingest_commit_concurrently_without_losing_a_change(tmp_p
                 for table in tables:
                     if stop.is_set():
                         break
-                    results.append(maintain_table(
+                    results.append(compact_table(
                         maintenance, "lake", table, retention=timedelta(seconds=30), retain_last=3, retries=retries, turn=turns.turn
                     ))
                 passes[0] += 1

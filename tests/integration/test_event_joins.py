@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from lakemv.catalog.declarations import load_sources
+from lakemv.catalog.streams import checkpoint_dir, state_path
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views
 from lakemv.duck.verify import verify_view
-from lakemv.spark.stream.files import checkpoint_dir, run_ingest, state_path
+from lakemv.spark.stream.files import run_ingest
 from tests.integration.test_event_windows import micros
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakemv.catalog.declarations import load_sources
+from lakemv.catalog.streams import checkpoint_dir, state_path
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views, parse_view
 from lakemv.core.planner.finality import checked_sql
 from lakemv.duck.verify import verify_view
-from lakemv.spark.stream.files import checkpoint_dir, run_ingest, state_path
+from lakemv.spark.stream.files import run_ingest
 from lakemv.workload.events import EventConfig, EventWorkload, write_round
 from tests.eventmodel import HOUR, EventModel
 

@@ -18,13 +18,14 @@ from datetime import UTC, datetime
 import pytest
 
 from lakemv.catalog.declarations import parse_source
+from lakemv.catalog.streams import checkpoint_dir, state_path
 from lakemv.core.cdc.events import DUPLICATE, STORED_DUPLICATE
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
 from lakemv.core.planner.finality import checked_sql
 from lakemv.duck.lake import lake_connection
 from lakemv.duck.verify import verify_view
-from lakemv.spark.stream.files import checkpoint_dir, run_ingest, state_path
+from lakemv.spark.stream.files import run_ingest
 
 PAGE_VIEWS = parse_source(
     """
@@ -253,7 +254,7 @@ def test_a_redelivery_in_a_later_unit_of_the_batch_finds_the_event_it_repeats(la
     unit the watermark has moved on, but the store must still hold what the rest of the batch may
     repeat: here v1, which the first unit's 12:00 event put an hour behind the watermark."""
     from lakemv.core.batch.journal import BatchRef
-    from lakemv.spark.stream.files import new_processor
+    from lakemv.spark.stream.loop import new_processor
 
     plans = [plan_view(parse_view(VIEWS["hourly"], "hourly"), SOURCES)]
     settings = lake.settings.model_copy(update=MODES["state"])

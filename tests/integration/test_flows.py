@@ -9,17 +9,19 @@ import time
 from pathlib import Path
 
 import pytest
-from prefect import flow
+from prefect import flow, task
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 from prefect.client.schemas.sorting import FlowRunSort
 
 from lakemv.catalog.viewstate import ViewState
+from lakemv.core.errors import CommitConflict
 from lakemv.duck.lake import run_query
 from lakemv.duck.verify import ViewMismatch
 from lakemv.flows.backfill import backfill
 from lakemv.flows.compact import compact
 from lakemv.flows.ingest import ingest
+from lakemv.flows.retries import RETRIES, transient
 from lakemv.flows.verify import verify
 from lakemv.spark.views.state import read_state, write_state
 from lakemv.workload.github import WorkloadConfig, generate_files
@@ -171,3 +173,28 @@ def test_serve_deletes_the_deployment_an_earlier_version_served_under_its_old_na
     _renamed.to_deployment("lakemv-maintain", interval=60).apply()
     assert retire() == ["maintain/lakemv-maintain"]
     assert retire() == []  # gone; nothing else touched
+
+
+_TRIES: list[str] = []  # each run of the task (a flow's parameters are copies: counted here)
+
+
+@task(retries=RETRIES, retry_delay_seconds=0, retry_condition_fn=transient)
+def _flaky(error: Exception) -> int:
+    _TRIES.append(type(error).__name__)
+    if len(_TRIES) == 1:
+        raise error
+    return len(_TRIES)
+
+
+@flow(name="flaky")
+def _runs_flaky(error: Exception) -> int:
+    return _flaky(error)
+
+
+def test_a_task_that_failed_transiently_runs_again_and_one_that_failed_otherwise_does_not():
+    _TRIES.clear()
+    assert _runs_flaky(CommitConflict("lost the race again")) == 2
+    _TRIES.clear()
+    with pytest.raises(ValueError, match="a bug"):
+        _runs_flaky(ValueError("a bug"))
+    assert _TRIES == ["ValueError"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.streams import checkpoint_dir, state_path
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views
 from lakemv.core.state.codec import rows_of
@@ -19,7 +20,6 @@ from lakemv.flows.compact import compact
 from lakemv.flows.ingest import ingest
 from lakemv.flows.verify import verify
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
-from lakemv.spark.stream.files import checkpoint_dir, state_path
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.e2e.cli import move_round
 

@@ -92,3 +92,9 @@ def test_a_folder_imported_by_its_bare_name_refuses():
 def test_every_module_says_what_it_owns(package):
     missing = [str(p.relative_to(PROJECT_ROOT)) for p in _modules(package) if not ast.get_docstring(ast.parse(p.read_text()))]
     assert not missing, "modules without a docstring: " + ", ".join(missing)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_is_over_400_lines(package):
+    long = {str(p.relative_to(PROJECT_ROOT)): n for p in _modules(package) if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, f"split these (a module owns one thing): {long}"

@@ -122,7 +122,7 @@ def test_a_warehouse_that_is_not_a_folder_or_an_s3_prefix_is_refused(monkeypatch
 
 
 def test_the_local_state_lives_on_the_drivers_disk(tmp_path: Path):
-    from lakemv.spark.stream.files import state_path
+    from lakemv.catalog.streams import state_path
 
     local = LakeSettings(warehouse=tmp_path / "wh")
     checkpoint = local.checkpoint_root / "ingest-1"

@@ -14,10 +14,10 @@ from lakemv.catalog.lake import pyiceberg_catalog
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import DEAD_LETTERS, LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, mirror_arrow_schema
 from lakemv.catalog.viewstate import STATE, ViewState
+from lakemv.core.batch.records import DEAD_LETTERS as DEAD_LETTER_SCHEMA
+from lakemv.core.batch.records import LedgerEntry, TableEntry
 from lakemv.duck.status import lake_status, status_tables, to_seconds, with_kind
 from lakemv.flows.console import render
-from lakemv.spark.deadletters import SCHEMA as DEAD_LETTER_SCHEMA
-from lakemv.spark.ledger import LedgerEntry, TableEntry
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 SOURCE_READS = {

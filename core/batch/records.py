@@ -1,33 +1,27 @@
-"""The batch ledger `lake.lakemv.batches`: one row per committed unit of ingest work.
+"""The rows a batch appends to lakemv's own tables, and those tables' schemas (Arrow: their DDL is
+derived from these, `lakemv.spark.tables`).
 
-Appended as the last write of a unit, so a row there means every table the unit touches is done: a
-replay that finds its write id in the ledger has nothing left to do. `lakemv status` reads it for
-each view's last batch, refresh time and lag.
+* The ledger `lake.lakemv.batches`: one row per committed unit of ingest work. Appended as the last
+  write of a unit, so a row there means every table the unit touches is done: a replay that finds its
+  write id in the ledger has nothing left to do. `lakemv status` reads it for each view's last batch,
+  refresh time and lag.
+* The dead letters `lake.lakemv.dead_letters`: every line that could not be applied, with its reason.
+  Nothing is dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
 
-from lakemv.catalog.tables import TableNames, tblproperties_sql
+from lakemv.core.cdc.changeset import DeadLetter
 
-DDL = (
-    "stream_id STRING, batch_id BIGINT, chunk INT, lines BIGINT, events BIGINT, dead_letters BIGINT, "
-    "skipped BIGINT, tables ARRAY<STRUCT<name: STRING, changes: BIGINT, max_position: BIGINT, "
-    "max_source_ts: TIMESTAMP>>, views ARRAY<STRUCT<name: STRING, keys: BIGINT, upserts: BIGINT, "
-    "deletes: BIGINT>>, conflicts_retried INT, replayed BOOLEAN, started_at TIMESTAMP, "
-    "finished_at TIMESTAMP, seconds DOUBLE"
-)
 _TS = pa.timestamp("us", tz="UTC")
-TABLE_STRUCT = pa.struct(
-    [("name", pa.string()), ("changes", pa.int64()), ("max_position", pa.int64()), ("max_source_ts", _TS)]
-)
+TABLE_STRUCT = pa.struct([("name", pa.string()), ("changes", pa.int64()), ("max_position", pa.int64()), ("max_source_ts", _TS)])
 VIEW_STRUCT = pa.struct([("name", pa.string()), ("keys", pa.int64()), ("upserts", pa.int64()), ("deletes", pa.int64())])
-SCHEMA = pa.schema(
+LEDGER = pa.schema(
     [
         ("stream_id", pa.string()),
         ("batch_id", pa.int64()),
@@ -45,6 +39,18 @@ SCHEMA = pa.schema(
         ("seconds", pa.float64()),
     ]
 )
+DEAD_LETTERS = pa.schema(
+    [
+        ("raw", pa.string()),
+        ("raw_chars", pa.int64()),
+        ("source_file", pa.string()),
+        ("source_table", pa.string()),
+        ("reason", pa.string()),
+        ("batch_id", pa.int64()),
+        ("failed_at", _TS),
+    ]
+)
+MAX_RAW_CHARS = 1 << 20  # a 10 MB line keeps its first MiB; raw_chars records the full length
 
 
 @dataclass(frozen=True)
@@ -96,8 +102,19 @@ class LedgerEntry:
             "finished_at": self.finished_at_micros,
             "seconds": (self.finished_at_micros - self.started_at_micros) / 1e6,
         }
-        return pa.Table.from_pylist([row], schema=SCHEMA)
+        return pa.Table.from_pylist([row], schema=LEDGER)
 
 
-def ensure_ledger(spark: SparkSession, names: TableNames) -> None:
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {names.ledger} ({DDL}) USING iceberg TBLPROPERTIES ({tblproperties_sql()})")
+def dead_letters_to_arrow(letters: Sequence[DeadLetter], batch_id: int, failed_at_micros: int) -> pa.Table:
+    return pa.table(
+        [
+            [d.raw[:MAX_RAW_CHARS] for d in letters],
+            [len(d.raw) for d in letters],
+            [d.source_file for d in letters],
+            [d.table for d in letters],
+            [d.reason for d in letters],
+            [batch_id] * len(letters),
+            [failed_at_micros] * len(letters),
+        ],
+        schema=DEAD_LETTERS,
+    )

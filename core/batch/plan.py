@@ -1,0 +1,136 @@
+"""The pure steps of a batch, between parsing and writing: which rows apply and what views see, how
+event time advances, what the schema drift notes say, and the ledger row.
+
+`lakemv.spark.batch.runner` runs them around the engine's reads and writes; nothing here touches a
+table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.tables import DELETED, POSITION, SOURCE_TS
+from lakemv.core.batch.journal import BatchRef, TablePlan
+from lakemv.core.batch.records import LedgerEntry, TableEntry
+from lakemv.core.batch.result import BatchResult
+from lakemv.core.cdc.changeset import ChangeSet
+from lakemv.core.cdc.effects import effect_of
+from lakemv.core.cdc.events import STORED_DUPLICATE
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+class Clock:
+    """Adds the seconds since the previous lap to `steps[name]`."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.steps[name] = self.steps.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.steps.items()}
+
+
+def column_max(rows: pa.Table, column: str) -> int | None:
+    """The highest value of an integer (or timestamp) column, None for no rows."""
+    if rows.num_rows == 0:
+        return None
+    return pc.max(rows.column(column).cast(pa.int64())).as_py()
+
+
+def highest(plans: Mapping[str, TablePlan], column: str) -> int | None:
+    """The highest value of `column` over every table's applied rows."""
+    values = [v for v in (column_max(p.rows, column) for p in plans.values()) if v is not None]
+    return max(values) if values else None
+
+
+def table_plan(
+    source: SourceTable, changes: pa.Table, incoming: Sequence[dict[str, Any]], stored: Sequence[dict[str, Any]],
+    images: Callable[[list[dict[str, Any]]], pa.Table],
+) -> TablePlan:  # fmt: skip
+    """One table's plan: the rows of `changes` that win against the `stored` rows of their keys (by
+    source position), and the old and new images of the rows they change, made a table by `images`.
+    `incoming` and `stored` are rows as dicts (declared columns, position, deleted flag), in whatever
+    value form the caller compares in; `incoming[i]` is row i of `changes`."""
+    effect = effect_of(source.primary_key, source.column_names, incoming, stored)
+    return TablePlan(changes.take(pa.array(effect.applied, type=pa.int64())), images(effect.images))
+
+
+def advance_clocks(
+    changeset: ChangeSet, plans: Mapping[str, TablePlan], clocks: Mapping[str, int | None], sources: Mapping[str, SourceTable]
+) -> dict[str, int | None]:
+    """The event sources' clocks once the unit is applied (each the newest event time it admitted), and
+    the events already stored counted as skipped in `changeset`."""
+    advanced = dict(clocks)
+    for table, plan in plans.items():
+        source = sources[table]
+        if not source.is_events:
+            continue
+        stored = len(changeset.changes.get(table, ())) - plan.rows.num_rows
+        if stored > 0:
+            changeset.skipped[STORED_DUPLICATE] += stored
+        newest = column_max(plan.rows, source.event_time)
+        if newest is not None and (advanced[table] is None or newest > advanced[table]):
+            advanced[table] = newest
+    return advanced
+
+
+def absent_notes(absent: Mapping[str, Counter[str]], readers: Callable[[str, str], list[str]]) -> list[str]:
+    """Notes for declared columns the after-images no longer carry; an error when views (`readers` of
+    table, column) read one."""
+    notes = []
+    for table, counts in sorted(absent.items()):
+        for column, count in sorted(counts.items()):
+            views = sorted(readers(table, column))
+            note = f"{table}: column `{column}` missing from {count} after-images (stored as NULL)"
+            if views:
+                subject = f"view {views[0]} reads" if len(views) == 1 else f"views {', '.join(views)} read"
+                note += f"; error: {subject} {table}.{column}, which the source no longer sends: NULL shows there until the view stops reading it"
+            notes.append(note)
+    return notes
+
+
+def ledger_entry(
+    ref: BatchRef, result: BatchResult, plans: Mapping[str, TablePlan], conflicts_retried: int, started_at: int, finished_at: int
+) -> LedgerEntry:
+    """The ledger row of a finished unit."""
+    tables = {t: TableEntry(p.rows.num_rows, column_max(p.rows, POSITION), column_max(p.rows, SOURCE_TS)) for t, p in plans.items()}
+    views = {v.view: (v.keys or 0, v.upserts, v.deletes) for v in result.views.values()}
+    return LedgerEntry(
+        stream_id=ref.stream,
+        batch_id=ref.batch,
+        chunk=ref.chunk,
+        lines=result.lines,
+        events=result.events,
+        dead_letters=result.dead_letters,
+        skipped=result.skipped,
+        tables=tables,
+        views=views,
+        conflicts_retried=conflicts_retried,
+        replayed=result.replayed,
+        started_at_micros=started_at,
+        finished_at_micros=finished_at,
+    )
+
+
+def mirror_rows(rows: pa.Table, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """Each row of `rows` as a dict of `columns` (values given in the caller's form), its source position
+    and its deleted flag: what `table_plan` compares."""
+    return [
+        {**dict(zip(columns, v, strict=True)), POSITION: position, DELETED: deleted}
+        for v, position, deleted in zip(values, rows.column(POSITION).to_pylist(), rows.column(DELETED).to_pylist(), strict=True)
+    ]

@@ -1,0 +1,153 @@
+"""The one streaming loop every source runs: a source adapter reads micro-batches and cuts them into
+units (`lakemv.core.batch.units`), the `UnitLoop` applies them through the stream's processor, and the
+data products follow each unit.
+
+* `Source`: what an adapter provides - its streaming DataFrame, its checkpoint, and its units per
+  micro-batch (`lakemv.spark.stream.files.FileSource`, `lakemv.spark.stream.kafka.KafkaSource`);
+* `run_source`: builds the processor (tables, views, local state) and the data products, and runs
+  the stream until it ends (`once`: what is there now) or is stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.storage import Location, as_location
+from lakemv.catalog.streams import state_path, stream_id
+from lakemv.catalog.tables import TableNames
+from lakemv.catalog.writer import CommitTurns
+from lakemv.core.batch.journal import Journal
+from lakemv.core.batch.result import BatchResult, IngestResult, ViewResult
+from lakemv.core.batch.units import Unit, UnitLoop
+from lakemv.core.failures import classify
+from lakemv.core.planner import ViewPlan
+from lakemv.core.runtime import lifecycle
+from lakemv.core.state.store import Store
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.directwrite import DirectWriter
+from lakemv.spark.sinks.products import Delivery, Products
+
+
+class Source(Protocol):
+    """A streaming source of Debezium lines (landing files, Kafka topics)."""
+
+    name: str  # the streaming query is lakemv_<name>_<catalog>
+    checkpoint: Location
+
+    def frame(self, spark: SparkSession) -> DataFrame:
+        """The streaming DataFrame of its records."""
+        ...
+
+    def units(self, frame: DataFrame, batch_id: int) -> list[Unit]:
+        """Micro-batch `batch_id` as units, in order ([]: nothing to apply)."""
+        ...
+
+
+@dataclass
+class Hooks:
+    """What the caller hears of a run: each unit's result, each view built at start, readiness, deliveries."""
+
+    on_batch: Callable[[BatchResult], None] | None = None
+    on_build: Callable[[ViewResult], None] | None = None
+    on_ready: Callable[[], None] | None = None
+    on_delivery: Callable[[Delivery], None] | None = None
+
+
+def new_processor(
+    spark: SparkSession, settings: LakeSettings, sources: Mapping[str, SourceTable], views: Sequence[ViewPlan], checkpoint: Location | Path
+) -> BatchProcessor:
+    """The processor of one stream: its journal lives in its checkpoint, its local state on the driver's disk."""
+    checkpoint = as_location(checkpoint)
+    return BatchProcessor(
+        spark,
+        TableNames(settings.catalog_name),
+        sources,
+        views,
+        journal=Journal(checkpoint / "lakemv-journal"),
+        max_line_chars=settings.max_line_chars,
+        store=Store(state_path(settings, checkpoint)) if settings.local_state else None,
+        view_workers=settings.view_workers,
+        direct=DirectWriter(spark, settings) if settings.direct_writes else None,
+        turns=CommitTurns(settings.local_root, settings.catalog_name),  # compaction's rewrites take turns with the stream
+    )
+
+
+def run_source(
+    spark: SparkSession, settings: LakeSettings, sources: Mapping[str, SourceTable], views: Sequence[ViewPlan], source: Source,
+    *, once: bool, trigger_seconds: float = 2.0, hooks: Hooks = Hooks(),
+) -> IngestResult:  # fmt: skip
+    """Ingest `source` and maintain `views`; with `once`, everything present now, then return. The
+    views' data products (`lakemv.spark.sinks.products`) are delivered after every unit."""
+    processor = new_processor(spark, settings, sources, views, source.checkpoint)
+    for built in processor.built:
+        if hooks.on_build is not None:
+            hooks.on_build(built)
+    products = Products.of(spark, settings, views, hooks.on_delivery)
+    result = IngestResult()
+
+    def after(outcome: BatchResult) -> None:
+        result.batches.append(outcome)
+        if hooks.on_batch is not None:
+            hooks.on_batch(outcome)
+        products.deliver()
+
+    loop = UnitLoop(processor.process, lambda: stream_id(source.checkpoint), after)
+
+    def each_batch(frame: DataFrame, batch_id: int) -> None:
+        lifecycle.check()
+        loop.run(batch_id, source.units(frame, batch_id))
+
+    name = f"lakemv_{source.name}_{settings.catalog_name}"
+    run_stream(source.frame(spark), each_batch, source.checkpoint, name, processor, products, once=once, trigger_seconds=trigger_seconds, on_ready=hooks.on_ready)
+    return result
+
+
+def run_stream(
+    stream: DataFrame,
+    each_batch: Callable[[DataFrame, int], None],
+    checkpoint: Location,
+    name: str,
+    processor: BatchProcessor,
+    products: Products,
+    *,
+    once: bool,
+    trigger_seconds: float,
+    on_ready: Callable[[], None] | None,
+) -> None:
+    """Run `each_batch` over the micro-batches of `stream` until it ends (`once`: what is there
+    now) or is interrupted; the processor's local state is closed either way. The data products
+    catch up first (what a crash left undelivered; a whole view only once the stream runs) and last."""
+    products.deliver(resync=False)
+    writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint.hadoop).queryName(name)
+    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    if on_ready is not None:
+        on_ready()
+    try:
+        for attempt in range(3):
+            try:
+                _await(writer.start())
+                break
+            except Exception as exc:
+                if attempt == 2 or classify(exc).reason != "SPARK-55271":  # the Kafka source's restart bug (lakemv.core.failures)
+                    raise
+        products.deliver()
+    finally:
+        products.close()
+        processor.close()
+
+
+def _await(query: StreamingQuery) -> None:
+    """Wait for the query to end. A SIGINT/SIGTERM raises `lifecycle.Interrupted` here and cancels
+    the running jobs (see `lakemv.core.runtime.lifecycle`): the batch cut short is replayed on the next run."""
+    while query.isActive:
+        lifecycle.check()
+        query.awaitTermination(1.0)
+    query.awaitTermination()  # raises if the query failed

@@ -1,0 +1,71 @@
+"""The pure steps of a batch (lakemv.core.batch.plan): which rows apply, event clocks, drift notes, the
+ledger row."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+
+from lakemv.catalog.declarations import load_sources
+from lakemv.catalog.settings import PROJECT_ROOT
+from lakemv.catalog.tables import DELETED, POSITION, SOURCE_TS
+from lakemv.core.batch.journal import BatchRef, TablePlan
+from lakemv.core.batch.plan import absent_notes, advance_clocks, highest, ledger_entry, mirror_rows, table_plan
+from lakemv.core.batch.result import BatchResult, ViewResult
+from lakemv.core.cdc.changeset import ChangeSet
+from lakemv.core.cdc.events import STORED_DUPLICATE
+
+SOURCES = load_sources([PROJECT_ROOT / "catalog" / "sources", PROJECT_ROOT / "catalog" / "sources" / "events"])
+
+
+def _users(*rows: tuple[str, str, int, bool]) -> pa.Table:
+    return pa.table({"email": [r[0] for r in rows], "username": [r[1] for r in rows], POSITION: [r[2] for r in rows], DELETED: [r[3] for r in rows]})
+
+
+def test_a_table_plan_keeps_the_winning_rows_and_the_images_views_see():
+    users = SOURCES["users"]
+    blank = dict.fromkeys(users.column_names)
+
+    def row(email: str, username: str, position: int) -> dict:
+        return {**blank, "email": email, "username": username, POSITION: position, DELETED: False}
+
+    changes = _users(("a@x", "alice2", 20, False), ("b@x", "bobby", 40, False), ("c@x", "cy", 7, False))
+    incoming = mirror_rows(changes, ["email", "username"], [("a@x", "alice2"), ("b@x", "bobby"), ("c@x", "cy")])
+    incoming = [{**blank, **r} for r in incoming]
+    stored = [row("a@x", "alice", 10), row("b@x", "bob", 50)]
+    seen = []
+    plan = table_plan(users, changes, incoming, stored, lambda images: seen.append(images) or pa.table({"n": [len(images)]}))
+    assert plan.rows.column("email").to_pylist() == ["a@x", "c@x"]  # b@x is older than what the mirror holds
+    assert [i["username"] for i in seen[0]] == ["alice", "alice2", "cy"]
+    assert plan.images.column("n").to_pylist() == [3]
+
+
+def test_event_clocks_advance_to_the_newest_applied_event_and_stored_duplicates_are_counted():
+    views = SOURCES["page_views"]
+    micros = [1_000_000, 5_000_000]
+    rows = pa.table({views.event_time: pa.array(micros, pa.timestamp("us", tz="UTC")), POSITION: [1, 2]})
+    changeset = ChangeSet(changes={"page_views": [object()] * 3})  # three parsed, two applied: one was already stored
+    clocks = advance_clocks(changeset, {"page_views": TablePlan(rows, None)}, {"page_views": 2_000_000}, SOURCES)
+    assert clocks == {"page_views": 5_000_000}
+    assert changeset.skipped == Counter({STORED_DUPLICATE: 1})
+    assert advance_clocks(ChangeSet(), {"page_views": TablePlan(rows.slice(0, 1), None)}, {"page_views": 9_000_000}, SOURCES) == {
+        "page_views": 9_000_000}  # fmt: skip
+
+
+def test_a_column_the_source_stopped_sending_is_an_error_only_where_a_view_reads_it():
+    notes = absent_notes({"users": Counter({"email": 2, "nickname": 1})}, lambda t, c: ["user_profile"] if c == "email" else [])
+    assert notes[0].startswith("users: column `email` missing from 2 after-images (stored as NULL); error: view user_profile reads")
+    assert notes[1] == "users: column `nickname` missing from 1 after-images (stored as NULL)"
+
+
+def test_the_ledger_row_sums_up_the_unit():
+    rows = pa.table({POSITION: [3, 9], SOURCE_TS: pa.array([1_000, 2_000], pa.timestamp("us", tz="UTC"))})
+    plans = {"users": TablePlan(rows, None), "stars": TablePlan(rows.slice(0, 0), None)}
+    result = BatchResult(4, lines=5, events=4, views={"v": ViewResult("v", 2, upserts=1, deletes=1)}, replayed=True)
+    entry = ledger_entry(BatchRef("s", 4, 1), result, plans, conflicts_retried=2, started_at=10, finished_at=2_000_010)
+    assert (entry.stream_id, entry.batch_id, entry.chunk, entry.replayed, entry.conflicts_retried) == ("s", 4, 1, True, 2)
+    assert entry.tables["users"].max_position == 9 and entry.tables["stars"].max_position is None
+    assert entry.views == {"v": (2, 1, 1)}
+    assert entry.to_arrow().column("seconds").to_pylist() == [2.0]
+    assert highest(plans, POSITION) == 9
