@@ -5,7 +5,7 @@
 
 For each kind of event view - a window (`page_views_hourly`), an enrichment as of processing
 (`profile_viewers`, against a users table), a stream-stream join within the hour (`search_clicks`)
-- a fresh lake takes the generated stream (`lakemv.workload.events`: out of order, some late, some twice)
+- a fresh lake takes the generated stream (`lakemv.workload.eventstreams`: out of order, some late, some twice)
 in units of `--unit` events, the way ingest applies them (the same BatchProcessor, the local state
 and direct commits). After each unit it records the wall and CPU seconds (this process and its
 JVM) and the local state: the events it keeps and its file size, and the driver's resident memory.
@@ -37,12 +37,12 @@ from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views
 from lakemv.core.planner.finality import checked_sql
 from lakemv.core.state.store import Store
-from lakemv.duck.lake import lake_connection
+from lakemv.duck.query import lake_connection
 from lakemv.duck.verify import duckdb_sql
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.session import get_spark
-from lakemv.workload.events import EventConfig, EventWorkload
+from lakemv.workload.eventstreams import EventConfig, EventWorkload
 from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 
 KINDS = {

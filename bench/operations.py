@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from lakemv.catalog.settings import PROJECT_ROOT
-from lakemv.flows.lake import Lake
+from lakemv.flows.context import Lake
 
 RESULTS = PROJECT_ROOT / "bench" / "results"
 

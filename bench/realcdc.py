@@ -32,7 +32,7 @@ from bench.suite import machine, percentile
 from lakemv.catalog.declarations import load_sources
 from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
 from lakemv.catalog.tables import VIEW_NAMESPACE
-from lakemv.duck.lake import connect_duckdb, lake_connection, metadata_location
+from lakemv.duck.query import connect_duckdb, lake_connection, metadata_location
 from lakemv.duck.verify import duckdb_sql
 from lakemv.ops.stack import Stack, StackConfig
 from lakemv.workload.github import WorkloadConfig

@@ -66,7 +66,7 @@ def _spark_recompute(env: dict[str, str]) -> float:
 def _recompute_here() -> None:
     """(--recompute, in a child process with the configuration's settings) print the seconds."""
     from lakemv.catalog.tables import TableNames
-    from lakemv.flows.lake import Lake
+    from lakemv.flows.context import Lake
     from lakemv.spark.views.maintain import ViewMaintainer
 
     lake = Lake.at()
@@ -79,9 +79,9 @@ def _recompute_here() -> None:
 
 def _duckdb_recompute(settings: LakeSettings) -> tuple[float, int]:
     from lakemv.catalog.declarations import load_sources
-    from lakemv.duck.lake import lake_connection
+    from lakemv.duck.query import lake_connection
     from lakemv.duck.verify import duckdb_sql
-    from lakemv.flows.lake import Lake
+    from lakemv.flows.context import Lake
 
     lake = Lake(settings)
     sources = load_sources(settings.sources_dirs)

@@ -97,7 +97,7 @@ def _files(warehouse: Path) -> Counter[str]:
 def _batches(settings: LakeSettings, since: datetime) -> list[tuple[float, int]]:
     """(seconds, events) of the batches committed since `since`, from the ledger."""
     from lakemv.catalog.tables import LEDGER
-    from lakemv.duck.lake import connect_duckdb, metadata_location
+    from lakemv.duck.query import connect_duckdb, metadata_location
 
     location = metadata_location(settings, OPS_NAMESPACE, LEDGER)
     if location is None:

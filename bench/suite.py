@@ -63,7 +63,7 @@ from lakemv.core.planner.cost import batch_estimate, key_profile, predict
 from lakemv.core.planner.cost import statistics as mirror_statistics
 from lakemv.core.planner.definitions import load_views
 from lakemv.core.state.store import Store
-from lakemv.duck.lake import lake_connection
+from lakemv.duck.query import lake_connection
 from lakemv.duck.verify import duckdb_sql
 from lakemv.spark.batch.runner import VIEW_WORKERS, BatchProcessor
 from lakemv.spark.bulk import lines_frame

@@ -34,7 +34,7 @@ from lakemv.catalog.tables import (
 )
 from lakemv.catalog.viewstate import STATE, ViewState
 from lakemv.core.sql.quote import ansi_string
-from lakemv.duck.lake import connect_duckdb
+from lakemv.duck.query import connect_duckdb
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from lakemv.catalog.viewstate import STATE, ViewState
 from lakemv.core.errors import LakemvError, QueryError
 from lakemv.core.sql.quote import ansi_ident
 from lakemv.core.types import UTC_MICROS, duckdb_type
-from lakemv.duck.lake import lake_connection, metadata_location
+from lakemv.duck.query import lake_connection, metadata_location
 
 
 class ViewMismatch(LakemvError):

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from prefect import flow
 
 from lakemv.core.runtime import lifecycle
-from lakemv.flows.lake import Lake
+from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
 
 

@@ -225,7 +225,7 @@ def demo(
 ) -> None:
     """The end-to-end tour: generate a GitHub workload, ingest it, print rows of the lake."""
     from lakemv.catalog.streams import checkpoint_dir
-    from lakemv.duck.lake import run_query
+    from lakemv.duck.query import run_query
     from lakemv.flows.lakecli import generate
 
     settings = ctx.obj.settings

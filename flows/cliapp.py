@@ -16,7 +16,7 @@ import typer
 from lakemv.catalog.settings import unknown_variables
 from lakemv.core.errors import ConfigError
 from lakemv.flows.console import console, err_console, error_line
-from lakemv.flows.lake import Lake
+from lakemv.flows.context import Lake
 from lakemv.flows.progress import terminal
 
 app = typer.Typer(

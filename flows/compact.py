@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from lakemv.catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
 from lakemv.catalog.upkeep import DEFAULT_ORPHAN_AGE, DEFAULT_RETENTION, DEFAULT_TOMBSTONE_RETENTION, hours
 from lakemv.catalog.writer import CommitTurns
-from lakemv.flows.lake import Lake
+from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
 from lakemv.flows.retries import RETRIES, RETRY_DELAY_SECONDS, transient
 

@@ -10,7 +10,7 @@ from lakemv.catalog.writer import writer_lock
 from lakemv.core.cdc.changeset import check_landing
 from lakemv.core.errors import ConfigError
 from lakemv.core.runtime import lifecycle
-from lakemv.flows.lake import Lake
+from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
 
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from lakemv.core.errors import ConfigError
 from lakemv.flows.cliapp import LAKE, Format, app
 from lakemv.flows.console import console, render
-from lakemv.flows.lake import Lake
+from lakemv.flows.context import Lake
 
 
 @app.command(rich_help_panel=LAKE)
@@ -54,7 +54,7 @@ def generate_events(
     """Write event streams (page views, profile views, searches, clicks) with out-of-order, late and
     repeated arrivals, for the sources in catalog/sources/events."""
     from lakemv.catalog.brokers import check_bootstrap
-    from lakemv.workload.events import EventConfig, EventWorkload, produce_round, write_round
+    from lakemv.workload.eventstreams import EventConfig, EventWorkload, produce_round, write_round
 
     if (out is None) == (kafka is None):
         raise ConfigError("give either --out DIR or --kafka HOST:PORT", "generate-events")
@@ -76,7 +76,7 @@ def query(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,  # noqa: A002
 ) -> None:
     """Query the lake with DuckDB: live rows only, no bookkeeping columns."""
-    from lakemv.duck.lake import run_query
+    from lakemv.duck.query import run_query
 
     output = render(run_query(ctx.obj.settings, ctx.obj.sources, sql), format.value)
     if output:
@@ -130,7 +130,7 @@ def _statistics(lake: Lake, plan):
 
     from lakemv.catalog.tables import MIRROR_NAMESPACE
     from lakemv.core.planner.cost import statistics, trees
-    from lakemv.duck.lake import lake_connection, metadata_location
+    from lakemv.duck.query import lake_connection, metadata_location
 
     empty = [t for t in plan.tables if metadata_location(lake.settings, MIRROR_NAMESPACE, t) is None]
     if empty:

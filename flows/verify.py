@@ -8,7 +8,7 @@ from prefect import flow
 
 from lakemv.core.planner.finality import checked_sql
 from lakemv.duck.verify import ViewMismatch, consistent_cut, verify_view
-from lakemv.flows.lake import Lake
+from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
 
 

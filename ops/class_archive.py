@@ -27,7 +27,7 @@ def _train(out: Path) -> None:
     the archive."""
     from lakemv.catalog.declarations import load_sources
     from lakemv.core.runtime import lifecycle
-    from lakemv.flows.lake import Lake
+    from lakemv.flows.context import Lake
     from lakemv.spark.session import get_spark, stop_spark
     from lakemv.spark.stream.files import run_ingest
     from lakemv.workload.github import WorkloadConfig, generate_files

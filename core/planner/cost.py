@@ -128,7 +128,7 @@ def _duck(expression: str, alias: str) -> str:
 
 
 def statistics(con: duckdb.DuckDBPyConnection, plan: ViewPlan, sources: Mapping[str, SourceTable]) -> Statistics:
-    """The counts `predict` needs, over `con`'s views of the mirrors (lakemv.duck.lake.lake_connection)."""
+    """The counts `predict` needs, over `con`'s views of the mirrors (lakemv.duck.query.lake_connection)."""
     rows = {t: int(con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]) for t in plan.tables}
     joined, squares = {}, {}
     for link in plan.links:

@@ -13,7 +13,7 @@ from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import LEDGER, OPS_NAMESPACE
 from lakemv.core.cdc.coerce import iso_to_micros
-from lakemv.duck.lake import connect_duckdb, metadata_location
+from lakemv.duck.query import connect_duckdb, metadata_location
 from tests.conftest import LAKEMV
 
 

@@ -39,7 +39,7 @@ from lakemv.catalog.declarations import SourceRegistry, load_sources
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import DEAD_LETTERS, LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
 from lakemv.core.cdc.coerce import EPOCH, ONE_MICRO
-from lakemv.duck.lake import connect_duckdb, metadata_location
+from lakemv.duck.query import connect_duckdb, metadata_location
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests import viewmodel
 from tests.conftest import LAKEMV
@@ -188,7 +188,7 @@ def event_env() -> dict[str, str]:
 
 def prepare_events(out: Path, seed: int, events: int, rounds: int) -> tuple[list[dict[str, list[str]]], int]:
     """Generated event streams, a file per stream and round plus a bad line, in round order."""
-    from lakemv.workload.events import EventConfig, EventWorkload, write_round
+    from lakemv.workload.eventstreams import EventConfig, EventWorkload, write_round
 
     cut = [r for r in EventWorkload(EventConfig(events=events, rounds=rounds, seed=seed, late_share=0.03, duplicate_share=0.05)).rounds()]
     streams = sorted({s for lines in cut for s in lines})

@@ -21,7 +21,7 @@ from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
 from lakemv.core.values import plain
-from lakemv.duck.lake import connect_duckdb, metadata_location
+from lakemv.duck.query import connect_duckdb, metadata_location
 from lakemv.workload.postgres import _from_postgres
 from tests.conftest import LAKEMV
 

@@ -10,7 +10,7 @@ import pytest
 
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import DEAD_LETTERS, OPS_NAMESPACE
-from lakemv.duck.lake import connect_duckdb, metadata_location
+from lakemv.duck.query import connect_duckdb, metadata_location
 from tests.cdc import dbz, user
 from tests.e2e.cli import lakemv
 from tests.e2e.crash_harness import ingest, ingest_env

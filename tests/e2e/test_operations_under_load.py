@@ -19,10 +19,10 @@ import pytest
 from lakemv.catalog.lake import pyiceberg_catalog
 from lakemv.catalog.tables import VIEW_NAMESPACE
 from lakemv.catalog.viewstate import STATE
-from lakemv.duck.lake import connect_duckdb, metadata_location, run_query
+from lakemv.duck.query import connect_duckdb, metadata_location, run_query
 from lakemv.flows.backfill import backfill
 from lakemv.flows.compact import compact
-from lakemv.flows.lake import lake_settings
+from lakemv.flows.context import lake_settings
 from lakemv.flows.verify import verify
 from lakemv.spark.views.backfill import Backfill
 from lakemv.workload.github import WorkloadConfig, generate_files

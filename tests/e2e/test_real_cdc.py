@@ -107,7 +107,7 @@ def _toasted_changes(con) -> tuple[str, str]:  # noqa: ANN001
 
 def _delivered(settings: LakeSettings) -> bool:
     """Every data product has delivered its view's whole change feed."""
-    from lakemv.flows.lake import Lake
+    from lakemv.flows.context import Lake
     from lakemv.spark.sinks.products import Publisher, declared_sinks
 
     configured = settings.model_copy(update={"sinks": tuple((v, tuple(k)) for v, k in SINKS.items())})

@@ -23,8 +23,8 @@ from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import FlowRunSort
 
 from lakemv.catalog.lake import pyiceberg_catalog
-from lakemv.duck.lake import run_query
-from lakemv.flows.lake import lake_settings
+from lakemv.duck.query import run_query
+from lakemv.flows.context import lake_settings
 from lakemv.flows.server import free_port
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.conftest import LAKEMV

@@ -15,7 +15,7 @@ from lakemv.catalog.tables import DELETED
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views
 from lakemv.core.state.store import Store
-from lakemv.duck.lake import run_query
+from lakemv.duck.query import run_query
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.mirror import live_rows_sql

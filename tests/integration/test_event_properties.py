@@ -3,7 +3,7 @@ are cut into rounds, the event-time views equal the Python model of their semant
 round, and the local state keeps exactly the events the views may still read.
 
 Hypothesis draws the workload's shape (seed, size, rounds, jitter, late and duplicate shares) for
-`lakemv.workload.events`; each round is one ingest with the local state (the default), of the shipped
+`lakemv.workload.eventstreams`; each round is one ingest with the local state (the default), of the shipped
 sources and views in catalog/sources/events and views/events plus a hopping twin of the hourly view.
 """
 
@@ -24,7 +24,7 @@ from lakemv.core.planner.definitions import load_views, parse_view
 from lakemv.core.planner.finality import checked_sql
 from lakemv.duck.verify import verify_view
 from lakemv.spark.stream.files import run_ingest
-from lakemv.workload.events import EventConfig, EventWorkload, write_round
+from lakemv.workload.eventstreams import EventConfig, EventWorkload, write_round
 from tests.eventmodel import HOUR, EventModel
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from lakemv.core.cdc.events import DUPLICATE, STORED_DUPLICATE
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
 from lakemv.core.planner.finality import checked_sql
-from lakemv.duck.lake import lake_connection
+from lakemv.duck.query import lake_connection
 from lakemv.duck.verify import verify_view
 from lakemv.spark.stream.files import run_ingest
 

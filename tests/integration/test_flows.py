@@ -16,7 +16,7 @@ from prefect.client.schemas.sorting import FlowRunSort
 
 from lakemv.catalog.viewstate import ViewState
 from lakemv.core.errors import CommitConflict
-from lakemv.duck.lake import run_query
+from lakemv.duck.query import run_query
 from lakemv.duck.verify import ViewMismatch
 from lakemv.flows.backfill import backfill
 from lakemv.flows.compact import compact

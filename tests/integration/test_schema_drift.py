@@ -11,7 +11,7 @@ from lakemv.catalog.settings import LakeSettings
 from lakemv.core.errors import ViewDefinitionError
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views
-from lakemv.duck.lake import run_query
+from lakemv.duck.query import run_query
 from lakemv.spark.batch.runner import BatchProcessor
 from tests.cdc import at, dbz
 

@@ -79,7 +79,8 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor,
         monkeypatch.setattr(maintain, "FULL_RECOMPUTE_SHARE", 0.0)
         monkeypatch.setattr(maintain, "INDEXED_FULL_RECOMPUTE_SHARE", 0.0)
     seen_rows = {name: 0 for name in SHAPES}
-    verbatim = lake.spark.newSession()  # the source names as temp views of its own
+    # the source names as temp views of its own; checked once, in the variant with no shortcut (scans, per key)
+    verbatim = lake.spark.newSession() if path == "incremental" and processor.store is None else None
     for number, batch in enumerate(BATCHES):
         result = processor.process_lines(number, [(line, at(table)) for table, line in batch])
         assert result.dead_letters == 0
@@ -92,7 +93,8 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor,
             expected = maintainer.recompute()
             actual = lake.spark.table(maintainer.table).select(*expected.columns)
             assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
-            assert_df_equality(actual, _verbatim(verbatim, lake.spark, maintainer), ignore_row_order=True, ignore_nullable=True)
+            if verbatim is not None:  # the planner's rewrite equals the SQL as written: the mirrors are the same in every variant
+                assert_df_equality(actual, _verbatim(verbatim, lake.spark, maintainer), ignore_row_order=True, ignore_nullable=True)
             seen_rows[maintainer.plan.name] = max(seen_rows[maintainer.plan.name], actual.count())
     assert all(seen_rows.values()), seen_rows  # every view had rows at some point: the check is not vacuous
     day = lake.spark.sql(

@@ -11,7 +11,7 @@ from lakemv.core.errors import QueryError
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views, parse_view
 from lakemv.core.planner.sortorder import SortOrder, lookups, sort_orders, view_sort_orders
-from lakemv.duck.lake import connect_duckdb
+from lakemv.duck.query import connect_duckdb
 from lakemv.duck.verify import duckdb_sql
 
 

@@ -59,7 +59,7 @@ def test_a_list_of_folders_is_what_a_user_types(monkeypatch, typed, expected):
 
 
 def test_a_setting_that_does_not_validate_names_the_variable_and_the_value(monkeypatch):
-    from lakemv.flows.lake import lake_settings
+    from lakemv.flows.context import lake_settings
 
     monkeypatch.setenv("LAKEMV_SHUFFLE_PARTITIONS", "many")
     with pytest.raises(ConfigError, match=r"LAKEMV_SHUFFLE_PARTITIONS: .*integer.*'many'"):
@@ -114,7 +114,7 @@ def test_a_rest_catalog_by_settings_alone(monkeypatch):
 
 @pytest.mark.parametrize(("warehouse", "message"), [("s3:///x", "names its bucket"), ("gs://b/x", "unsupported warehouse scheme")])
 def test_a_warehouse_that_is_not_a_folder_or_an_s3_prefix_is_refused(monkeypatch, warehouse, message):
-    from lakemv.flows.lake import lake_settings
+    from lakemv.flows.context import lake_settings
 
     monkeypatch.setenv("LAKEMV_WAREHOUSE", warehouse)
     with pytest.raises(ConfigError, match=f"LAKEMV_WAREHOUSE: .*{message}"):

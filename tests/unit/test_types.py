@@ -9,7 +9,18 @@ import pyarrow as pa
 
 from lakemv.catalog.declarations import ENCODINGS, Column, ColumnType
 from lakemv.core.cdc.envelope import LOGICAL_TYPES
-from lakemv.core.types import LOGICAL, TIME_COMMENT, TYPES, WIRE, arrow_type, column_type_of, duckdb_type, int_range, postgres_type, spark_ddl
+from lakemv.core.types import (
+    LOGICAL,
+    TIME_COMMENT,
+    TYPES,
+    WIRE,
+    arrow_type,
+    column_type_of,
+    duckdb_type,
+    int_range,
+    postgres_type,
+    spark_ddl,
+)
 
 
 def test_every_declared_type_has_its_facts_and_every_encoding_its_meaning():
