@@ -19,7 +19,6 @@ read (disk full, permission denied, read-only, an unreachable object store).
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -49,6 +48,7 @@ class _Java:
     name: str
     message: str
     frames: tuple[tuple[str, str], ...]
+    code: str | None = None  # the result code of the SQLite JDBC driver's exception (SQLITE_BUSY, ...)
 
 
 def _python_chain(exc: BaseException) -> list[BaseException]:
@@ -75,7 +75,13 @@ def _java_chain(exc: BaseException) -> list[_Java]:
                 frames = tuple((str(f.getClassName()), str(f.getMethodName())) for f in java.getStackTrace())
             except Exception:  # noqa: BLE001 - no frames to read: the class decides alone
                 frames = ()
-            found.append(_Java(name, message, frames))
+            code = None
+            if name == "org.sqlite.SQLiteException":
+                try:
+                    code = str(java.getResultCode().name())
+                except Exception:  # noqa: BLE001 - no code to read: not counted as busy
+                    code = None
+            found.append(_Java(name, message, frames, code))
             try:
                 java = java.getCause()
             except Exception:  # noqa: BLE001
@@ -84,23 +90,11 @@ def _java_chain(exc: BaseException) -> list[_Java]:
     return found
 
 
-def _sqlite_busy(errors: list[BaseException]) -> bool:
+def _sqlite_busy(errors: list[BaseException], java: list[_Java]) -> bool:
     """A SQLite catalog database that is busy or locked: Python's sqlite3 error name (3.11+, also under
-    SQLAlchemy's `orig`), or the result code of the JDBC driver's `SQLiteException` in a Java chain."""
-    if any(str(getattr(e, "sqlite_errorname", "")).startswith(_SQLITE_BUSY) for e in errors):
-        return True
-    for error in errors:
-        throwable: Any = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
-        depth = 0
-        while throwable is not None and depth < 12:
-            try:
-                if str(throwable.getClass().getName()) == "org.sqlite.SQLiteException" and str(throwable.getResultCode().name()).startswith(_SQLITE_BUSY):
-                    return True
-                throwable = throwable.getCause()
-            except Exception:  # noqa: BLE001 - the gateway may be gone
-                break
-            depth += 1
-    return False
+    SQLAlchemy's `orig`), or the result code of the JDBC driver's `SQLiteException` in the Java chain."""
+    names = [str(getattr(e, "sqlite_errorname", "")) for e in errors] + [j.code or "" for j in java]
+    return any(name.startswith(_SQLITE_BUSY) for name in names)
 
 
 def _environment(errors: list[BaseException], java: list[_Java]) -> tuple[str, str] | None:
@@ -135,7 +129,7 @@ def classify(exc: BaseException) -> Failure:
             return Failure("transient", j.name.rsplit(".", 1)[1], _line(j))
         if j.name == _VALIDATION and (not j.frames or any(c.startswith(_COMMITTING) for c, _ in j.frames)):
             return Failure("transient", "ValidationException while committing", _line(j))
-    if _sqlite_busy(errors):
+    if _sqlite_busy(errors, java):
         return Failure("transient", "SQLITE_BUSY", first)
     if any(j.name == "java.lang.NullPointerException" and any(c.startswith(_KAFKA_SOURCE) for c, _ in j.frames) for j in java):
         return Failure("transient", "SPARK-55271", first)
@@ -166,9 +160,3 @@ def explain(exc: BaseException) -> str | None:
     """The cause and the fix of an environmental failure, or None when `exc` is not one."""
     found = _environment(_python_chain(exc), _java_chain(exc))
     return found[1] if found is not None else None
-
-
-def causes(exc: BaseException) -> Iterator[str]:
-    """The class names of `exc`'s Python and Java cause chain (for reports and tests)."""
-    yield from (type(e).__name__ for e in _python_chain(exc))
-    yield from (j.name for j in _java_chain(exc))
