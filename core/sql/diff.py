@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakemv.core.batch.records import FEED
 from lakemv.core.sql.viewsql import DIFF_OP
 
 Key = TypeVar("Key", bound=Hashable)
@@ -59,12 +60,9 @@ def feed_rows(plan_columns: Sequence[str], key_names: Sequence[str], diff: pa.Ta
     row = pa.StructArray.from_arrays(
         [diff.column(c).combine_chunks() for c in plan_columns], names=list(plan_columns), mask=deleted
     )
+    per_row = {"op": diff.column(DIFF_OP), "row": row}
+    per_batch = {"batch_id": batch_id, "source_position": position, "changed_at": now_micros}
     columns = {k: diff.column(k) for k in key_names}
-    columns.update(
-        op=diff.column(DIFF_OP),
-        row=row,
-        batch_id=pa.array([batch_id] * count, pa.int64()),
-        source_position=pa.array([position] * count, pa.int64()),
-        changed_at=pa.array([now_micros] * count, pa.timestamp("us", tz="UTC")),
-    )
+    for name, kind in FEED:  # in the records' order and types
+        columns[name] = per_row[name] if name in per_row else pa.array([per_batch[name]] * count, kind)
     return pa.table(columns)

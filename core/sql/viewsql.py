@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from lakemv.core.batch.records import FEED_COLUMNS
 from lakemv.core.planner import OCCURRENCE, KeyColumn, ViewPlan, over
 from lakemv.core.planner.finality import final_rows_sql
 from lakemv.core.sql.quote import q
@@ -161,11 +162,12 @@ def merge_sql(plan: ViewPlan, view_table: str, diff: str, prefilter: str | None 
 def feed_insert_sql(plan: ViewPlan, feed_table: str, diff: str, batch_id: int | None, position: int | None) -> str:
     """Append a diff to the change feed: key, op, the new row (NULL on delete), batch id, position."""
     row = ", ".join(f"'{c}', s.{q(c)}" for c in plan.columns)
-    keys = ", ".join(f"s.{q(k)}" for k in plan.key_names)
-    batch = "CAST(NULL AS BIGINT)" if batch_id is None else f"CAST({int(batch_id)} AS BIGINT)"
-    pos = "CAST(NULL AS BIGINT)" if position is None else f"CAST({int(position)} AS BIGINT)"
-    return (
-        f"INSERT INTO {feed_table} SELECT {keys}, s.{DIFF_OP} AS op, "
-        f"CASE WHEN s.{DIFF_OP} = 'upsert' THEN named_struct({row}) END AS row, "
-        f"{batch} AS batch_id, {pos} AS source_position, current_timestamp() AS changed_at FROM {diff} s"
-    )
+    values = {
+        "op": f"s.{DIFF_OP}",
+        "row": f"CASE WHEN s.{DIFF_OP} = 'upsert' THEN named_struct({row}) END",
+        "batch_id": "CAST(NULL AS BIGINT)" if batch_id is None else f"CAST({int(batch_id)} AS BIGINT)",
+        "source_position": "CAST(NULL AS BIGINT)" if position is None else f"CAST({int(position)} AS BIGINT)",
+        "changed_at": "current_timestamp()",
+    }
+    select = [f"s.{q(k)}" for k in plan.key_names] + [f"{values[name]} AS {name}" for name in FEED_COLUMNS]
+    return f"INSERT INTO {feed_table} SELECT {', '.join(select)} FROM {diff} s"

@@ -16,16 +16,17 @@ from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.pandas.types import from_arrow_type
+from pyspark.sql.types import StructField, StructType
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.tables import TABLE_PROPERTIES, TableNames
 from lakemv.catalog.viewstate import ViewState
+from lakemv.core.batch.records import FEED
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import ViewPlan
 from lakemv.core.planner.finality import finalizing_sql
 from lakemv.core.runtime.faults import crash_point
-from lakemv.core.sql.diff import content_diff  # noqa: F401 - re-exported (the unit tests import it from here)
 from lakemv.core.sql.viewsql import affected_key_queries, recompute_sql
 from lakemv.spark.commits import WriteUnit, tagged
 from lakemv.spark.mirror import live_rows_sql
@@ -90,16 +91,7 @@ class ViewMaintainer(ViewWriter):
     def _create(self, schema: StructType, replace: bool) -> None:
         nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
         key_fields = [StructField(k, schema[k].dataType, True) for k in self.plan.key_names]
-        feed = StructType(
-            [
-                *key_fields,
-                StructField("op", StringType(), True),
-                StructField("row", nullable, True),
-                StructField("batch_id", LongType(), True),
-                StructField("source_position", LongType(), True),
-                StructField("changed_at", TimestampType(), True),
-            ]
-        )
+        feed = StructType([*key_fields, *(StructField(n, nullable if t is None else from_arrow_type(t), True) for n, t in FEED)])
         for name, struct in ((self.table, nullable), (self.feed, feed)):
             writer = self.spark.createDataFrame([], struct).writeTo(name).using("iceberg")
             for key, value in TABLE_PROPERTIES.items():

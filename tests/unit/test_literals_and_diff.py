@@ -6,9 +6,9 @@ import datetime
 
 import pyarrow as pa
 
+from lakemv.core.sql.diff import content_diff
 from lakemv.core.sql.quote import MAX_LITERALS, key_filter, literal
 from lakemv.core.sql.viewsql import DIFF_OP
-from lakemv.spark.views.maintain import content_diff
 
 
 def test_literals_escape_strings_and_leave_unknown_types_unfiltered():
