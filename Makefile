@@ -8,9 +8,11 @@ demo: setup
 	.venv/bin/lakemv demo
 
 # Every tier, on TEST_WORKERS processes (pytest-xdist; each has its own JVM and Prefect test API).
+# Tests of an xdist_group share one worker (and its module fixtures, e.g. one CDC stack); the rest are
+# handed out one by one in the order tests/conftest.py gives (the slowest first).
 TEST_WORKERS ?= 2
 test: setup
-	.venv/bin/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=10
+	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=10
 
 # The fast tier: no JVM, no Prefect server.
 test-unit: setup

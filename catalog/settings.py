@@ -170,6 +170,17 @@ class LakeSettings(BaseSettings):
     executor_cores: int | None = Field(default=None, ge=1, description="On a cluster, cores per executor (default: a worker's all).")
     driver_memory: str = Field(default="4g", description="Spark driver's heap (with a local master, the executors' too).")
     shuffle_partitions: int = Field(default=4, ge=1, description="Spark's shuffle partitions (spark.sql.shuffle.partitions).")
+    spark_conf: tuple[tuple[str, str], ...] = Field(
+        default=(),
+        description="More Spark conf for the session, as a JSON object (LAKEMV_SPARK_CONF='{\"spark.sql.adaptive.enabled\": \"false\"}'), "
+        "applied after lakemv's own.",
+    )
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _conf_pairs(cls, value: Any) -> Any:
+        """A JSON object's pairs, in order (settings stay hashable)."""
+        return tuple((str(k), str(v)) for k, v in value.items()) if isinstance(value, dict) else value
 
     @field_validator("spark_master")
     @classmethod

@@ -85,7 +85,8 @@ def _cluster(settings: LakeSettings) -> dict[str, str]:
 
 
 def base_conf(settings: LakeSettings) -> dict[str, str]:
-    """Session-wide conf: jars, extensions, quiet UTC JVM, small shuffles for one machine."""
+    """Session-wide conf: jars, extensions, quiet UTC JVM, small shuffles for one machine; then the
+    user's own (`spark_conf`)."""
     from lakemv.spark.class_archive import java_options
 
     java_opts = f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -Duser.timezone=UTC"
@@ -112,6 +113,7 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
         # A stopping stream does not wait for its batch: the Python side has abandoned it, and the
         # next run replays it (exactly once, by the journal and write ids).
         "spark.sql.streaming.stopTimeout": "5000",
+        **dict(settings.spark_conf),
     }
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from lakemv.catalog.declarations import SourceRegistry, load_sources
 from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
@@ -24,6 +26,15 @@ LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 # ("CodeCache is full. Compiler has been disabled", then executors died of VirtualMachineError):
 # the 240 MB a tiered JVM reserves by default.
 os.environ.setdefault("LAKEMV_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
+# Spark runs the suite's tiny batches interpreted, in the session and in every `lakemv` process: with
+# code generation each new query first compiles Java (Janino), which on a few rows costs more than it
+# saves (an integration test 12% faster, a fresh `ingest --once` 20%). The rows are Spark's either way.
+os.environ.setdefault("LAKEMV_SPARK_CONF", json.dumps({"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}))
+
+# No per-example deadline: on a loaded 2-core machine a slow example is not a failure (the suite's
+# own time is watched as a whole, in CI).
+settings.register_profile("lakemv", deadline=None)
+settings.load_profile("lakemv")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -45,6 +45,9 @@ TABLES = ("payment_info", "pull_requests", "repos", "stars", "users")
 SINKS = {"user_profile": ["kafka", "delta"], "repo_summary": ["kafka"]}
 
 
+pytestmark = pytest.mark.xdist_group("cdc_stack")  # every test on one worker: one stack started, not one per worker
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, sources) -> Iterator[Stack]:
     """PostgreSQL, Kafka and Kafka Connect + Debezium, started as `lakemv stack up` starts them."""

@@ -239,8 +239,8 @@ SNAPSHOT_SIZES = {"users": (1, 3), "repos": (1, 4), "pull_requests": (0, 4), "st
 
 
 @st.composite
-def histories(draw: st.DrawFn, unique_usernames: bool = False) -> History:
-    """A random, internally consistent CDC history in 1-4 batches.
+def histories(draw: st.DrawFn, unique_usernames: bool = False, later_batches: int = 3) -> History:
+    """A random, internally consistent CDC history in 1 to 1 + `later_batches` batches.
 
     Batch 0 is a snapshot of a small random database (users, repos, then pull requests, stars and
     payments pointing at them, so joins hit) plus a few changes. Later batches hold 1-5 changes each:
@@ -323,7 +323,7 @@ def histories(draw: st.DrawFn, unique_usernames: bool = False) -> History:
     for _ in range(draw(st.integers(0, 4), label="changes in batch 0")):
         change(later=False)
     cuts = []
-    for _ in range(draw(st.sampled_from([0, 1, 2, 3, 3, 3]), label="later batches")):
+    for _ in range(draw(st.sampled_from([min(n, later_batches) for n in (0, 1, 2, 3, 3, 3)]), label="later batches")):
         cuts.append(len(events))
         replays_only = bool(events) and draw(st.integers(0, 4)) == 0
         for _ in range(draw(st.integers(1, 5), label="batch size")):

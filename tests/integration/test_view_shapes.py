@@ -1,19 +1,21 @@
 """Other view shapes in the supported class stay equal to their full recompute, and to their SQL run
-verbatim, batch after batch (workload/shapes.py lists them)."""
+verbatim, batch after batch (workload/shapes.py lists them); DuckDB's check agrees."""
 
 from __future__ import annotations
 
 import pytest
 from chispa import assert_df_equality
 
-from lakemv.core.planner import plan_view
+from lakemv.core.planner import ViewPlan, plan_view
 from lakemv.core.planner.definitions import parse_view
 from lakemv.core.state.store import Store
+from lakemv.duck.verify import verify_view
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.views import maintain
 from lakemv.workload.shapes import SCANNED, SHAPES, shape_view
 from tests.cdc import at, dbz, user
+from tests.integration.test_view_properties import assert_views_are_fresh
 
 
 def repo(owner, name, description="d", lsn_ms=1_700_000_000_000):
@@ -59,28 +61,43 @@ BATCHES = [
 ]
 
 
-@pytest.fixture(params=["scan", "indexed", "direct"])
-def processor(lake, tmp_path, request):
-    """Lookups by scans; from the local state with Spark MERGEs; from the local state with direct commits."""
+# Each backend once and each path once (every shape, three deterministic batches): lookups by scans with
+# Spark MERGEs, incrementally and whole; from the local state with direct commits; from the local state
+# with Spark MERGEs, recomputing whole. The random histories of test_shape_properties take any mix.
+VARIANTS = [("scan", "incremental"), ("scan", "full"), ("direct", "incremental"), ("indexed", "full")]
+
+
+def shape_processor(lake, tmp_path, lookups: str) -> BatchProcessor:
     plans = [plan_view(shape_view(name), lake.sources) for name in SHAPES]
-    store = Store(tmp_path / "state.sqlite") if request.param != "scan" else None
-    direct = DirectWriter(lake.spark, lake.settings) if request.param == "direct" else None
+    store = Store(tmp_path / "state.sqlite") if lookups != "scan" else None
+    direct = DirectWriter(lake.spark, lake.settings) if lookups == "direct" else None
     processor = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store, direct=direct)
-    assert (lake.names.mirror("users") in processor.direct_tables) == (request.param == "direct")
+    assert (lake.names.mirror("users") in processor.direct_tables) == (lookups == "direct")
     served = set(SHAPES) - SCANNED
     assert set(processor.indexed) == (served if store else set())  # the others beside it, from the store
     return processor
 
 
-@pytest.mark.parametrize("path", ["incremental", "full"])
-def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor, path, monkeypatch):
+def assert_duckdb_agrees(lake, plans: list[ViewPlan]) -> None:
+    """`lakemv verify`'s comparison for every shape: no difference, and every key compared."""
+    for plan in plans:
+        result = verify_view(lake.settings, lake.sources, plan.name, plan.definition.sql, plan.key_names)
+        assert result.ok, result.summary() + "".join(f"\n  {d.describe()}" for d in result.samples)
+        assert result.matching == result.table_rows == result.expected_rows, result.summary()
+
+
+@pytest.mark.slow(220)
+@pytest.mark.parametrize(("lookups", "path"), VARIANTS, ids=["-".join(v) for v in VARIANTS])
+def test_each_shape_equals_its_full_recompute_after_every_batch(lake, tmp_path, lookups, path, monkeypatch):
+    """After each batch every view equals lakemv's recompute and its SQL run verbatim over the live
+    mirrors; after the last, `lakemv verify`'s DuckDB check agrees (an empty list - [] in Spark, NULL
+    in DuckDB - and `exists` among the shapes)."""
     if path == "full":  # every batch reaches "most" rows: the batch recomputes each view whole and writes the diff
         monkeypatch.setattr(maintain, "FULL_RECOMPUTE_MIN_KEYS", 1)
         monkeypatch.setattr(maintain, "FULL_RECOMPUTE_SHARE", 0.0)
         monkeypatch.setattr(maintain, "INDEXED_FULL_RECOMPUTE_SHARE", 0.0)
+    processor = shape_processor(lake, tmp_path, lookups)
     seen_rows = {name: 0 for name in SHAPES}
-    # the source names as temp views of its own; checked once, in the variant with no shortcut (scans, per key)
-    verbatim = lake.spark.newSession() if path == "incremental" and processor.store is None else None
     for number, batch in enumerate(BATCHES):
         result = processor.process_lines(number, [(line, at(table)) for table, line in batch])
         assert result.dead_letters == 0
@@ -89,26 +106,15 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, processor,
         if number == 2 and path == "incremental":  # new stars of cy (2 now) and bobby (1): 3 rows read for 2 keys
             stars = result.views["stars_per_user"]
             assert (stars.keys, stars.rows_read) == (2, 3 if "stars_per_user" in processor.indexed else None), stars
-        for maintainer in processor.maintainers:
-            expected = maintainer.recompute()
-            actual = lake.spark.table(maintainer.table).select(*expected.columns)
-            assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
-            if verbatim is not None:  # the planner's rewrite equals the SQL as written: the mirrors are the same in every variant
-                assert_df_equality(actual, _verbatim(verbatim, lake.spark, maintainer), ignore_row_order=True, ignore_nullable=True)
-            seen_rows[maintainer.plan.name] = max(seen_rows[maintainer.plan.name], actual.count())
+        for name, rows in assert_views_are_fresh(lake, processor).items():
+            seen_rows[name] = max(seen_rows[name], len(rows))
     assert all(seen_rows.values()), seen_rows  # every view had rows at some point: the check is not vacuous
     day = lake.spark.sql(
         f"SELECT day, prs FROM {lake.names.view('daily_prs')} WHERE author = 'ann' ORDER BY day"
     ).collect()
     assert [(r.day.day, r.prs) for r in day] == [(1, 1), (2, 1)]  # ann's PRs of Mar 1 (pond) and Mar 2 (lake #1)
-
-
-def _verbatim(session, spark, maintainer):
-    """The view's SQL as its author wrote it (not the planner's rewrite), run in `session` over the live
-    mirror rows read through `spark`."""
-    for table, live in maintainer.live.items():
-        session.createDataFrame(spark.sql(live).toArrow()).createOrReplaceTempView(table)
-    return session.sql(maintainer.plan.definition.sql)
+    if (lookups, path) == VARIANTS[0]:
+        assert_duckdb_agrees(lake, [m.plan for m in processor.maintainers])
 
 
 def test_a_changed_definition_rebuilds_the_view_and_an_unchanged_one_is_left_alone(lake):
