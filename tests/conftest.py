@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import settings as hypothesis_settings
 
 from lakemv.catalog.declarations import SourceRegistry, load_sources
 from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
@@ -33,8 +33,8 @@ os.environ.setdefault("LAKEMV_SPARK_CONF", json.dumps({"spark.sql.codegen.wholeS
 
 # No per-example deadline: on a loaded 2-core machine a slow example is not a failure (the suite's
 # own time is watched as a whole, in CI).
-settings.register_profile("lakemv", deadline=None)
-settings.load_profile("lakemv")
+hypothesis_settings.register_profile("lakemv", deadline=None)
+hypothesis_settings.load_profile("lakemv")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

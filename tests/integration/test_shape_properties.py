@@ -25,28 +25,20 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from lakemv.core.errors import QueryError
-from lakemv.core.planner import ViewPlan, plan_view
+from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
-from lakemv.core.state.store import Store
 from lakemv.duck.verify import verify_view
 from lakemv.spark.batch.runner import BatchProcessor
-from lakemv.spark.directwrite import DirectWriter
-from lakemv.workload.shapes import SCANNED, SHAPES, shape_view
 from tests.cdc import at
 from tests.integration.test_view_properties import (
     History,
-    Lake,
     assert_feed_is_the_diff,
     assert_views_are_fresh,
     examples,
     fresh_lake,
     histories,
 )
-from tests.integration.test_view_shapes import assert_duckdb_agrees
-
-
-def shape_plans(lake: Lake) -> list[ViewPlan]:
-    return [plan_view(shape_view(name), lake.sources) for name in SHAPES]
+from tests.integration.test_view_shapes import assert_duckdb_agrees, shape_processor
 
 
 @pytest.mark.slow(350)
@@ -55,11 +47,7 @@ def shape_plans(lake: Lake) -> list[ViewPlan]:
 def test_every_shape_equals_its_recomputes_after_every_random_batch(spark, tmp_path, sources, history, mode):
     note(history.describe() + f"\nlookups and writes: {mode}")
     lake = fresh_lake(spark, tmp_path, sources)
-    store = Store(lake.settings.local_root / "state.sqlite") if mode != "scan" else None
-    direct = DirectWriter(spark, lake.settings) if mode == "direct" else None
-    plans = shape_plans(lake)
-    processor = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store, direct=direct)
-    assert set(processor.indexed) == (set(SHAPES) - SCANNED if store else set())
+    processor = shape_processor(lake, lake.settings.local_root, mode)
     views = assert_views_are_fresh(lake, processor)
     for batch_id, batch in enumerate(history.batches):
         result = processor.process_lines(batch_id, [(e.line, at(e.table, f"b{batch_id}.json")) for e in batch])
@@ -68,7 +56,7 @@ def test_every_shape_equals_its_recomputes_after_every_random_batch(spark, tmp_p
         for m in processor.maintainers:
             assert_feed_is_the_diff(lake, m, batch_id, views[m.plan.name], fresh[m.plan.name])
         views = fresh
-    assert_duckdb_agrees(lake, plans)
+    assert_duckdb_agrees(lake, [m.plan for m in processor.maintainers])
 
 
 def test_duckdb_names_what_it_cannot_translate(lake):

@@ -67,9 +67,11 @@ BATCHES = [
 VARIANTS = [("scan", "incremental"), ("scan", "full"), ("direct", "incremental"), ("indexed", "full")]
 
 
-def shape_processor(lake, tmp_path, lookups: str) -> BatchProcessor:
+def shape_processor(lake, folder, lookups: str) -> BatchProcessor:
+    """Every shape on one processor: lookups by `scan`, from the local state in `folder` (`indexed`), or
+    from it with direct commits (`direct`)."""
     plans = [plan_view(shape_view(name), lake.sources) for name in SHAPES]
-    store = Store(tmp_path / "state.sqlite") if lookups != "scan" else None
+    store = Store(folder / "state.sqlite") if lookups != "scan" else None
     direct = DirectWriter(lake.spark, lake.settings) if lookups == "direct" else None
     processor = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store, direct=direct)
     assert (lake.names.mirror("users") in processor.direct_tables) == (lookups == "direct")
