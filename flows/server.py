@@ -110,7 +110,7 @@ class PrefectApi:
             self._ready = True
         elif self.process is None and not healthy(self.url, timeout=5.0):
             raise ConfigError(f"cannot reach the Prefect API at {self.url}: start it, or unset PREFECT_API_URL", "PREFECT_API_URL")
-        os.environ["PREFECT_API_URL"] = self.url
+        export_api_url(self.url)
         return self.url
 
     def stop(self) -> None:
@@ -118,7 +118,25 @@ class PrefectApi:
         if self.name is None:
             return
         lifecycle.stop_child(self.name)
+        export_api_url(None)
+
+
+def export_api_url(url: str | None) -> None:
+    """PREFECT_API_URL for this process, its children and every thread of it.
+
+    A thread other than the one that entered a `temporary_settings` (the Spark callback thread that
+    runs each batch and logs its line) reads Prefect's global settings, made from the environment
+    when Prefect was imported: without a refresh it finds no API URL and starts an in-process
+    ephemeral server just to ship that thread's logs (~4 s and a second writer of the database).
+    """
+    if url is None:
         os.environ.pop("PREFECT_API_URL", None)
+    else:
+        os.environ["PREFECT_API_URL"] = url
+    if "prefect.context" in sys.modules:
+        from prefect.context import refresh_global_settings_context
+
+        refresh_global_settings_context()
 
 
 @contextmanager
