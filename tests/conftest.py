@@ -65,13 +65,15 @@ def prefect_server():
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
+    from lakemv.flows.server import export_api_url
+
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     with prefect_test_harness(server_startup_timeout=120):
-        os.environ["PREFECT_API_URL"] = PREFECT_API_URL.value()
+        export_api_url(PREFECT_API_URL.value())  # Spark's callback thread logs to it too
         try:
             yield PREFECT_API_URL.value()
         finally:
-            os.environ.pop("PREFECT_API_URL", None)
+            export_api_url(None)
 
 
 @pytest.fixture(scope="session")
