@@ -173,8 +173,10 @@ def envelopes(draw) -> str:  # noqa: ANN001
     return json.dumps(body)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.lists(st.tuples(envelopes(), st.sampled_from(["users", "users", "users", "nope"])), min_size=1, max_size=40))
+# Each example is one Spark job: 5 examples of 10-120 lines (about 20 on average) draw about as many
+# envelopes as 15 examples of 1-40 lines (about 6) did.
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(envelopes(), st.sampled_from(["users", "users", "users", "nope"])), min_size=10, max_size=120))
 def test_every_rule_gives_the_same_outcome_in_spark_and_in_the_driver(spark, sources, drawn):
     lines = [(text, at(folder)) for text, folder in drawn]
     assert_same_parse(spark, sources, lines, max_line_chars=200)
