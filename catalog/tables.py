@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -105,3 +106,15 @@ def check_tables(chosen: list[str], known: list[str]) -> None:
     unknown = sorted(set(chosen) - set(known))
     if unknown:
         raise ConfigError(f"no table {', '.join(unknown)} (tables: {', '.join(sorted(known)) or 'none yet'})", "TABLES")
+
+
+def live_rows_sql(
+    names: TableNames, source: SourceTable, snapshot: int | None = None, columns: Sequence[str] | None = None
+) -> str:
+    """SELECT of the live rows of a mirror, declared columns only (what every reader sees).
+
+    With `snapshot`, as of that snapshot (time travel); `columns` narrows the columns.
+    """
+    selected = ", ".join(f"{q(c)}" for c in (source.column_names if columns is None else columns))
+    travel = f" VERSION AS OF {int(snapshot)}" if snapshot is not None else ""
+    return f"SELECT {selected} FROM {names.mirror(source.name)}{travel} WHERE NOT {q(DELETED)}"

@@ -110,9 +110,8 @@ def explain(
     sql: Annotated[bool, typer.Option("--sql", help="Also print the SQL that recomputes affected keys.")] = False,
 ) -> None:
     """Show how changes reach a view's key and how its affected rows are recomputed."""
-    from lakemv.catalog.tables import TableNames
+    from lakemv.catalog.tables import TableNames, live_rows_sql
     from lakemv.core.planner.explain import explain as explain_plan
-    from lakemv.spark.mirror import live_rows_sql
 
     plan = ctx.obj.plan(view)
     ctx.obj.checked_plans()
@@ -208,8 +207,8 @@ def _stream_tables(lake: Lake) -> dict:
     """The Kafka stream's transaction mode, and each data product's lag behind its view's feed."""
     import pyarrow as pa
 
+    from lakemv.catalog.sinks import declared_sinks, sink_lags
     from lakemv.catalog.streams import kafka_checkpoint, mode_path
-    from lakemv.spark.sinks.products import Publisher, declared_sinks
 
     found = {}
     checkpoint = kafka_checkpoint(lake.settings)
@@ -221,7 +220,7 @@ def _stream_tables(lake: Lake) -> dict:
     sinks = declared_sinks(lake.settings, lake.plans.values())
     if sinks:
         try:
-            rows = [lag.to_row() for lag in Publisher(None, lake.settings, sinks).lags()]
+            rows = [lag.to_row() for lag in sink_lags(lake.settings, sinks)]
         except ConfigError as exc:  # e.g. a kafka sink and no brokers set: say so, report the rest of the lake
             rows = [{"sink": s.id, "view": s.view, "type": s.kind, "target": s.target, "error": str(exc)} for s in sinks]
         found["sink"] = pa.Table.from_pylist(rows)

@@ -106,18 +106,6 @@ def merge_changes(spark: SparkSession, names: TableNames, source: SourceTable, r
         spark.catalog.dropTempView(view)
 
 
-def live_rows_sql(
-    names: TableNames, source: SourceTable, snapshot: int | None = None, columns: Sequence[str] | None = None
-) -> str:
-    """SELECT of the live rows of a mirror, declared columns only (what every reader sees).
-
-    With `snapshot`, as of that snapshot (time travel); `columns` narrows the columns.
-    """
-    selected = ", ".join(f"{q(c)}" for c in (source.column_names if columns is None else columns))
-    travel = f" VERSION AS OF {int(snapshot)}" if snapshot is not None else ""
-    return f"SELECT {selected} FROM {names.mirror(source.name)}{travel} WHERE NOT {q(DELETED)}"
-
-
 def stored_rows(spark: SparkSession, names: TableNames, source: SourceTable, rows: pa.Table) -> pa.Table:
     """The mirror's current rows (tombstones included) for the primary keys in `rows`."""
     return matching_rows(spark, names, source, rows.select(list(source.primary_key)))

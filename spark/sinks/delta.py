@@ -4,52 +4,26 @@ snapshot's sequence number), so a repeated MERGE is skipped and Delta's log says
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from lakemv.catalog.lake import delta_rs_options
 from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.sinks import DeltaProgress, FeedSnapshot, Sink, snapshot_options
 from lakemv.catalog.storage import location
 from lakemv.catalog.tables import TableNames
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.quote import q
 from lakemv.core.sql.viewsql import DIFF_OP
-from lakemv.spark.sinks.feed import FeedSnapshot, Progress, Sink, feed_uuid, snapshot_options
 
 
-class DeltaSinks:
+class DeltaSinks(DeltaProgress):
     """Delta delivery in a session of the publisher's own (the idempotency confs are per session)."""
 
-    def __init__(self, spark: SparkSession | None, settings: LakeSettings):
+    def __init__(self, spark: SparkSession, settings: LakeSettings):
+        super().__init__(settings)
         self.spark = spark
-        self.settings = settings
         self.names = TableNames(settings.catalog_name)
-        self._uuids: dict[str, str] = {}
-
-    def app_id(self, sink: Sink) -> str:
-        """Delta's `txnAppId` of a sink: per feed table, whose sequence numbers are its txnVersions
-        (a feed created again starts them again, and must not be taken for one already delivered)."""
-        if sink.view not in self._uuids:  # a feed is replaced in place; it is created anew only between runs
-            self._uuids[sink.view] = feed_uuid(self.settings, sink.view)
-        return f"{sink.id}@{self._uuids[sink.view]}"
-
-    def progress(self, sink: Sink, history: Sequence[FeedSnapshot]) -> Progress | None:
-        """Delta's own record of the sink: the feed sequence number its last MERGE carried."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            version = DeltaTable(sink.target, storage_options=delta_rs_options(self.settings)).transaction_version(self.app_id(sink))
-        except TableNotFoundError:
-            return None
-        if version is None:
-            return None
-        match = [s.snapshot_id for s in history if s.sequence == version]
-        if match:
-            return Progress(match[-1], version)
-        return Progress(None, version) if version == 0 else Progress(-1, version)  # -1: not in the history: resync
 
     def ensure(self, sink: Sink) -> None:
         if (location(sink.target, self.settings.s3) / "_delta_log").is_dir():

@@ -4,46 +4,38 @@ feed snapshot holding its messages and the sink's progress record, read back `re
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.sinks import FeedSnapshot, KafkaProgress, Progress, Sink, message_key, message_value
 from lakemv.catalog.tables import TableNames
 from lakemv.core.runtime.faults import crash_point
-from lakemv.core.values import plain
-from lakemv.spark.sinks.feed import FeedSnapshot, Progress, Sink, feed_changes
+from lakemv.core.sql.quote import q
 
 
-def message_key(sink: Sink, row: Mapping[str, Any]) -> bytes:
-    return json.dumps({k: plain(row[k]) for k in sink.key}, ensure_ascii=False, separators=(",", ":")).encode()
+def feed_changes(spark: SparkSession, names: TableNames, sink: Sink, snapshot: FeedSnapshot) -> pa.Table:
+    """The feed rows (key columns, `op`, `row`) one append snapshot added."""
+    reader = spark.read.format("iceberg")
+    if snapshot.parent_id is None:
+        reader = reader.option("snapshot-id", str(snapshot.snapshot_id))
+    else:
+        reader = reader.option("start-snapshot-id", str(snapshot.parent_id)).option("end-snapshot-id", str(snapshot.snapshot_id))
+    return reader.load(names.view_changes(sink.view)).select(*[q(k) for k in sink.key], "op", "row").toArrow()
 
 
-def message_value(sink: Sink, row: Mapping[str, Any] | None) -> bytes | None:
-    if row is None:
-        return None
-    return json.dumps({c: plain(row[c]) for c in sink.columns}, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-class KafkaSinks:
+class KafkaSinks(KafkaProgress):
     """Kafka delivery for every Kafka sink of one publisher; keeps a transactional producer per sink."""
 
-    def __init__(self, spark: SparkSession | None, settings: LakeSettings, bootstrap: str | None):
+    def __init__(self, spark: SparkSession, settings: LakeSettings, bootstrap: str | None):
+        super().__init__(settings, bootstrap)
         self.spark = spark
-        self.settings = settings
-        self.bootstrap = bootstrap
         self.names = TableNames(settings.catalog_name)
         self._producers: dict[str, Any] = {}
-
-    @property
-    def progress_topic(self) -> str:
-        return f"{self.settings.product_topic_prefix}._sinks"
-
-    def client_conf(self) -> dict[str, Any]:
-        # librdkafka logs errors only: retries while the broker loads its coordinators are expected
-        return {"bootstrap.servers": self.bootstrap or "", "log_level": 3, **dict(self.settings.kafka_options)}
 
     def ensure_topics(self, topics: Sequence[str]) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -60,11 +52,6 @@ class KafkaSinks:
             except Exception as exc:  # noqa: BLE001 - TOPIC_ALREADY_EXISTS from a concurrent creator is fine
                 if "already exists" not in str(exc).lower():
                     raise
-
-    def _topic_exists(self, topic: str) -> bool:
-        from confluent_kafka.admin import AdminClient
-
-        return topic in AdminClient(self.client_conf()).list_topics(timeout=10).topics
 
     def producer(self, sink: Sink):  # noqa: ANN202 - confluent_kafka.Producer
         producer = self._producers.get(sink.id)
@@ -86,34 +73,6 @@ class KafkaSinks:
             self._producers[sink.id] = producer
         return producer
 
-    def latest_by_key(self, topic: str) -> dict[bytes, bytes | None]:
-        """Each key's latest committed value in `topic` (None: a tombstone), read `read_committed` to its end."""
-        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-        consumer = Consumer({**self.client_conf(), "group.id": "lakemv-sinks-reader", "enable.auto.commit": False,
-                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                             "enable.partition.eof": True})  # fmt: skip
-        latest: dict[bytes, bytes | None] = {}
-        try:
-            for number in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, number), timeout=10)
-                if high <= low:
-                    continue
-                consumer.assign([TopicPartition(topic, number, low)])
-                while True:  # to the partition's end as read_committed sees it (markers are never returned)
-                    message = consumer.poll(30.0)
-                    if message is None:
-                        raise KafkaException(f"reading {topic}[{number}] to its end timed out (an open transaction?)")
-                    if message.error():
-                        if message.error().code() == KafkaError._PARTITION_EOF:
-                            break
-                        raise KafkaException(message.error())
-                    if message.key() is not None:
-                        latest[message.key()] = message.value()
-        finally:
-            consumer.close()
-        return latest
-
     def progress(self, sinks: Sequence[Sink], *, fence: bool = True) -> dict[str, Progress | None]:
         """Each Kafka sink's last committed progress record, from the progress topic.
 
@@ -121,19 +80,12 @@ class KafkaSinks:
         crashed run, a commit that timed out) and settles its open transaction, so no commit lands
         after the progress is read. Without (`lakemv status`, beside a running stream) nothing is
         fenced or created."""
-        if fence:
-            for sink in sinks:
-                self.producer(sink)
-            self.ensure_topics([self.progress_topic])
-        elif not self._topic_exists(self.progress_topic):
-            return {sink.id: None for sink in sinks}
-        records = self.latest_by_key(self.progress_topic)
-        found: dict[str, Progress | None] = {}
+        if not fence:
+            return super().progress(sinks)
         for sink in sinks:
-            value = records.get(sink.id.encode())
-            data = json.loads(value) if value else None
-            found[sink.id] = Progress(data.get("snapshot"), int(data.get("sequence", 0))) if data else None
-        return found
+            self.producer(sink)
+        self.ensure_topics([self.progress_topic])
+        return self.records(sinks)
 
     def send(self, sink: Sink, messages: Iterable[tuple[bytes, bytes | None]], progress: Progress) -> int:
         producer = self.producer(sink)

@@ -21,26 +21,17 @@ publishes the whole view once: upserts of every row, deletes of every key it no 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.settings import LakeSettings
-from lakemv.core.errors import ConfigError
+from lakemv.catalog.sinks import FeedSnapshot, Progress, Sink, declared_sinks, feed_history, pending, product_bootstrap
 from lakemv.core.planner import ViewPlan
-from lakemv.core.planner.definitions import SINK_KINDS
 from lakemv.spark.session import use_catalog
 from lakemv.spark.sinks.delta import DeltaSinks
-from lakemv.spark.sinks.feed import FeedSnapshot, Progress, Sink, feed_history, pending
-from lakemv.spark.sinks.kafka import KafkaSinks, message_key, message_value
-
-__all__ = [
-    "Delivery", "FeedSnapshot", "Products", "Progress", "Publisher", "Sink", "SinkLag",
-    "declared_sinks", "feed_history", "message_key", "message_value", "pending",
-]  # fmt: skip
+from lakemv.spark.sinks.kafka import KafkaSinks
 
 
 @dataclass
@@ -55,67 +46,16 @@ class Delivery:
     seconds: float = 0.0
 
 
-@dataclass
-class SinkLag:
-    """How far a sink is behind its view's change feed."""
-
-    sink: Sink
-    pending: int  # feed snapshots not yet delivered
-    oldest_pending: datetime | None
-    delivered: int | None  # sequence number delivered up to
-    error: str | None = None
-
-    @property
-    def lag_seconds(self) -> float:
-        return 0.0 if self.oldest_pending is None else max(0.0, (datetime.now(UTC) - self.oldest_pending).total_seconds())
-
-    def to_row(self) -> dict[str, Any]:
-        return {
-            "sink": self.sink.id, "view": self.sink.view, "type": self.sink.kind, "target": self.sink.target,
-            "pending": self.pending, "lag_seconds": round(self.lag_seconds, 1), "delivered_sequence": self.delivered,
-            "error": self.error,
-        }  # fmt: skip
-
-
-def declared_sinks(settings: LakeSettings, plans: Iterable[ViewPlan]) -> list[Sink]:
-    """Sinks from the views' `@sink` headers and the `sinks` setting, one per (view, kind)."""
-    plans = list(plans)
-    by_name = {p.name: p for p in plans}
-    wanted: dict[tuple[str, str], None] = {}
-    for plan in plans:
-        for kind in plan.definition.sinks:
-            wanted[(plan.name, kind)] = None
-    for view, kinds in settings.sinks:
-        if view not in by_name:
-            raise ConfigError(f"sink for unknown view {view!r}; views are {', '.join(sorted(by_name))}", "LAKEMV_SINKS")
-        for kind in kinds:
-            if kind not in SINK_KINDS:
-                raise ConfigError(f"unknown sink {kind!r} for view {view}; known: {', '.join(SINK_KINDS)}", "LAKEMV_SINKS")
-            wanted[(view, kind)] = None
-    sinks = []
-    for view, kind in wanted:
-        plan = by_name[view]
-        target = f"{settings.product_topic_prefix}.{view}" if kind == "kafka" else (settings.delta_root / view).hadoop
-        sinks.append(Sink(view, kind, target, tuple(plan.key_names), tuple(plan.columns), settings.catalog_name))
-    return sinks
-
-
 class Publisher:
     """Delivers every declared sink's pending feed snapshots; keeps Kafka producers between calls."""
 
-    def __init__(self, spark: SparkSession | None, settings: LakeSettings, sinks: Sequence[Sink]):
-        """Without a SparkSession it can only tell the sinks' lags (`lags`), as `lakemv status` does."""
-        session = None
-        if spark is not None:
-            session = spark.newSession()  # Delta's idempotency confs are set per session: a session of its own
-            use_catalog(session, settings)
+    def __init__(self, spark: SparkSession, settings: LakeSettings, sinks: Sequence[Sink]):
+        session = spark.newSession()  # Delta's idempotency confs are set per session: a session of its own
+        use_catalog(session, settings)
         self.settings = settings
         self.sinks = list(sinks)
         self._progress: dict[str, Progress | None] = {}
-        bootstrap = settings.product_bootstrap or settings.kafka_bootstrap
-        if any(s.kind == "kafka" for s in self.sinks) and not bootstrap:
-            raise ConfigError("a view has a kafka sink but no brokers are set: LAKEMV_PRODUCT_BOOTSTRAP or LAKEMV_KAFKA_BOOTSTRAP")
-        self.kafka = KafkaSinks(session, settings, bootstrap)
+        self.kafka = KafkaSinks(session, settings, product_bootstrap(settings, self.sinks))
         self.delta = DeltaSinks(session, settings)
 
     # ---- delivering ------------------------------------------------------------------------------
@@ -164,24 +104,6 @@ class Publisher:
             delivery.seconds = time.perf_counter() - started
             done.append(delivery)
         return done
-
-    def lags(self) -> list[SinkLag]:
-        """How far each sink is behind its feed (for `lakemv status`)."""
-        found = []
-        for sink in self.sinks:
-            try:
-                history = feed_history(self.settings, sink.view)
-                progress = self._progress_of(sink, history, fence=False)
-                todo, resync = pending(history, progress)
-                if resync:
-                    todo = [s for s in history if s.append]
-                oldest = datetime.fromtimestamp(todo[0].committed_ms / 1000, UTC) if todo else None
-                found.append(SinkLag(sink, len(todo), oldest, progress.sequence if progress else None))
-            except Exception as exc:  # noqa: BLE001 - status reports, never fails
-                from lakemv.core.failures import classify
-
-                found.append(SinkLag(sink, 0, None, None, classify(exc).line))
-        return found
 
     def close(self) -> None:
         self.kafka.close()

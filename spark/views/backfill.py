@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
-from lakemv.catalog.tables import TableNames
+from lakemv.catalog.tables import TableNames, live_rows_sql
 from lakemv.catalog.viewstate import ViewState
 from lakemv.core.errors import LakemvError
 from lakemv.core.planner import ViewPlan, over
@@ -35,7 +35,7 @@ from lakemv.core.planner.finality import checked_sql
 from lakemv.core.retry import Retries
 from lakemv.duck.verify import VerifyResult, verify_view
 from lakemv.spark.commits import WriteUnit, tagged
-from lakemv.spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace, event_watermarks, live_rows_sql
+from lakemv.spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace, event_watermarks
 from lakemv.spark.views.maintain import FINGERPRINT, ViewMaintainer
 from lakemv.spark.views.state import mirror_snapshots, read_state, ref_snapshot, write_state
 

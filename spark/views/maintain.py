@@ -20,7 +20,7 @@ from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import StructField, StructType
 
 from lakemv.catalog.declarations import SourceTable
-from lakemv.catalog.tables import TABLE_PROPERTIES, TableNames
+from lakemv.catalog.tables import TABLE_PROPERTIES, TableNames, live_rows_sql
 from lakemv.catalog.viewstate import ViewState
 from lakemv.core.batch.records import FEED
 from lakemv.core.batch.result import ViewResult
@@ -29,7 +29,6 @@ from lakemv.core.planner.finality import finalizing_sql
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.viewsql import affected_key_queries, recompute_sql
 from lakemv.spark.commits import WriteUnit, tagged
-from lakemv.spark.mirror import live_rows_sql
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.state import changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
 from lakemv.spark.views.write import ViewWriter, Writing

@@ -10,9 +10,8 @@ from collections.abc import Iterable, Sequence
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.declarations import SourceTable
-from lakemv.catalog.tables import TableNames
+from lakemv.catalog.tables import TableNames, live_rows_sql
 from lakemv.catalog.viewstate import STATE, ViewState
-from lakemv.spark.mirror import live_rows_sql
 
 
 def read_state(spark: SparkSession, table: str) -> ViewState:

@@ -110,11 +110,11 @@ def _toasted_changes(con) -> tuple[str, str]:  # noqa: ANN001
 
 def _delivered(settings: LakeSettings) -> bool:
     """Every data product has delivered its view's whole change feed."""
+    from lakemv.catalog.sinks import declared_sinks, sink_lags
     from lakemv.flows.context import Lake
-    from lakemv.spark.sinks.products import Publisher, declared_sinks
 
     configured = settings.model_copy(update={"sinks": tuple((v, tuple(k)) for v, k in SINKS.items())})
-    lags = Publisher(None, configured, declared_sinks(configured, Lake(configured).plans.values())).lags()
+    lags = sink_lags(configured, declared_sinks(configured, Lake(configured).plans.values()))
     return all(lag.pending == 0 and lag.error is None for lag in lags)
 
 

@@ -11,14 +11,13 @@ import pytest
 
 from lakemv.catalog.lake import pyiceberg_catalog
 from lakemv.catalog.settings import LakeSettings
-from lakemv.catalog.tables import DELETED
+from lakemv.catalog.tables import DELETED, live_rows_sql
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views
 from lakemv.core.state.store import Store
 from lakemv.duck.query import run_query
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
-from lakemv.spark.mirror import live_rows_sql
 from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 
 

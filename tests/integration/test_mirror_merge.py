@@ -8,9 +8,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import Row
 
-from lakemv.catalog.tables import DELETED, OP, POSITION
+from lakemv.catalog.tables import DELETED, OP, POSITION, live_rows_sql
 from lakemv.spark.batch.runner import BatchProcessor
-from lakemv.spark.mirror import live_rows_sql
 from tests.cdc import at, dbz, user
 
 T0 = datetime(2024, 3, 1, 12, tzinfo=UTC)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from lakemv.catalog.tables import live_rows_sql
 from lakemv.core.errors import ConfigError
-from lakemv.spark.mirror import live_rows_sql
 from lakemv.spark.stream.files import run_ingest
 from tests.cdc import dbz, user
 

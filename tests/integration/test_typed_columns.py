@@ -23,12 +23,11 @@ import pytest
 from pyspark.sql.types import DateType, DecimalType, LongType, StringType
 
 from lakemv.catalog.declarations import parse_source
-from lakemv.catalog.tables import DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
+from lakemv.catalog.tables import DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE, live_rows_sql
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
 from lakemv.duck.query import connect_duckdb, lake_connection, metadata_location, run_query
 from lakemv.duck.verify import verify_view
-from lakemv.spark.mirror import live_rows_sql
 from lakemv.spark.stream.files import run_ingest
 
 ORDERS = parse_source(

@@ -40,13 +40,12 @@ from pyspark.sql import Row
 
 from lakemv.catalog.declarations import SourceRegistry
 from lakemv.catalog.settings import LakeSettings
-from lakemv.catalog.tables import TableNames
+from lakemv.catalog.tables import TableNames, live_rows_sql
 from lakemv.core.planner import ViewPlan, plan_view
 from lakemv.core.planner.definitions import load_views
 from lakemv.core.state.store import Store
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
-from lakemv.spark.mirror import live_rows_sql
 from lakemv.spark.views.maintain import ViewMaintainer
 from tests import viewmodel
 from tests.cdc import at, dbz

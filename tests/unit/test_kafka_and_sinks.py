@@ -14,11 +14,11 @@ from pydantic import ValidationError
 from lakemv.catalog.brokers import check_bootstrap
 from lakemv.catalog.declarations import parse_source
 from lakemv.catalog.settings import LakeSettings
+from lakemv.catalog.sinks import FeedSnapshot, Progress, Sink, declared_sinks, message_key, message_value, pending
 from lakemv.catalog.streams import KafkaTopics
 from lakemv.core.errors import ConfigError, ViewDefinitionError
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
-from lakemv.spark.sinks.products import FeedSnapshot, Progress, Sink, declared_sinks, message_key, message_value, pending
 
 
 def test_topics_follow_debezium_names_unless_a_source_declares_its_own(sources):

@@ -145,3 +145,22 @@ def test_display_tables_round_lag_and_carry_kind(settings: LakeSettings, sources
     assert shown["lag_seconds"] == 12.3
     fractional = pa.table({"at": pa.array([datetime(2024, 1, 1, 0, 0, 1, 500_000, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))})
     assert render(to_seconds(fractional), "json") == '{"at": "2024-01-01T00:00:01Z"}'
+
+
+def test_the_status_command_reports_sinks_without_loading_spark(tmp_path: Path):
+    """`lakemv status` with a data product declared reads its lag with delta-rs and pyiceberg, never pyspark."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from lakemv.flows.cli import main\n"
+        f"sys.argv = ['lakemv', '--warehouse', {str(tmp_path / 'wh')!r}, 'status']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('pyspark' in sys.modules)\n"
+    )
+    env = {**os.environ, "LAKEMV_SINKS": json.dumps({"user_profile": ["delta"]}), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert "lakemv.lake.user_profile.delta" in done.stdout, done.stdout + done.stderr  # the sink's row, with its error
+    assert done.stdout.splitlines()[-1] == "False", done.stdout
