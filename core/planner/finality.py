@@ -100,14 +100,21 @@ def finality(keys: Mapping[str, str], anchor_table: str, sources: Mapping[str, S
     return None
 
 
-def final_rows_sql(body: str, final: Finality | None, watermarks: Mapping[str, int | None]) -> str:
+def final_rows(body: exp.Query, final: Finality | None, watermarks: Mapping[str, int | None]) -> exp.Query:
     """The view's rows from its planned `body`, with `window_final` when it has a window: whether
     the window's end is at or before its source's watermark (`watermarks`, epoch micros)."""
     if final is None:
         return body
     mark = watermarks.get(final.source)
     flag = "FALSE" if mark is None else f"coalesce({final.end_over('_lmv_w')} <= timestamp_micros({int(mark)}), FALSE)"
-    return f"SELECT _lmv_w.*, {flag} AS {FINAL} FROM ({body}) AS _lmv_w"
+    return exp.select("_lmv_w.*", exp.alias_(sqlglot.parse_one(flag, read="spark"), FINAL)).from_(body.subquery("_lmv_w"))
+
+
+def final_rows_sql(body: str, final: Finality | None, watermarks: Mapping[str, int | None]) -> str:
+    """`final_rows` over the SQL text of a body."""
+    if final is None:
+        return body
+    return final_rows(sqlglot.parse_one(body, read="spark"), final, watermarks).sql(dialect="spark")  # type: ignore[arg-type]
 
 
 def finalizing_sql(final: Finality, view_table: str, key_names: tuple[str, ...], mark: int, since: int | None) -> str:
