@@ -12,8 +12,10 @@ the mirrors by DuckDB's iceberg reader) finds each view equal to its recompute (
 the same check after its hand-written batches). A last test shows `verify`'s plain refusal for a
 construct DuckDB lacks.
 
-Hypothesis budget: 2 examples in `make test` (Hypothesis tries the simplest history first, then a
-random one of up to 3 batches; every batch maintains and checks all 31 shapes); a longer run: `LAKEMV_SHAPE_EXAMPLES=20 .venv/bin/pytest tests/integration/test_shape_properties.py`.
+Hypothesis budget: 1 example in `make test`, a random history of 2 or 3 batches (every batch maintains
+and checks all 31 shapes). One-batch histories are passed over, so the simplest history Hypothesis
+always tries first costs nothing: test_view_shapes' hand-written batches build and check every shape.
+A longer run: `LAKEMV_SHAPE_EXAMPLES=20 .venv/bin/pytest tests/integration/test_shape_properties.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 from lakemv.core.errors import QueryError
@@ -41,10 +43,11 @@ from tests.integration.test_view_properties import (
 from tests.integration.test_view_shapes import assert_duckdb_agrees, shape_processor
 
 
-@pytest.mark.slow(350)
-@examples(int(os.environ.get("LAKEMV_SHAPE_EXAMPLES", "2")))
+@pytest.mark.slow(220)
+@examples(int(os.environ.get("LAKEMV_SHAPE_EXAMPLES", "1")))
 @given(history=histories(unique_usernames=True, later_batches=2), mode=st.sampled_from(["scan", "indexed", "direct"]))
 def test_every_shape_equals_its_recomputes_after_every_random_batch(spark, tmp_path, sources, history, mode):
+    assume(len(history.batches) > 1)  # rejected before any work: not counted as an example
     note(history.describe() + f"\nlookups and writes: {mode}")
     lake = fresh_lake(spark, tmp_path, sources)
     processor = shape_processor(lake, lake.settings.local_root, mode)
