@@ -199,7 +199,7 @@ class KafkaProgress:
             found[sink.id] = Progress(data.get("snapshot"), int(data.get("sequence", 0))) if data else None
         return found
 
-    def progress(self, sinks: Sequence[Sink], *, fence: bool = False) -> dict[str, Progress | None]:
+    def progress(self, sinks: Sequence[Sink]) -> dict[str, Progress | None]:
         """`records`, or nothing delivered when the progress topic does not exist yet."""
         if not self._topic_exists(self.progress_topic):
             return {sink.id: None for sink in sinks}

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
 
 from lakemv.catalog.declarations import SourceTable
+from lakemv.core.planner.sqltools import spark_tree
 from lakemv.core.sql.quote import q
 
 FINAL = "window_final"
@@ -107,14 +108,14 @@ def final_rows(body: exp.Query, final: Finality | None, watermarks: Mapping[str,
         return body
     mark = watermarks.get(final.source)
     flag = "FALSE" if mark is None else f"coalesce({final.end_over('_lmv_w')} <= timestamp_micros({int(mark)}), FALSE)"
-    return exp.select("_lmv_w.*", exp.alias_(sqlglot.parse_one(flag, read="spark"), FINAL)).from_(body.subquery("_lmv_w"))
+    return exp.select("_lmv_w.*", exp.alias_(spark_tree(flag), FINAL)).from_(body.subquery("_lmv_w"))
 
 
 def final_rows_sql(body: str, final: Finality | None, watermarks: Mapping[str, int | None]) -> str:
     """`final_rows` over the SQL text of a body."""
     if final is None:
         return body
-    return final_rows(sqlglot.parse_one(body, read="spark"), final, watermarks).sql(dialect="spark")  # type: ignore[arg-type]
+    return final_rows(spark_tree(body), final, watermarks).sql(dialect="spark")  # type: ignore[arg-type]
 
 
 def finalizing_sql(final: Finality, view_table: str, key_names: tuple[str, ...], mark: int, since: int | None) -> str:

@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 
+import sqlglot
 from sqlglot import exp
+
+
+@lru_cache(maxsize=4096)
+def _parsed(sql: str) -> exp.Expression:
+    return sqlglot.parse_one(sql, read="spark")
+
+
+def spark_tree(sql: str) -> exp.Expression:
+    """Spark SQL text parsed once per text, as a copy the caller may build into its own tree (the SQL
+    lakemv generates each batch embeds the same bodies and expressions again and again)."""
+    return _parsed(sql).copy()
 
 
 class _NotLocal(Exception):

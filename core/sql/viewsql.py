@@ -18,14 +18,13 @@ table or a temp view) are plain table references; given as a query, they become 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 
-import sqlglot
 from sqlglot import exp
 
 from lakemv.core.batch.records import FEED_COLUMNS
-from lakemv.core.planner import OCCURRENCE, SELF, KeyColumn, ViewPlan
+from lakemv.core.planner import OCCURRENCE, KeyColumn, ViewPlan, over
 from lakemv.core.planner.finality import final_rows
+from lakemv.core.planner.sqltools import spark_tree as _tree
 
 Watermarks = Mapping[str, "int | None"]
 
@@ -35,16 +34,6 @@ NEW_MARK = "_lmv_n"
 OLD_MARK = "_lmv_o"
 ROWS_MARK = "_lmv_rows"  # how many recomputed rows share the key (more than one: held)
 _NEW, _OLD = "_lmv_new", "_lmv_old"
-
-
-@lru_cache(maxsize=4096)
-def _parsed(sql: str) -> exp.Expression:
-    return sqlglot.parse_one(sql, read=DIALECT)
-
-
-def _tree(sql: str) -> exp.Expression:
-    """`sql` parsed (once per text), as a copy the caller may build into its own tree."""
-    return _parsed(sql).copy()
 
 
 def _name(name: str) -> exp.Identifier:
@@ -62,16 +51,8 @@ def _mark(alias: str, name: str) -> exp.Column:
 
 
 def _over(expression: str, alias: str) -> exp.Expression:
-    """A planner expression (its columns qualified by `_lmv_self`) with its columns read from `alias`."""
-    tree = _tree(expression)
-    for column in tree.find_all(exp.Column):
-        for part in ("catalog", "db", "table"):  # the leftmost qualifier (a struct field's column is deeper)
-            qualifier = column.args.get(part)
-            if qualifier is not None:
-                if qualifier.name == SELF:
-                    column.set(part, exp.to_identifier(alias))
-                break
-    return tree
+    """A planner expression with its columns read from `alias` (`lakemv.core.planner.over`), as a tree."""
+    return _tree(over(expression, alias))
 
 
 def relation(sql: str, alias: str) -> exp.Expression:
@@ -151,8 +132,7 @@ def recompute_sql(plan: ViewPlan, live: Mapping[str, str], keys: str | None = No
     return _with(_cte_trees(plan, live, keys), _body(plan, watermarks)).sql(dialect=DIALECT)
 
 
-def chain_sql(plan: ViewPlan, occ_id: int, delta: str, live: Mapping[str, str]) -> str:
-    """Keys reached from the rows of `delta` read as occurrence `occ_id`."""
+def _chain(plan: ViewPlan, occ_id: int, delta: str, live: Mapping[str, str]) -> exp.Select:
     chain = list(plan.chain(occ_id))
     key_exprs = [k.expr for k in plan.keys_at(plan.anchor_of(occ_id))]
     # The last hop into the anchor can be skipped when the link already carries the key columns; its
@@ -173,7 +153,12 @@ def chain_sql(plan: ViewPlan, occ_id: int, delta: str, live: Mapping[str, str]) 
         select = select.join(parent, on=_on(link.pairs, f"x{index}", f"x{index + 1}"), copy=False)
     if where:
         select = select.where(exp.and_(*where), copy=False)
-    return select.sql(dialect=DIALECT)
+    return select
+
+
+def chain_sql(plan: ViewPlan, occ_id: int, delta: str, live: Mapping[str, str]) -> str:
+    """Keys reached from the rows of `delta` read as occurrence `occ_id`."""
+    return _chain(plan, occ_id, delta, live).sql(dialect=DIALECT)
 
 
 def affected_key_queries(plan: ViewPlan, live: Mapping[str, str], deltas: Mapping[str, str]) -> list[str]:
@@ -193,7 +178,7 @@ def old_rows_sql(plan: ViewPlan, view_table: str, keys: str) -> str:
 
 def affected_keys_sql(plan: ViewPlan, live: Mapping[str, str], deltas: Mapping[str, str]) -> str | None:
     """Distinct view keys reached from the changed rows in `deltas` (table -> relation), or None."""
-    parts = [_tree(sql) for sql in affected_key_queries(plan, live, deltas)]
+    parts = [_chain(plan, o.id, deltas[o.table], live) for o in plan.occurrences if o.table in deltas]
     if not parts:
         return None
     if len(parts) == 1:  # UNION is what makes several parts distinct
