@@ -93,6 +93,14 @@ def _spark_array_exists(node: exp.Expression) -> exp.Expression:
     )
 
 
+def _spark_count_if(node: exp.Expression) -> exp.Expression:
+    """Spark's `count_if(p)` counts the rows where p is TRUE: 0 over no rows, where DuckDB's COUNT_IF
+    gives NULL. Rendered as `count(CASE WHEN p THEN 1 END)`, which is 0 in both."""
+    if not isinstance(node, exp.CountIf):
+        return node
+    return exp.Count(this=exp.Case(ifs=[exp.If(this=node.this.copy(), true=exp.Literal.number(1))]))
+
+
 def _spark_epoch_functions(node: exp.Expression) -> exp.Expression:
     """Spark's `timestamp_micros(n)` as DuckDB's `make_timestamp(n)` read as UTC, and `pmod(a, b)` as
     `((a % b) + b) % b` (the window starts of `lakemv.core.planner.timewindows` use both)."""
@@ -106,11 +114,12 @@ def _spark_epoch_functions(node: exp.Expression) -> exp.Expression:
 
 
 def duckdb_sql(spark_sql: str) -> str:
-    """The view's Spark SQL as DuckDB SQL (sqlglot), with Spark's ordering, empty lists and
-    three-valued `exists` made explicit."""
+    """The view's Spark SQL as DuckDB SQL (sqlglot), with Spark's ordering, empty lists, counts
+    over no rows and three-valued `exists` made explicit."""
     try:
         tree = sqlglot.parse_one(spark_sql, read="spark")
         tree = tree.transform(_spark_array_exists).transform(_spark_array_sort).transform(_spark_empty_lists).transform(_spark_epoch_functions)
+        tree = tree.transform(_spark_count_if)
         return tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as exc:
         raise QueryError(f"cannot translate the view's SQL to DuckDB: {str(exc).splitlines()[0]}") from None

@@ -83,6 +83,19 @@ def test_spark_list_and_exists_semantics_carry_over_to_duckdb():
     ], rows
 
 
+def test_count_if_over_no_rows_is_zero_in_duckdb_as_in_spark():
+    """Spark's count_if over no rows (a global total of an emptied table) is 0; DuckDB's COUNT_IF gives NULL."""
+    sql = duckdb_sql(
+        "WITH t AS (SELECT 1 AS g, 2 AS id UNION ALL SELECT 2, NULL) "
+        "SELECT 'all' AS scope, count(*) AS n, count_if(t.id > 1) AS later, "
+        "count_if(t.id > 1) FILTER (WHERE t.g = 2) AS later_of_2 FROM t WHERE t.g > 5 "
+        "UNION ALL SELECT 'some', count(*), count_if(t.id > 1), count_if(t.id > 1) FILTER (WHERE t.g = 2) FROM t"
+    )
+    rows = connect_duckdb().execute(sql + " ORDER BY scope").fetchall()
+    # What Spark returns for the same SQL: ('all', 0, 0, 0), ('some', 2, 1, 0) (a NULL predicate is not counted).
+    assert rows == [("all", 0, 0, 0), ("some", 2, 1, 0)], rows
+
+
 def test_a_construct_duckdb_lacks_is_named():
     with pytest.raises(QueryError, match="cannot translate the view's SQL to DuckDB: SOUNDEX is not supported in DuckDB"):
         duckdb_sql("SELECT u.email, soundex(u.username) AS sound FROM users u")
