@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lakemv.catalog.declarations import load_sources
@@ -26,6 +26,7 @@ from lakemv.duck.verify import verify_view
 from lakemv.spark.stream.files import run_ingest
 from lakemv.workload.eventstreams import EventConfig, EventWorkload, write_round
 from tests.eventmodel import HOUR, EventModel
+from tests.integration.test_view_properties import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {n: s for n, s in load_sources([ROOT / "catalog/sources/events"]).items() if n in ("page_views", "searches", "clicks")}
@@ -54,7 +55,7 @@ shapes = st.builds(
 
 
 @pytest.mark.slow(120)
-@settings(max_examples=int(os.environ.get("LAKEMV_EVENT_EXAMPLES", "3")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@examples(int(os.environ.get("LAKEMV_EVENT_EXAMPLES", "3")))
 @given(config=shapes)
 def test_event_views_equal_the_model_after_every_round(lake, tmp_path_factory, config):
     landing = tmp_path_factory.mktemp("landing")
