@@ -6,7 +6,8 @@
 #      stack (Kafka, Kafka Connect, Debezium: jvm/stack/pom.xml) into jvm/stack/lib, and those of the
 #      scale-out servers (an S3 object store, Iceberg's REST catalog: jvm/scaleout/pom.xml) into
 #      jvm/scaleout/lib;
-#   4. the class archive Spark's JVM starts from (jvm/cds, ops/class_archive.py).
+#   4. lakemv's own JVM classes (jvm/java), compiled against PySpark's Hadoop into jvm/lib/lakemv-jvm.jar;
+#   5. the class archive Spark's JVM starts from (jvm/cds, ops/class_archive.py).
 # Re-running it does nothing unless one of those inputs changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 
 # ---- 1. Debian packages -------------------------------------------------------------------------
 missing=()
-command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)  # javac: lakemv's own classes (jvm/java)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 command -v setfacl >/dev/null 2>&1 || missing+=(acl)  # the local stack lets PostgreSQL's user into its folder (ops/stack.py)
@@ -64,7 +65,18 @@ if [ "$(cat .setup/scaleout-jars 2>/dev/null)" != "$want" ] || ! compgen -G "jvm
      && mvn -q -B -s ../settings.xml dependency:copy-dependencies -DoutputDirectory=lib/rest -DexcludeArtifactIds=s3proxy)
   echo "$want" > .setup/scaleout-jars
 fi
-# ---- 4. Class archive ---------------------------------------------------------------------------
+# ---- 4. lakemv's own JVM classes -------------------------------------------------------------------
+want=$(find jvm/java -name '*.java' | sort | xargs cat | sha256sum | cut -c1-16)
+if [ "$(cat .setup/jvm-classes 2>/dev/null)" != "$want" ] || [ ! -f jvm/lib/lakemv-jvm.jar ]; then
+  say "compiling lakemv's JVM classes (jvm/java)"
+  hadoop=$(.venv/bin/python -c 'import glob, os, pyspark; print(glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "hadoop-client-api-*.jar"))[0])')
+  build=$(mktemp -d)
+  javac --release 17 -nowarn -cp "$hadoop" -d "$build" $(find jvm/java -name '*.java')
+  jar cf jvm/lib/lakemv-jvm.jar -C "$build" .
+  rm -rf "$build"
+  echo "$want" > .setup/jvm-classes
+fi
+# ---- 5. Class archive ---------------------------------------------------------------------------
 # Built for the current java, PySpark and jars (a no-op when it exists); Spark starts seconds sooner.
 .venv/bin/python -m lakemv.ops.class_archive --quiet-if-present
 say "ready"
