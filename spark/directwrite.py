@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.settings import LakeSettings
@@ -47,15 +48,26 @@ class DirectWriter:
         self.spark = spark
         self.settings = settings
         self._jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
-        self._iceberg = self._jvm.org.apache.iceberg
         self._schemas: dict[tuple[str, int], pa.Schema] = {}
         self._catalog = None
+        # The classes a commit uses, looked up once: py4j resolves each dotted name anew, a class
+        # loader search per package level.
+        iceberg = self._jvm.org.apache.iceberg
+        self._spark3 = iceberg.spark.Spark3Util
+        self._parquet = iceberg.FileFormat.PARQUET
+        self._metrics_config = iceberg.MetricsConfig
+        self._parquet_util = iceberg.parquet.ParquetUtil
+        self._data_files = iceberg.DataFiles
+        self._file_metadata = iceberg.FileMetadata
+        self._array_list = self._jvm.java.util.ArrayList
+        footer = self._jvm.dev.lakemv.iceberg.FooterMetrics  # lakemv's jar (jvm/java); a JavaPackage when absent
+        self._footer = footer if isinstance(footer, JavaClass) else None
         # Iceberg waits for its parallel manifest tasks by polling them every 10 ms: 3 or 4 polls per
         # commit (about 35 of its 45 ms here). Run in the committing thread, they are done when polled.
-        self._same_thread = self._iceberg.relocated.com.google.common.util.concurrent.MoreExecutors.newDirectExecutorService()
+        self._same_thread = iceberg.relocated.com.google.common.util.concurrent.MoreExecutors.newDirectExecutorService()
 
     def _table(self, identifier: str):  # noqa: ANN202 - a py4j proxy of org.apache.iceberg.Table
-        return self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, identifier)
+        return self._spark3.loadIcebergTable(self.spark._jsparkSession, identifier)
 
     def supports(self, identifier: str) -> bool:
         """Whether this can write the table: data on the local file system or in the warehouse's object
@@ -77,13 +89,19 @@ class DirectWriter:
             self._schemas[key] = schema_to_pyarrow(loaded.schema(), include_field_ids=True)
         return self._schemas[key]
 
-    def _write(self, table, rows: pa.Table, kind: str) -> tuple[str, int]:  # noqa: ANN001
+    def _write(self, table, rows: pa.Table, kind: str, config) -> tuple[str, int, object]:  # noqa: ANN001
+        """Write `rows` as a Parquet file in the table's data location: its location, size and
+        Iceberg metrics (by `config`, an org.apache.iceberg.MetricsConfig)."""
         location = str(table.locationProvider().newDataLocation(f"lmv-{kind}-{uuid.uuid4().hex}.parquet"))
         fs, path = arrow_file(location, self.settings.s3)
         if not is_remote(location):
             os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(rows, path, compression="zstd", filesystem=fs)  # on S3 a single PUT or a multipart upload
-        return location, fs.get_file_info(path).size
+        if self._footer is not None and not is_remote(location):
+            metrics = self._footer.of(path, config)
+        else:
+            metrics = self._parquet_util.fileMetrics(table.io().newInputFile(location), config)
+        return location, fs.get_file_info(path).size, metrics
 
     def commit(
         self,
@@ -99,8 +117,7 @@ class DirectWriter:
         file of `replaced` was removed after snapshot `validate_from` (a compaction rewrote it), or,
         when `exclusive`, when another writer added rows since then (a backfill's publish)."""
         table = self._table(identifier)
-        spec, io = table.spec(), table.io()
-        parquet = self._iceberg.FileFormat.PARQUET
+        spec, parquet = table.spec(), self._parquet
         append = not replaced and not exclusive and validate_from is None
         if append:
             operation = table.newAppend()  # merges small manifests as they accumulate, as Spark's appends do
@@ -113,25 +130,21 @@ class DirectWriter:
         operation = operation.scanManifestsWith(self._same_thread).writeManifestsWith(self._same_thread, 1)
         if rows is not None and rows.num_rows:
             schema = self._arrow_schema(identifier, table)
-            location, size = self._write(table, rows.select(schema.names).cast(schema), "data")
-            metrics = self._iceberg.parquet.ParquetUtil.fileMetrics(io.newInputFile(location), self._iceberg.MetricsConfig.forTable(table))
+            location, size, metrics = self._write(table, rows.select(schema.names).cast(schema), "data", self._metrics_config.forTable(table))
             data = (
-                self._iceberg.DataFiles.builder(spec).withPath(location).withFormat(parquet).withFileSizeInBytes(size)
+                self._data_files.builder(spec).withPath(location).withFormat(parquet).withFileSizeInBytes(size)
                 .withMetrics(metrics).build()
             )  # fmt: skip
             operation = operation.appendFile(data) if append else operation.addRows(data)
         if replaced:
             ordered = sorted(set(replaced))
             deletes = pa.table([pa.array([p for p, _ in ordered]), pa.array([a for _, a in ordered], pa.int64())], schema=_DELETE_SCHEMA)
-            location, size = self._write(table, deletes, "deletes")
-            metrics = self._iceberg.parquet.ParquetUtil.fileMetrics(
-                io.newInputFile(location), self._iceberg.MetricsConfig.forPositionDelete()
-            )
+            location, size, metrics = self._write(table, deletes, "deletes", self._metrics_config.forPositionDelete())
             delete_file = (
-                self._iceberg.FileMetadata.deleteFileBuilder(spec).ofPositionDeletes().withPath(location)
+                self._file_metadata.deleteFileBuilder(spec).ofPositionDeletes().withPath(location)
                 .withFormat(parquet).withFileSizeInBytes(size).withMetrics(metrics).build()
             )  # fmt: skip
-            referenced = self._jvm.java.util.ArrayList()
+            referenced = self._array_list()
             for path in sorted({p for p, _ in ordered}):
                 referenced.add(path)
             operation = operation.addDeletes(delete_file).validateDataFilesExist(referenced).validateDeletedFiles()

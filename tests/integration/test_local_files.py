@@ -28,3 +28,27 @@ def test_files_are_created_with_hadoops_permissions_through_lakemvs_file_system(
 
     context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(path.toUri(), conf)
     assert context.getDefaultFileSystem().getClass().getName() == "dev.lakemv.hadoop.LocalFs"
+
+
+def test_footer_metrics_are_icebergs_own_file_metrics(lake):
+    """The direct writer's metrics of a file (dev.lakemv.iceberg.FooterMetrics) equal Iceberg's fileMetrics."""
+    import pyarrow as pa
+
+    from lakemv.spark.directwrite import DirectWriter
+
+    spark, name = lake.spark, f"{lake.names.catalog}.metrics.t"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {lake.names.catalog}.metrics")
+    spark.sql(f"CREATE TABLE {name} (k BIGINT, a STRING, b DOUBLE, c TIMESTAMP, d ARRAY<STRING>) USING iceberg")
+    writer = DirectWriter(spark, lake.settings)
+    assert writer._footer is not None
+    table = writer._table(name)
+    schema = writer._arrow_schema(name, table)
+    rows = pa.table({"k": [3, 1, None], "a": ["x", None, "z"], "b": [1.5, float("nan"), -2.0], "c": [0, 10**15, None], "d": [["p"], [], None]})
+    rows = rows.cast(schema)  # with Iceberg's field ids, as the direct writer writes
+    config = writer._metrics_config.forTable(table)
+    location, _, ours = writer._write(table, rows, "data", config)
+    icebergs = writer._parquet_util.fileMetrics(table.io().newInputFile(location), config)
+    for part in ("recordCount", "columnSizes", "valueCounts", "nullValueCounts", "nanValueCounts", "lowerBounds", "upperBounds"):
+        mine, theirs = getattr(ours, part)(), getattr(icebergs, part)()
+        assert mine == theirs if isinstance(mine, int) else mine.equals(theirs), part
+    assert ours.recordCount() == 3 and ours.nullValueCounts().get(table.schema().findField("k").fieldId()) == 1
