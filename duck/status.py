@@ -64,6 +64,7 @@ class ViewStatus:
     maintenance: str = "active"  # active | paused | resume (lakemv.catalog.viewstate)
     maintenance_since: datetime | None = None  # when a backfill set that state
     backfill: str | None = None  # the backfill that paused the view
+    budget_seconds: float | None = None  # its declared freshness budget (None: maintained every batch)
 
 
 @dataclass(frozen=True)
@@ -120,15 +121,18 @@ def lake_status(
     sources: Iterable[str] | Mapping[str, SourceTable],
     views: Mapping[str, Sequence[str]],
     now: datetime | None = None,
+    budgets: Mapping[str, int | None] | None = None,
 ) -> LakeStatus:
     """Status of the declared `sources` and `views` (name -> tables read). With declarations (a
-    SourceRegistry), their unique keys are checked too; names alone skip that."""
+    SourceRegistry), their unique keys are checked too; names alone skip that. `budgets`: the views'
+    freshness budgets, micros (lakemv.core.batch.deferral); such a view's lag counts from its last
+    maintenance, not from the newest change."""
     now = _utc(now) or datetime.now(UTC)
     unique = {name: s.unique for name, s in sources.items()} if isinstance(sources, Mapping) else {}
     sources = list(sources)
     con = connect_duckdb(settings=settings)
     try:
-        return _status(con, settings, sources, views, now, unique)
+        return _status(con, settings, sources, views, now, unique, budgets or {})
     finally:
         con.close()
 
@@ -140,6 +144,7 @@ def _status(
     views: Mapping[str, Sequence[str]],
     now: datetime,
     unique: Mapping[str, Sequence[Sequence[str]]],
+    budgets: Mapping[str, int | None],
 ) -> LakeStatus:
     letters: dict[str | None, int] = {}
     dead = _table(settings, OPS_NAMESPACE, DEAD_LETTERS)
@@ -188,16 +193,34 @@ def _status(
         rows = con.execute(f"SELECT count(*) FROM {table.scan}").fetchone()[0] if table.scan else 0
         batch_id, finished = refreshed.get(name, (None, None))
         changes = [newest_change[t] for t in tables if t in newest_change]
+        budget = budgets.get(name)
+        if budget is not None and ledger.scan and changes:  # it shows the changes up to its last maintenance
+            changes = [c for c in [_newest_shown(con, ledger.scan, tables, finished)] if c is not None]
         newest = max(changes) if changes and table.exists else None  # a view not created yet has no lag
         lag = (now - newest).total_seconds() if newest is not None else None
         state = ViewState.parse(table.properties.get(STATE))
         since = _utc(datetime.fromisoformat(state.at)) if state.at else None
         view_rows.append(
-            ViewStatus(name, rows, batch_id, finished or table.snapshot_at, newest, lag, state.state, since, state.by)
+            ViewStatus(name, rows, batch_id, finished or table.snapshot_at, newest, lag, state.state, since, state.by,
+                       None if budget is None else budget / 1e6)  # fmt: skip
         )
 
     unattributed = sum(n for table, n in letters.items() if table not in sources)
     return LakeStatus(now, tuple(source_rows), tuple(view_rows), unattributed)
+
+
+def _newest_shown(con: duckdb.DuckDBPyConnection, ledger: str, tables: Sequence[str], refreshed: datetime | None) -> datetime | None:
+    """The newest source time, among the `tables`, of the ledger's units finished by `refreshed`."""
+    if refreshed is None:
+        return None
+    names = ", ".join(ansi_string(t) for t in tables)
+    newest = con.execute(
+        "SELECT max(struct_extract(t, 'max_source_ts')) FROM ("
+        f"  SELECT unnest(tables) AS t, finished_at FROM {ledger}"
+        f") WHERE struct_extract(t, 'name') IN ({names}) AND finished_at <= ?",
+        [refreshed],
+    ).fetchone()[0]
+    return _utc(newest)
 
 
 # ---- display -------------------------------------------------------------------------------------------
@@ -224,6 +247,7 @@ VIEW_SCHEMA = pa.schema(
         ("maintenance", pa.string()),
         ("maintenance_since", _TS),
         ("backfill", pa.string()),
+        ("budget_seconds", pa.float64()),
     ]
 )
 TOTALS_SCHEMA = pa.schema(

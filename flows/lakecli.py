@@ -151,10 +151,12 @@ def status(
     """Per source: last position, live rows, tombstones, dead letters; per view: last batch, rows, lag (no Spark)."""
     import pyarrow as pa
 
+    from lakemv.core.batch.deferral import budget
     from lakemv.duck.status import lake_status, status_tables, to_seconds, with_kind
 
     views = {name: plan.tables for name, plan in ctx.obj.plans.items()}
-    tables = status_tables(lake_status(ctx.obj.settings, ctx.obj.sources, views))
+    budgets = {name: budget(plan, ctx.obj.settings.local_state) for name, plan in ctx.obj.plans.items()}
+    tables = status_tables(lake_status(ctx.obj.settings, ctx.obj.sources, views, budgets=budgets))
     tables.update(_stream_tables(ctx.obj))
     if format is Format.json:  # one object per line, each with its `kind`: source, view, totals, stream, sink
         print("\n".join(out for kind, t in tables.items() if (out := render(with_kind(kind, t), "json"))))
@@ -169,7 +171,7 @@ def status(
         console.print(
             f"{totals['live_rows']} live rows, {totals['tombstones']} tombstones, {totals['dead_letters']} dead letters"
             + (f" ({unattributed} from folders that are not a declared source)" if unattributed else "")
-            + "; lag = now - source time of the newest change applied"
+            + "; lag = now - source time of the newest change applied (a view with a freshness budget: shown)"
         )
         for source in tables["source"].to_pylist():
             if source["unique_violations"]:

@@ -109,7 +109,7 @@ def ledger_entry(
 ) -> LedgerEntry:
     """The ledger row of a finished unit."""
     tables = {t: TableEntry(p.rows.num_rows, column_max(p.rows, POSITION), column_max(p.rows, SOURCE_TS)) for t, p in plans.items()}
-    views = {v.view: (v.keys or 0, v.upserts, v.deletes) for v in result.views.values()}
+    views = {v.view: (v.keys or 0, v.upserts, v.deletes) for v in result.views.values() if not v.deferred}  # those it maintained
     return LedgerEntry(
         stream_id=ref.stream,
         batch_id=ref.batch,

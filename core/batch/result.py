@@ -21,10 +21,13 @@ class ViewResult:
     note: str | None = None  # paused by whom, caught up after a backfill, superseded by a backfill
     held: int = 0  # keys whose recompute gave several rows (a unique violation): their rows were kept
     rows_read: int | None = None  # mirror rows the recompute read for the keys (the local state counts them)
+    deferred: bool = False  # the keys wait in the local state for the view's freshness budget (lakemv.core.batch.deferral)
 
     def describe(self) -> str:
         if self.paused:
             return f"{self.view}: {self.note or 'paused'}"
+        if self.deferred:
+            return f"{self.view}: {self.keys} keys deferred ({self.note})"
         scope = "all keys" if self.keys is None else f"{self.keys} keys"
         note = f"; {self.note}" if self.note else ""
         if self.held:
@@ -66,6 +69,7 @@ class BatchResult:
         tables = ", ".join(f"{t} {n}" for t, n in sorted(self.merged.items())) or "no changes"
         views = "".join(
             f"; {v.view} {v.note}" if v.paused
+            else f"; {v.view} {v.keys} keys deferred ({v.note})" if v.deferred
             else f"; {v.view} {v.keys} keys -> {v.upserts} upserts, {v.deletes} deletes" + (f" ({v.note})" if v.note else "")
             for v in self.views.values()
         )  # fmt: skip

@@ -20,6 +20,10 @@ A definition file looks like::
   `table_table` (the default) re-enriches an event's row whenever a row it joins changes;
   `as_of_processing` enriches each event once, with the table rows current when its batch is
   processed, and never again (DDIA's stream-table join; `lakemv.core.planner` checks the key is the event's).
+* `@freshness` (optional) is the view's freshness budget, e.g. `-- @freshness: 30 seconds` (Flink's
+  FRESHNESS, Snowflake's TARGET_LAG): the keys each batch reaches wait in the local state, and the
+  view is maintained and committed about once per budget instead of every batch
+  (`lakemv.core.batch.deferral`). Without it the view is maintained in every batch.
 * The body is one SELECT (CTEs allowed) over declared source tables by plain name; it sees live rows
   only. The planner (`lakemv.core.planner`) decides whether it can be maintained incrementally.
 
@@ -42,11 +46,12 @@ from sqlglot.errors import ParseError
 
 from lakemv.catalog.declarations import IDENTIFIER, check_folder, read_definition
 from lakemv.catalog.tables import CHANGES_SUFFIX
+from lakemv.core.durations import parse_duration
 from lakemv.core.errors import ConfigError, ViewDefinitionError
 from lakemv.core.planner.timewindows import rename_calls, rewrite_windows
 
 DIRECTIVE = re.compile(r"^--\s*@(?P<name>[A-Za-z_]+)\s*:?\s*(?P<value>.*?)\s*$")
-DIRECTIVES = ("key", "description", "sink", "enrich")
+DIRECTIVES = ("key", "description", "sink", "enrich", "freshness")
 ENRICHMENTS = ("table_table", "as_of_processing")
 SINK_KINDS = ("kafka", "delta")
 
@@ -63,6 +68,7 @@ class ViewDefinition(BaseModel):
     location: str | None = None
     sinks: tuple[str, ...] = ()  # data products: `kafka`, `delta` (lakemv.spark.sinks.products)
     enrich: Literal["table_table", "as_of_processing"] = "table_table"
+    freshness: int | None = Field(default=None, gt=0)  # the freshness budget, microseconds (None: every batch)
 
     @field_validator("name")
     @classmethod
@@ -129,10 +135,18 @@ def parse_view(text: str, name: str, location: str | None = None) -> ViewDefinit
     enrich = directives.get("enrich", "table_table").strip().lower()
     if enrich not in ENRICHMENTS:
         raise ViewDefinitionError(name, f"@enrich: unknown semantics {enrich!r}; known: {', '.join(ENRICHMENTS)}")
+    freshness = None
+    if directives.get("freshness"):
+        try:
+            freshness = parse_duration(directives["freshness"])
+        except ValueError as exc:
+            raise ViewDefinitionError(name, f"@freshness: {exc}") from None
+        if freshness <= 0:
+            raise ViewDefinitionError(name, "@freshness: the budget must be longer than zero")
     try:
         return ViewDefinition(
             name=name, key=key, sql=body, description=directives.get("description") or None, location=location,
-            sinks=tuple(dict.fromkeys(sinks)), enrich=enrich,
+            sinks=tuple(dict.fromkeys(sinks)), enrich=enrich, freshness=freshness,
         )  # fmt: skip
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -110,6 +110,16 @@ def explain(
             lines += cost_lines(tree, predict(tree, counted), counted, width)
     elif stats is not None:
         lines += ["", f"cost per key: not estimated: {stats}"]
+    if plan.definition.freshness is not None:
+        from lakemv.core.batch.deferral import refusal
+
+        budget = format_duration(plan.definition.freshness)
+        why = refusal(plan, route(plan).indexed)
+        lines += ["", f"freshness budget {budget}: " + (
+            f"maintained in every batch all the same: {why}." if why is not None
+            else "each batch adds the keys it reaches to the view's pending keys in the local state; the view is "
+            f"maintained and committed once its oldest pending key would wait past {budget} before the next batch."
+        )]  # fmt: skip
     lines += [
         "",
         "then: diff against the view's rows (the store's digests, or the view table when scanning), MERGE",

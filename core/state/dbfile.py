@@ -58,6 +58,10 @@ def open_checked(path: str) -> tuple[sqlite3.Connection, bool]:
             db.execute(f"PRAGMA {pragma}")
         db.execute("CREATE TABLE IF NOT EXISTS parts (name TEXT PRIMARY KEY, fingerprint TEXT, snapshot INTEGER, write_id TEXT)")
         db.execute("CREATE TABLE IF NOT EXISTS files (id INTEGER PRIMARY KEY, part TEXT, path TEXT UNIQUE)")
+        # views that wait for their freshness budget (lakemv.core.batch.deferral): their pending keys, and
+        # since when the oldest waits (NULL: none); no row: the state does not know what is pending
+        db.execute("CREATE TABLE IF NOT EXISTS pending (view TEXT, k BLOB, key BLOB, PRIMARY KEY (view, k)) WITHOUT ROWID")
+        db.execute("CREATE TABLE IF NOT EXISTS deferred (view TEXT PRIMARY KEY, since INTEGER)")
         if checked:
             problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
             if problems != ["ok"]:

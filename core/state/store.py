@@ -9,6 +9,7 @@ as the rows, so `lakemv.spark.batch.sync` can tell whether it is in step with it
 Mirror part `m_<table>`: the primary-key columns and every looked-up column as SQLite columns, the
 whole row as a blob, the source position and the tombstone flag; one partial index (live rows) per
 lookup column set. View part `v_<view>`: the key (canonically encoded) and the digest of the row.
+A view that waits for its freshness budget keeps its pending keys in `pending` (lakemv.core.batch.deferral).
 A *located* part also keeps where each row lives in its Iceberg table - the data file (an id into
 `files`) and the row's position in it - so that replacing the row is a position delete.
 """
@@ -40,6 +41,16 @@ class Record:
     fingerprint: str
     snapshot: int | None
     write_id: str | None
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A deferred view's keys waiting in the state, and since when the oldest waits (epoch micros).
+    Not `known`: the state does not know what is pending (rebuilt, or the view new to it)."""
+
+    known: bool
+    since: int | None
+    keys: list[Values]
 
 
 @dataclass(frozen=True)
@@ -176,6 +187,8 @@ class Store(FilePlaces):
             if part.settle:
                 self._db.execute(f"CREATE INDEX {ansi_ident(f'vt_{part.view}')} ON {ansi_ident(f'v_{part.view}')} (_t)")
             self._db.execute("DELETE FROM parts WHERE name = ?", (f"view:{part.view}",))
+            self._db.execute("DELETE FROM pending WHERE view = ?", (part.view,))
+            self._db.execute("DELETE FROM deferred WHERE view = ?", (part.view,))
             self._forget_files(f"view:{part.view}")
             return False
 
@@ -309,6 +322,33 @@ class Store(FilePlaces):
         with self.transaction():
             self._db.execute(f"DELETE FROM {ansi_ident(f'v_{view}')}")
             self._forget_files(f"view:{view}")
+
+    # ---- deferred views (lakemv.core.batch.deferral) ----------------------------------------------------
+    def pending(self, view: str) -> Pending:
+        """The view's pending keys (oldest first) and since when they wait."""
+        with self._lock:
+            row = self._db.execute("SELECT since FROM deferred WHERE view = ?", (view,)).fetchone()
+            if row is None:
+                return Pending(False, None, [])
+            keys = [decode(k) for (k,) in self._db.execute("SELECT key FROM pending WHERE view = ? ORDER BY k", (view,))]
+            return Pending(True, row[0] if keys else None, keys)
+
+    def defer(self, view: str, keys: Iterable[Values], now: int) -> None:
+        """Add `keys` to the view's pending keys; the wait starts at `now` unless older ones wait."""
+        with self.transaction():
+            self._db.executemany(
+                "INSERT OR IGNORE INTO pending (view, k, key) VALUES (?, ?, ?)", ((view, key_blob(k), encode(k)) for k in keys)
+            )
+            self._db.execute(
+                "INSERT INTO deferred (view, since) VALUES (?, ?) ON CONFLICT (view) DO UPDATE SET since = coalesce(since, excluded.since)",
+                (view, now),
+            )
+
+    def caught_up(self, view: str) -> None:
+        """Nothing of the view is pending any more (joins the caller's transaction, if any)."""
+        with self.transaction():
+            self._db.execute("DELETE FROM pending WHERE view = ?", (view,))
+            self._db.execute("INSERT OR REPLACE INTO deferred (view, since) VALUES (?, NULL)", (view,))
 
     def view_count(self, view: str) -> int:
         with self._lock:

@@ -85,6 +85,11 @@ class ScanBackend:
     def close(self) -> None:
         """Release what the backend holds open."""
 
+    @property
+    def waits(self) -> bool:
+        """Whether a view waits for its freshness budget (none here: every view is maintained every batch)."""
+        return False
+
     # ---- reads ----------------------------------------------------------------------------------
     def live_keys(self, table: str) -> list[tuple]:
         """The primary keys of a mirror's live rows (asked only for a TRUNCATE: it deletes them all)."""

@@ -16,8 +16,9 @@ import pyarrow as pa
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.tables import DELETED, POSITION
+from lakemv.core.batch import deferral
 from lakemv.core.batch.journal import TablePlan
-from lakemv.core.batch.plan import mirror_rows, table_plan
+from lakemv.core.batch.plan import mirror_rows, now_micros, table_plan
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.cdc.changeset import change_values
 from lakemv.core.cdc.events import lowest
@@ -44,6 +45,7 @@ class LocalStateBackend(ScanBackend):
         self.store = store
         self.sync: StoreSync | None = None
         self.indexed: dict[str, IndexedView] = {}
+        self._starts: list[int] = []  # when the last view steps started (epoch micros)
         self.attach()
 
     # ---- the state's upkeep ---------------------------------------------------------------------
@@ -69,6 +71,8 @@ class LocalStateBackend(ScanBackend):
                              settle=rule[0] if rule is not None else None)  # fmt: skip
                 )
                 self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync)
+                if deferral.deferrable(m.plan, indexed=True):
+                    self.indexed[m.plan.name].budget = m.plan.definition.freshness
                 if ctx.direct_tables:
                     m.direct = ctx.direct
         self.sync.retained, self.sync.settled = self._retained()
@@ -223,14 +227,25 @@ class LocalStateBackend(ScanBackend):
         ctx = self.ctx
         views: dict[str, ViewResult] = {}
         images = {t: rows_of(plans[t].images, self.store.mirrors[t].column_names) for t in changed if t in self.store.mirrors}
-        served = {m.plan.name: m for m in ctx.maintainers if m.plan.name in self.indexed}
-        if images and served:
-            done = concurrently(ctx.spark, lambda name: self._indexed_view(served[name], images, unit, position), sorted(served), ctx.view_workers)
+        served = {m.plan.name: m for m in ctx.maintainers if m.plan.name in self.indexed and (images or self.indexed[m.plan.name].budget)}
+        now = now_micros()
+        self._starts = [*self._starts[-1:], now]
+        gap = deferral.period(self._starts)  # when the next batch is expected: views that wait judge their budget by it
+        if served:
+            done = concurrently(
+                ctx.spark, lambda name: self._indexed_view(served[name], images, unit, position, now, gap), sorted(served), ctx.view_workers
+            )
             views.update(zip(sorted(served), done, strict=True))
-        views.update(super().views(plans, changed, unit, position))
+        if changed:
+            views.update(super().views(plans, changed, unit, position))
         return views
 
-    def _indexed_view(self, maintainer: ViewMaintainer, images, unit: WriteUnit, position: int | None) -> ViewResult:  # noqa: ANN001
+    @property
+    def waits(self) -> bool:
+        """Whether a view waits for its freshness budget (every batch may make it due)."""
+        return any(v.budget is not None for v in self.indexed.values())
+
+    def _indexed_view(self, maintainer: ViewMaintainer, images, unit: WriteUnit, position: int | None, now: int, gap: int) -> ViewResult:  # noqa: ANN001
         """A view the store serves: paused and resumed like any view, otherwise maintained from the store."""
         state = read_state(self.ctx.spark, maintainer.table)
         if state.state == "paused":
@@ -240,4 +255,4 @@ class LocalStateBackend(ScanBackend):
             assert self.sync is not None
             self.sync.reload(f"view:{maintainer.plan.name}")
             return result
-        return self.indexed[maintainer.plan.name].apply(images, unit, position, state)
+        return self.indexed[maintainer.plan.name].apply(images, unit, position, state, now, gap)

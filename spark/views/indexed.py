@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.viewstate import ViewState
+from lakemv.core.batch import deferral
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import over
 from lakemv.core.planner.finality import final_rows_sql
@@ -59,6 +60,7 @@ class IndexedView:
         self._body = _OCCURRENCE.sub(lambda m: f"{self._prefix}{m.group(1)}", self.plan.body)
         self._schema: pa.Schema | None = None
         self.settle = sync.store.views[self.plan.name].settle if self.plan.name in sync.store.views else None
+        self.budget: int | None = None  # the freshness budget (micros) it waits for, when it may wait
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -71,8 +73,12 @@ class IndexedView:
         schema = self._view_schema()
         return pa.schema([schema.field(k) for k in self.plan.key_names])
 
-    def apply(self, images: Mapping[str, list[Values]], unit: WriteUnit, position: int | None, state: ViewState) -> ViewResult:
-        """Recompute the keys the images reach and write what changed (inside the batch's tagged block)."""
+    def apply(
+        self, images: Mapping[str, list[Values]], unit: WriteUnit, position: int | None, state: ViewState, now: int = 0, gap: int = 0
+    ) -> ViewResult:
+        """Recompute the keys the images reach and write what changed (inside the batch's tagged block).
+        A view with a freshness `budget` adds them to its pending keys instead until it is due: the
+        batch starts at `now` (epoch micros), the next is expected `gap` micros later."""
         started = time.perf_counter()
         parts = self.store.mirrors
         images = {t: rows for t, rows in images.items() if self.plan.reached_by(t)}
@@ -84,12 +90,28 @@ class IndexedView:
             keys |= set(rows_of(self.spark.sql(closing).toArrow(), self.plan.key_names))
         steps = {"keys": time.perf_counter() - started}
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
-        if not keys:
+        whole = False
+        if self.budget is not None:  # a view that waits for its freshness budget (lakemv.core.batch.deferral)
+            pending = self.store.pending(self.plan.name)
+            if pending.known and not deferral.due(pending.since if pending.keys else now, now, self.budget, gap):
+                if not keys and not pending.keys:  # nothing waits: the view is current
+                    return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
+                if keys:
+                    self.store.defer(self.plan.name, keys, now)
+                    crash_point(f"deferred:{self.plan.name}", unit.batch_id)
+                note = deferral.waiting(pending.since if pending.keys else now, now, self.budget)
+                return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=steps, deferred=True, note=note)
+            keys |= set(pending.keys)
+            whole = not pending.known  # the state lost what was pending: diff the whole view
+        if not keys and not whole:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
-        if self._recompute_all(len(keys)):
-            result = self.maintainer.write(None, Writing(len(keys), position, unit, started, steps, state))
+        if whole or self._recompute_all(len(keys)):
+            result = self.maintainer.write(None, Writing(None if whole else len(keys), position, unit, started, steps, state))
             self.sync.reload(self.name)
-            return result if result.paused else replace(result, note="recomputed in full: it reached most rows")
+            if result.paused:
+                return result
+            self._caught_up()
+            return replace(result, note="recomputed in full: " + ("its pending keys were not known" if whole else "it reached most rows"))
         clock = time.perf_counter()
         ordered = sorted(keys, key=repr)
         rows = gather(self.plan, self.route, parts, self.store, ordered)
@@ -102,6 +124,7 @@ class IndexedView:
         diff = self._diff(new, ordered)
         steps["diff"] = time.perf_counter() - clock
         if diff.rows.num_rows == 0:
+            self._caught_up()
             return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps),
                               held=len(diff.duplicated), rows_read=rows_read)  # fmt: skip
         writing = Writing(len(keys), position, unit, started, steps, state, held=len(diff.duplicated))
@@ -127,8 +150,15 @@ class IndexedView:
                 self.store.put_digests(self.plan.name, diff.upserts, diff.deletes, times=diff.times)
                 if self.sync.relocate(self.name, step.moved):
                     self.store.set_record(self.name, self.store.views[self.plan.name].fingerprint, step.current, unit.write_id)
+                    self._caught_up()  # in the same transaction: a crash before it leaves the keys pending
                     return
         self.sync.reload(self.name)
+        self._caught_up()
+
+    def _caught_up(self) -> None:
+        """The view shows every change that reached it: nothing of it is pending any more."""
+        if self.budget is not None:
+            self.store.caught_up(self.plan.name)
 
     def _recompute_all(self, keys: int) -> bool:
         """Past INDEXED_FULL_RECOMPUTE_SHARE of the view's rows a whole recompute is cheaper (lakemv.spark.views.maintain)."""

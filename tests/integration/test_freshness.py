@@ -1,0 +1,130 @@
+"""A view with a freshness budget (`-- @freshness: ...`, lakemv.core.batch.deferral) waits in the local
+state and then catches up exactly: its keys are pending while it is not due, the view table stays
+as it was and the ledger does not list it; once due, one maintenance leaves it equal to its
+recompute. A crash after its pending keys were recorded, or after its commit, loses nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from lakemv.core.batch.journal import Journal
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import parse_view
+from lakemv.core.state.store import Store
+from lakemv.duck.status import lake_status
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.views import indexed, write
+from tests.cdc import at, dbz, user
+from tests.integration.test_view_properties import assert_views_are_fresh
+
+HOUR = 3_600_000_000
+PROFILE = open("views/user_profile.sql").read().replace("-- @key: email", "-- @key: email\n-- @freshness: 1 hour")
+COUNTS = "-- @key: username\nSELECT s.username, count(*) AS stars FROM stars s GROUP BY s.username"
+
+
+def star(username: str, repo: str) -> dict:
+    return {"username": username, "repo_owner": "o", "repo_name": repo, "created_at": 1_709_294_400_000_000}
+
+
+def processor(lake, folder) -> BatchProcessor:
+    plans = [plan_view(parse_view(PROFILE, "user_profile"), lake.sources), plan_view(parse_view(COUNTS, "star_counts"), lake.sources)]
+    store, journal = Store(folder / "state.sqlite"), Journal(folder / "journal")
+    return BatchProcessor(lake.spark, lake.names, lake.sources, plans, journal=journal, store=store, view_workers=1)
+
+
+class Crash(Exception):
+    """The process died here (in-process: the processor is dropped and built again, as a restart does)."""
+
+
+def crashing_at(p: BatchProcessor, wanted: str, batch: int, lines: list) -> None:
+    """Process `lines` as unit `batch`, dying at crash point `wanted` (the crash harness kills a real
+    process there); then the processor is dropped, its state closed as a killed one leaves it."""
+
+    def point(name: str, batch_id: int | None = None) -> None:
+        if name == wanted:
+            raise Crash(name)
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (indexed, write):
+            patch.setattr(module, "crash_point", point)
+        with pytest.raises(Crash):
+            p.process_lines(batch, lines)
+    p.close()
+
+
+def view_rows(lake, name: str) -> list:
+    return sorted(map(tuple, lake.spark.table(lake.names.view(name)).collect()), key=repr)
+
+
+def views(p: BatchProcessor) -> dict[str, tuple[str, ...]]:
+    return {m.plan.name: m.plan.tables for m in p.maintainers}
+
+
+def ledger_views(lake, batch: int) -> set[str]:
+    rows = lake.spark.sql(f"SELECT explode(views) AS v FROM {lake.names.ledger} WHERE batch_id = {batch}").collect()
+    return {r["v"]["name"] for r in rows}
+
+
+@pytest.mark.slow(60)
+def test_a_view_waits_for_its_budget_then_catches_up(lake, tmp_path):
+    p = processor(lake, tmp_path)
+    waiting = p.indexed["user_profile"]
+    assert waiting.budget == HOUR and p.indexed["star_counts"].budget is None
+    first = p.process_lines(0, [(dbz("c", 1, user("a@x.io", "ann", 1)), at("users")), (dbz("c", 2, user("b@x.io", "bob", 2)), at("users"))])
+    # the state did not know what was pending (a new view to it): due at once, diffed whole
+    assert not first.views["user_profile"].deferred and "not known" in (first.views["user_profile"].note or "")
+    assert_views_are_fresh(lake, p)
+    before = view_rows(lake, "user_profile")
+
+    second = p.process_lines(1, [(dbz("c", 3, star("ann", "r1")), at("stars")), (dbz("c", 4, user("c@x.io", "cy", 3)), at("users"))])
+    profile = second.views["user_profile"]
+    assert profile.deferred and profile.keys == 2 and profile.upserts == 0, profile
+    assert "user_profile 2 keys deferred" in second.describe()
+    assert view_rows(lake, "user_profile") == before  # it waits; the view beside it does not
+    assert ("ann", 1) in view_rows(lake, "star_counts")
+    assert ledger_views(lake, 1) == {"star_counts"}  # the ledger lists the views a unit maintained
+    pending = p.store.pending("user_profile")
+    assert pending.known and sorted(pending.keys) == [("a@x.io",), ("c@x.io",)] and pending.since is not None
+
+    status = {v.view: v for v in lake_status(lake.settings, lake.sources, views(p), budgets={"user_profile": HOUR}).views}
+    assert status["user_profile"].budget_seconds == 3600 and status["star_counts"].budget_seconds is None
+    # lag counts from what the view shows: the changes up to its last maintenance (lsn 2), not lsn 3 and 4
+    assert status["user_profile"].newest_change_ts == datetime.fromtimestamp(1_700_000_000.002, UTC)
+    assert status["star_counts"].newest_change_ts == datetime.fromtimestamp(1_700_000_000.003, UTC)  # (it reads stars only)
+
+    third = p.process_lines(2, [(dbz("c", 5, star("bob", "r2")), at("stars"))])  # still not due: one more key waits
+    assert third.views["user_profile"].deferred and len(p.store.pending("user_profile").keys) == 3
+    assert p.store.pending("user_profile").since == pending.since  # the oldest key's wait goes on
+
+    waiting.budget = 1  # due now: the pending keys and the batch's are maintained together
+    fourth = p.process_lines(3, [(dbz("u", 6, user("a@x.io", "ann", 1) | {"username": "anne"}, user("a@x.io", "ann", 1)), at("users"))])
+    profile = fourth.views["user_profile"]
+    assert not profile.deferred and profile.keys == 3 and profile.upserts == 3, profile
+    assert_views_are_fresh(lake, p)
+    assert p.store.pending("user_profile").keys == [] and "user_profile" in ledger_views(lake, 3)
+
+
+@pytest.mark.slow(60)
+def test_crashes_while_a_view_waits_lose_no_key(lake, tmp_path):
+    p = processor(lake, tmp_path)
+    p.process_lines(0, [(dbz("c", 1, user("a@x.io", "ann", 1)), at("users"))])
+    # crash right after the batch's keys were recorded as pending (before its ledger row): a replay
+    # reaches the same keys; they are pending once
+    crashing_at(p, "deferred:user_profile", 1, [(dbz("c", 2, star("ann", "r1")), at("stars"))])
+    p = processor(lake, tmp_path)
+    assert p.store.pending("user_profile").keys == [("a@x.io",)]
+    again = p.process_lines(1, [(dbz("c", 2, star("ann", "r1")), at("stars"))])
+    assert again.replayed and again.views["user_profile"].deferred and p.store.pending("user_profile").keys == [("a@x.io",)]
+    # crash after the due view's commit, before its pending keys left the state: they stay pending,
+    # and the replay finds nothing left to write
+    p.indexed["user_profile"].budget = 1
+    crashing_at(p, "view:user_profile", 2, [(dbz("c", 3, star("ann", "r2")), at("stars"))])
+    p = processor(lake, tmp_path)
+    assert p.store.pending("user_profile").keys == [("a@x.io",)]
+    p.indexed["user_profile"].budget = 1
+    replayed = p.process_lines(2, [(dbz("c", 3, star("ann", "r2")), at("stars"))])
+    assert replayed.replayed and not replayed.views["user_profile"].deferred, replayed
+    assert_views_are_fresh(lake, p)
+    assert p.store.pending("user_profile").keys == []
