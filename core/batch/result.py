@@ -61,9 +61,12 @@ class BatchResult:
     steps: Mapping[str, float] = field(default_factory=dict)  # seconds per step (parse, plan, mirrors, views, ledger)
     set_wise: bool = False  # Spark parsed the unit's lines (lakemv.spark.bulk)
     waited: float = 0.0  # seconds the unit waited for a compaction turn to end (lakemv.catalog.writer.CommitTurns)
+    idle: bool = False  # no lines: views whose freshness budget fell due between batches (lakemv.core.batch.deferral)
 
     def describe(self) -> str:
         name = f"batch {self.batch_id}" + (f".{self.chunk}" if self.chunk else "")
+        if self.idle:
+            return "between batches, due: " + "; ".join(v.describe() for v in self.views.values()) + f", {self.seconds:.2f}s"
         if self.already_committed:
             return f"{name}: replayed, already committed ({self.lines} lines), {self.seconds:.2f}s"
         tables = ", ".join(f"{t} {n}" for t, n in sorted(self.merged.items())) or "no changes"

@@ -85,6 +85,10 @@ class ScanBackend:
     def close(self) -> None:
         """Release what the backend holds open."""
 
+    def due(self) -> list[str]:
+        """The views that wait for their budget and are due now (none here)."""
+        return []
+
     @property
     def waits(self) -> bool:
         """Whether a view waits for its freshness budget (none here: every view is maintained every batch)."""
@@ -154,8 +158,10 @@ class ScanBackend:
         source = ctx.sources[table]
         unit.retries.run(f"MERGE into mirror {table}", lambda: merge_changes(ctx.spark, ctx.names, source, rows))
 
-    def views(self, plans: Mapping[str, TablePlan], changed: Sequence[str], unit: WriteUnit, position: int | None) -> dict[str, ViewResult]:
-        """Step every view this backend maintains over the changed tables' images."""
+    def views(
+        self, plans: Mapping[str, TablePlan], changed: Sequence[str], unit: WriteUnit, position: int | None, due: Sequence[str] | None = None
+    ) -> dict[str, ViewResult]:
+        """Step every view this backend maintains over the changed tables' images (`due`: see LocalStateBackend)."""
         scanned = [m for m in self.ctx.maintainers if m.plan.name not in self.indexed]
         if not scanned:
             return {}

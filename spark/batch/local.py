@@ -222,14 +222,20 @@ class LocalStateBackend(ScanBackend):
 
         commit_once(ctx.spark, identifier, unit, attempt, f"commit into mirror {table}")
 
-    def views(self, plans: Mapping[str, TablePlan], changed: Sequence[str], unit: WriteUnit, position: int | None) -> dict[str, ViewResult]:
-        """The views the store serves, side by side (`view_workers` at once), then the rest by scans."""
+    def views(
+        self, plans: Mapping[str, TablePlan], changed: Sequence[str], unit: WriteUnit, position: int | None, due: Sequence[str] | None = None
+    ) -> dict[str, ViewResult]:
+        """The views the store serves, side by side (`view_workers` at once), then the rest by scans.
+        With `due` (between batches: no changes), only those views, which wait for their budget."""
         ctx = self.ctx
         views: dict[str, ViewResult] = {}
         images = {t: rows_of(plans[t].images, self.store.mirrors[t].column_names) for t in changed if t in self.store.mirrors}
         served = {m.plan.name: m for m in ctx.maintainers if m.plan.name in self.indexed and (images or self.indexed[m.plan.name].budget)}
+        if due is not None:
+            served = {name: m for name, m in served.items() if name in due}
         now = now_micros()
-        self._starts = [*self._starts[-1:], now]
+        if due is None:  # a batch: the next is expected after the last gap between batches
+            self._starts = [*self._starts[-1:], now]
         gap = deferral.period(self._starts)  # when the next batch is expected: views that wait judge their budget by it
         if served:
             done = concurrently(
@@ -239,6 +245,17 @@ class LocalStateBackend(ScanBackend):
         if changed:
             views.update(super().views(plans, changed, unit, position))
         return views
+
+    def due(self) -> list[str]:
+        """The views that wait for their budget and are due now (were a batch to start)."""
+        now, gap = now_micros(), deferral.period(self._starts)
+        found = []
+        for name, view in sorted(self.indexed.items()):
+            if view.budget is not None:
+                pending = self.store.pending(name)
+                if not pending.known or (pending.keys and deferral.due(pending.since, now, view.budget, gap)):
+                    found.append(name)
+        return found
 
     @property
     def waits(self) -> bool:

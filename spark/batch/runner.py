@@ -17,8 +17,10 @@ and how mirrors and views are written is the processor's backend, chosen once wh
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 
 from pyspark.sql import SparkSession
@@ -90,6 +92,7 @@ class BatchProcessor:
     ):
         self.spark = spark
         self.turns = turns
+        self._busy = threading.Lock()  # held by a unit
         self.max_line_chars = max_line_chars
         self.names = names
         self.sources = dict(sources)
@@ -155,11 +158,37 @@ class BatchProcessor:
         `last`: no later unit of `ref`'s batch follows (those are judged by the watermarks this one was).
         With `turns`, the unit starts after any compaction turn and holds off the next one until it ends.
         """
-        if self.turns is None:
-            return self._process(ref, lines, file_skips, last=last)
-        with self.turns.unit() as waited:
-            result = self._process(ref, lines, file_skips, last=last)
-        return replace(result, waited=round(waited(), 3))
+        with self._busy:  # (`flush` runs between batches, from another thread)
+            if self.turns is None:
+                return self._process(ref, lines, file_skips, last=last)
+            with self.turns.unit() as waited:
+                result = self._process(ref, lines, file_skips, last=last)
+            return replace(result, waited=round(waited(), 3))
+
+    def flush(self, stream: str) -> BatchResult | None:
+        """Between batches: maintain the views that wait for their freshness budget and are due now
+        (lakemv.core.batch.deferral); None when none is. A unit of its own (`<stream>~idle`, numbered
+        by the time), with a ledger row; a crash in it leaves the keys pending, recomputed later."""
+        if not self.backend.waits or not self._busy.acquire(blocking=False):  # a batch runs: it judges them itself
+            return None
+        try:
+            return self._flush(stream)
+        finally:
+            self._busy.release()
+
+    def _flush(self, stream: str) -> BatchResult | None:
+        due = self.backend.due()
+        if not due:
+            return None
+        started, started_at = time.perf_counter(), now_micros()
+        ref = BatchRef(f"{stream}~idle", started_at // 1000)
+        unit = WriteUnit(ref.write_id, retries=Retries(), batch_id=ref.batch)
+        with self.turns.unit() if self.turns is not None else nullcontext(), tagged(self.spark, ref.write_id):
+            views = {n: v for n, v in self.backend.views({}, [], unit, None, due).items() if not v.deferred}
+            result = BatchResult(ref.batch, 0, 0, views=views, idle=True)
+            entry = ledger_entry(ref, result, {}, unit.retries.count, started_at, now_micros())
+            self.backend.append(self.names.ledger, entry.to_arrow(), unit)
+        return replace(result, seconds=time.perf_counter() - started, conflicts_retried=unit.retries.count)
 
     def _process(
         self, ref: BatchRef, lines: list[tuple[str, str]] | Lines, file_skips: Mapping[str, int] | None, *, last: bool

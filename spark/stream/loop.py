@@ -10,6 +10,7 @@ data products follow each unit.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,8 +106,16 @@ def run_source(
         lifecycle.check()
         loop.run(batch_id, source.units(frame, batch_id))
 
+    def idle() -> None:  # views whose freshness budget falls due while no batch runs (lakemv.core.batch.deferral)
+        outcome = processor.flush(stream_id(source.checkpoint))
+        if outcome is not None:
+            after(outcome)
+
     name = f"lakemv_{source.name}_{settings.catalog_name}"
-    run_stream(source.frame(spark), each_batch, source.checkpoint, name, processor, products, once=once, trigger_seconds=trigger_seconds, on_ready=hooks.on_ready)
+    run_stream(
+        source.frame(spark), each_batch, source.checkpoint, name, processor, products,
+        once=once, trigger_seconds=trigger_seconds, on_ready=hooks.on_ready, on_idle=idle,
+    )  # fmt: skip
     return result
 
 
@@ -121,10 +130,12 @@ def run_stream(
     once: bool,
     trigger_seconds: float,
     on_ready: Callable[[], None] | None,
+    on_idle: Callable[[], None] = lambda: None,
 ) -> None:
     """Run `each_batch` over the micro-batches of `stream` until it ends (`once`: what is there
     now) or is interrupted; the processor's local state is closed either way. The data products
-    catch up first (what a crash left undelivered; a whole view only once the stream runs) and last."""
+    catch up first (what a crash left undelivered; a whole view only once the stream runs) and last.
+    `on_idle` runs every `trigger_seconds` while the stream runs, and once after a `once` stream ends."""
     products.deliver(resync=False)
     writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint.hadoop).queryName(name)
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
@@ -133,21 +144,32 @@ def run_stream(
     try:
         for attempt in range(3):
             try:
-                _await(writer.start())
+                _await(writer.start(), on_idle, trigger_seconds)
                 break
             except Exception as exc:
                 if attempt == 2 or classify(exc).reason != "SPARK-55271":  # the Kafka source's restart bug (lakemv.core.failures)
                     raise
+        if once:
+            on_idle()
         products.deliver()
     finally:
         products.close()
         processor.close()
 
 
-def _await(query: StreamingQuery) -> None:
-    """Wait for the query to end. A SIGINT/SIGTERM raises `lifecycle.Interrupted` here and cancels
-    the running jobs (see `lakemv.core.runtime.lifecycle`): the batch cut short is replayed on the next run."""
+def _await(query: StreamingQuery, on_idle: Callable[[], None], every: float) -> None:
+    """Wait for the query to end, calling `on_idle` every `every` seconds. A SIGINT/SIGTERM raises
+    `lifecycle.Interrupted` here and cancels the running jobs (see `lakemv.core.runtime.lifecycle`):
+    the batch cut short is replayed on the next run."""
+    last = time.monotonic()
     while query.isActive:
         lifecycle.check()
         query.awaitTermination(1.0)
+        if query.isActive and time.monotonic() - last >= every:
+            try:
+                on_idle()
+            except BaseException:  # as a failed batch does: the stream stops
+                query.stop()
+                raise
+            last = time.monotonic()
     query.awaitTermination()  # raises if the query failed
