@@ -21,7 +21,7 @@ from lakemv.core.batch.journal import BatchRef, TablePlan
 from lakemv.core.batch.records import LedgerEntry, TableEntry
 from lakemv.core.batch.result import BatchResult
 from lakemv.core.cdc.changeset import ChangeSet
-from lakemv.core.cdc.effects import effect_of
+from lakemv.core.cdc.effects import CHANGED, effect_of
 from lakemv.core.cdc.events import STORED_DUPLICATE
 
 
@@ -67,7 +67,8 @@ def table_plan(
     `incoming` and `stored` are rows as dicts (declared columns, position, deleted flag), in whatever
     value form the caller compares in; `incoming[i]` is row i of `changes`."""
     effect = effect_of(source.primary_key, source.column_names, incoming, stored)
-    return TablePlan(changes.take(pa.array(effect.applied, type=pa.int64())), images(effect.images))
+    made = images(effect.images).append_column(CHANGED, pa.array(effect.changed, type=pa.list_(pa.string())))
+    return TablePlan(changes.take(pa.array(effect.applied, type=pa.int64())), made)
 
 
 def advance_clocks(

@@ -2,7 +2,8 @@
 
 Old images come from the mirror before the MERGE (Debezium before-images are often missing); new
 images are the incoming rows that will win the MERGE's position guard. Stale changes (replays,
-reordered files) change nothing and produce no images.
+reordered files) change nothing and produce no images. An update's two images carry the columns it
+changed (`CHANGED`), so a view that reads none of them is not reached by it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from lakemv.catalog.tables import DELETED, POSITION
 
 Row = dict[str, Any]
+CHANGED = "_lmv_changed"  # the images' column: the columns an update changed (NULL: the row appeared or went)
 
 
 @dataclass
@@ -22,6 +24,7 @@ class Effect:
 
     applied: list[int] = field(default_factory=list)
     images: list[Row] = field(default_factory=list)
+    changed: list[list[str] | None] = field(default_factory=list)  # per image: what its update changed (None: all)
 
 
 def effect_of(
@@ -39,5 +42,9 @@ def effect_of(
         new = None if row[DELETED] else {c: row[c] for c in columns}
         if old == new:
             continue  # a re-delivered row or a touch: no view can see a difference
-        effect.images.extend(image for image in (old, new) if image is not None)
+        changed = None if old is None or new is None else [c for c in columns if old[c] != new[c]]
+        for image in (old, new):
+            if image is not None:
+                effect.images.append(image)
+                effect.changed.append(changed)
     return effect

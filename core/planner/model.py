@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import cached_property
 
 import sqlglot
@@ -133,6 +134,20 @@ class ViewPlan(BaseModel):
     def reads(self, table: str) -> frozenset[str]:
         """Columns of `table` the view's SQL mentions (through any alias of a read of it)."""
         return self._columns_read.get(table, frozenset())
+
+    @cached_property
+    def reads_known(self) -> bool:
+        """Whether `reads` names every column the body can read: each column qualified by its alias,
+        and no `*` (but `count(*)`'s). Then an update of other columns cannot change the view."""
+        tree = sqlglot.parse_one(self.body, read="spark")
+        if any(not isinstance(star.parent, exp.Count) for star in tree.find_all(exp.Star)):
+            return False
+        return all(column.table for column in tree.find_all(exp.Column))
+
+    def reached_by_change(self, table: str, changed: Sequence[str] | None) -> bool:
+        """Whether a change of `table` that changed the columns `changed` (None: a row appeared or
+        went) can change the view."""
+        return changed is None or not self.reads_known or not self.reads(table).isdisjoint(changed)
 
     @cached_property
     def _columns_read(self) -> dict[str, frozenset[str]]:

@@ -24,6 +24,7 @@ from lakemv.core.batch.journal import Journal, TablePlan
 from lakemv.core.batch.plan import table_plan
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.cdc.changeset import change_values
+from lakemv.core.cdc.effects import CHANGED
 from lakemv.core.planner.retention import Need
 from lakemv.core.sql.quote import q
 from lakemv.core.state.store import Store
@@ -169,7 +170,9 @@ class ScanBackend:
         try:
             for table in sorted(changed):
                 relations[table] = f"_lmv_images_{table}"
-                spark.createDataFrame(plans[table].images).createOrReplaceTempView(relations[table])
+                images = plans[table].images
+                images = images.drop_columns([CHANGED]) if CHANGED in images.column_names else images
+                spark.createDataFrame(images).createOrReplaceTempView(relations[table])
             return {m.plan.name: m.apply(relations, unit, position) for m in scanned}
         finally:
             for relation in relations.values():

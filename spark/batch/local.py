@@ -21,6 +21,7 @@ from lakemv.core.batch.journal import TablePlan
 from lakemv.core.batch.plan import mirror_rows, now_micros, table_plan
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.cdc.changeset import change_values
+from lakemv.core.cdc.effects import CHANGED
 from lakemv.core.cdc.events import lowest
 from lakemv.core.planner.retention import horizon, settles
 from lakemv.core.sql.quote import q
@@ -230,6 +231,7 @@ class LocalStateBackend(ScanBackend):
         ctx = self.ctx
         views: dict[str, ViewResult] = {}
         images = {t: rows_of(plans[t].images, self.store.mirrors[t].column_names) for t in changed if t in self.store.mirrors}
+        updated = {t: plans[t].images.column(CHANGED).to_pylist() for t in images if CHANGED in plans[t].images.column_names}
         served = {m.plan.name: m for m in ctx.maintainers if m.plan.name in self.indexed and (images or self.indexed[m.plan.name].budget)}
         if due is not None:
             served = {name: m for name, m in served.items() if name in due}
@@ -239,7 +241,7 @@ class LocalStateBackend(ScanBackend):
         gap = deferral.period(self._starts)  # when the next batch is expected: views that wait judge their budget by it
         if served:
             done = concurrently(
-                ctx.spark, lambda name: self._indexed_view(served[name], images, unit, position, now, gap), sorted(served), ctx.view_workers
+                ctx.spark, lambda name: self._indexed_view(served[name], images, updated, unit, position, now, gap), sorted(served), ctx.view_workers
             )
             views.update(zip(sorted(served), done, strict=True))
         if changed:
@@ -262,7 +264,7 @@ class LocalStateBackend(ScanBackend):
         """Whether a view waits for its freshness budget (every batch may make it due)."""
         return any(v.budget is not None for v in self.indexed.values())
 
-    def _indexed_view(self, maintainer: ViewMaintainer, images, unit: WriteUnit, position: int | None, now: int, gap: int) -> ViewResult:  # noqa: ANN001
+    def _indexed_view(self, maintainer: ViewMaintainer, images, updated, unit: WriteUnit, position: int | None, now: int, gap: int) -> ViewResult:  # noqa: ANN001
         """A view the store serves: paused and resumed like any view, otherwise maintained from the store."""
         state = read_state(self.ctx.spark, maintainer.table)
         if state.state == "paused":
@@ -272,4 +274,4 @@ class LocalStateBackend(ScanBackend):
             assert self.sync is not None
             self.sync.reload(f"view:{maintainer.plan.name}")
             return result
-        return self.indexed[maintainer.plan.name].apply(images, unit, position, state, now, gap)
+        return self.indexed[maintainer.plan.name].apply(images, unit, position, state, now, gap, updated)

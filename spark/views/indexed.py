@@ -74,14 +74,17 @@ class IndexedView:
         return pa.schema([schema.field(k) for k in self.plan.key_names])
 
     def apply(
-        self, images: Mapping[str, list[Values]], unit: WriteUnit, position: int | None, state: ViewState, now: int = 0, gap: int = 0
+        self, images: Mapping[str, list[Values]], unit: WriteUnit, position: int | None, state: ViewState, now: int = 0, gap: int = 0,
+        updated: Mapping[str, list[list[str] | None]] | None = None,
     ) -> ViewResult:
         """Recompute the keys the images reach and write what changed (inside the batch's tagged block).
         A view with a freshness `budget` adds them to its pending keys instead until it is due: the
-        batch starts at `now` (epoch micros), the next is expected `gap` micros later."""
+        batch starts at `now` (epoch micros), the next is expected `gap` micros later. `updated`: per
+        table, the columns each image's update changed (lakemv.core.cdc.effects.CHANGED): an update of
+        columns the view does not read reaches none of its keys."""
         started = time.perf_counter()
         parts = self.store.mirrors
-        images = {t: rows for t, rows in images.items() if self.plan.reached_by(t)}
+        images = {t: self._reaching(t, rows, (updated or {}).get(t)) for t, rows in images.items() if self.plan.reached_by(t)}
         keys, anchor_rows = reach(self.plan, self.route, parts, self.store, images)
         if anchor_rows:
             keys |= self._evaluate_keys(anchor_rows)
@@ -135,6 +138,12 @@ class IndexedView:
         self._record(diff, unit)
         crash_point(f"state:{self.plan.name}", unit.batch_id)
         return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)}, rows_read=rows_read)
+
+    def _reaching(self, table: str, rows: list[Values], changed: list[list[str] | None] | None) -> list[Values]:
+        """The images of `table` whose change the view can see (all, when what changed is not known)."""
+        if changed is None:
+            return rows
+        return [row for row, columns in zip(rows, changed, strict=True) if self.plan.reached_by_change(table, columns)]
 
     def _places(self, held: list[Values], unit: WriteUnit, refresh: bool) -> tuple[int | None, list[Location]]:
         """Where the view rows of `held` live, and the view snapshot the store reflects (what the

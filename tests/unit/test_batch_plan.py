@@ -14,6 +14,7 @@ from lakemv.core.batch.journal import BatchRef, TablePlan
 from lakemv.core.batch.plan import absent_notes, advance_clocks, highest, ledger_entry, mirror_rows, table_plan
 from lakemv.core.batch.result import BatchResult, ViewResult
 from lakemv.core.cdc.changeset import ChangeSet
+from lakemv.core.cdc.effects import CHANGED
 from lakemv.core.cdc.events import STORED_DUPLICATE
 
 SOURCES = load_sources([PROJECT_ROOT / "catalog" / "sources", PROJECT_ROOT / "catalog" / "sources" / "events"])
@@ -35,10 +36,12 @@ def test_a_table_plan_keeps_the_winning_rows_and_the_images_views_see():
     incoming = [{**blank, **r} for r in incoming]
     stored = [row("a@x", "alice", 10), row("b@x", "bob", 50)]
     seen = []
-    plan = table_plan(users, changes, incoming, stored, lambda images: seen.append(images) or pa.table({"n": [len(images)]}))
+    plan = table_plan(users, changes, incoming, stored, lambda images: seen.append(images) or pa.table({"n": range(len(images))}))
     assert plan.rows.column("email").to_pylist() == ["a@x", "c@x"]  # b@x is older than what the mirror holds
     assert [i["username"] for i in seen[0]] == ["alice", "alice2", "cy"]
-    assert plan.images.column("n").to_pylist() == [3]
+    assert plan.images.column("n").to_pylist() == [0, 1, 2]
+    # an update's two images carry the columns it changed; a new row's, none (it changes every column)
+    assert plan.images.column(CHANGED).to_pylist() == [["username"], ["username"], None]
 
 
 def test_event_clocks_advance_to_the_newest_applied_event_and_stored_duplicates_are_counted():
@@ -69,3 +72,18 @@ def test_the_ledger_row_sums_up_the_unit():
     assert entry.views == {"v": (2, 1, 1)}
     assert entry.to_arrow().column("seconds").to_pylist() == [2.0]
     assert highest(plans, POSITION) == 9
+
+
+def test_an_update_of_columns_a_view_does_not_read_does_not_reach_it():
+    from lakemv.catalog.settings import LakeSettings
+    from lakemv.core.planner import plan_view
+    from lakemv.core.planner.definitions import load_views
+
+    plans = {n: plan_view(v, SOURCES) for n, v in load_views(LakeSettings().view_dirs).items()}
+    profile = plans["user_profile"]  # reads repos' description (the starred repos list it), not their star counts
+    assert profile.reads_known
+    assert not profile.reached_by_change("repos", ["star_count", "updated_at"])
+    assert profile.reached_by_change("repos", ["description", "star_count"])
+    assert profile.reached_by_change("repos", None)  # a row that appears or goes
+    loose = plans["repo_summary"].model_copy(update={"body": "SELECT owner, name FROM _lmv_occ_3"})  # (the planner qualifies every column)
+    assert not loose.reads_known and loose.reached_by_change("repos", ["star_count"])  # an unqualified column: every change counts
