@@ -34,6 +34,8 @@ class PostgresServer:
         return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
     def _pg(self, tool: str, *args: str) -> subprocess.CompletedProcess:
+        if os.geteuid() == 0 and self.postgres_home.parent.exists():
+            self._reach(self.postgres_home)  # again: a chmod of a folder above may have masked its ACL since
         command = [*self._as_postgres(), str(self._pg_bin() / tool), *args]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
@@ -49,15 +51,21 @@ class PostgresServer:
         """As root, the server runs as `postgres`, who may not pass a folder above the stack's (/root,
         pytest's 0700 temp dirs): each such folder gets an ACL entry letting postgres through (execute
         only, nothing listed or read). An earlier version kept the data under the temp dir: it moves."""
+        self._reach(home)
+        digest = hashlib.sha1(str(self.folder).encode()).hexdigest()[:12]
+        earlier = Path(tempfile.gettempdir()) / f"lakemv-postgres-{digest}"
+        if earlier.is_dir() and not home.exists():
+            shutil.move(str(earlier), str(home))
+
+    def _reach(self, home: Path) -> None:
+        """Let `postgres` pass every folder above `home` (an ACL entry; `setfacl -m` also restores the
+        ACL's mask, which a later `chmod go-rwx` of the folder - pytest does that to its temp root when
+        another worker starts - sets to nothing, locking postgres out of a running server's data)."""
         for parent in reversed(home.parents):
             if subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(parent)], capture_output=True).returncode:
                 done = subprocess.run(["setfacl", "-m", "u:postgres:x", str(parent)], capture_output=True, text=True)
                 if done.returncode:
                     raise StackError(f"PostgreSQL's user cannot reach {home}: setfacl failed ({done.stderr.strip()}); use a --dir it can reach")
-        digest = hashlib.sha1(str(self.folder).encode()).hexdigest()[:12]
-        earlier = Path(tempfile.gettempdir()) / f"lakemv-postgres-{digest}"
-        if earlier.is_dir() and not home.exists():
-            shutil.move(str(earlier), str(home))
 
     def _start_postgres(self) -> None:
         home = self.postgres_home
