@@ -15,6 +15,7 @@ import typer
 
 from lakemv.catalog.settings import unknown_variables
 from lakemv.core.errors import ConfigError
+from lakemv.core.runtime import lifecycle
 from lakemv.flows.console import console, err_console, error_line
 from lakemv.flows.context import Lake
 from lakemv.flows.progress import terminal
@@ -74,6 +75,8 @@ def _run_flow(ctx: typer.Context, flow: str, *, spark: bool = False, **parameter
             from prefect.logging.handlers import APILogWorker
 
             APILogWorker.drain_all(timeout=5)
+            if api.name is not None:  # a temporary API: it shuts down while Spark stops, not after
+                lifecycle.ask_to_stop(api.name)
 
 
 def _stack_commands() -> None:

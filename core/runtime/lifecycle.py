@@ -208,6 +208,14 @@ def stop_child(name: str, timeout: float = 10.0) -> None:
         _wait_or_kill(process, timeout)
 
 
+def ask_to_stop(name: str) -> None:
+    """Ask one child to stop now, without waiting (the exit waits for it, with the others)."""
+    with _lock:
+        process = _children.get(name)
+    if process is not None:
+        _ask_to_stop(process)
+
+
 def stop_children(timeout: float = 5.0) -> None:
     """Stop every child, newest first: ask each (stdin EOF or SIGTERM), wait, then kill."""
     with _lock:
@@ -340,4 +348,13 @@ def finish(code: int) -> None:
         stop_children()
         reap_descendants()
         hard_exit(code)
-    sys.exit(code)
+    # A normal exit runs the exit handlers now, in their order (Spark's orderly stop, Prefect's, then
+    # the children), and then leaves without the interpreter's teardown: after a flow run, finalizing
+    # every module and object took 0.8 s of a 10 s `ingest --once`, and nothing is left to write.
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    threading._shutdown()  # type: ignore[attr-defined]  # as the interpreter's exit: wait for non-daemon threads
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
