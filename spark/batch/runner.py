@@ -98,13 +98,19 @@ class BatchProcessor:
         self.sources = dict(sources)
         self.journal = journal
         ensure_namespaces(spark, names)
-        ensure_dead_letters(spark, names)
-        ensure_ledger(spark, names)
-        for name, source in list(self.sources.items()):
-            ensure_mirror(spark, names, source)
-            self.sources[name] = evolved_source(spark, names, source)
         if views:
             ensure_view_namespace(spark, names)
+
+        def ensure(table: str) -> None:  # the tables side by side: each start-up step is a metadata round trip
+            if table == names.dead_letters:
+                ensure_dead_letters(spark, names)
+            elif table == names.ledger:
+                ensure_ledger(spark, names)
+            else:
+                ensure_mirror(spark, names, self.sources[table])
+                self.sources[table] = evolved_source(spark, names, self.sources[table])
+
+        concurrently(spark, ensure, [names.dead_letters, names.ledger, *self.sources], view_workers)
         self.maintainers = [ViewMaintainer(spark, names, self.sources, plan) for plan in views]
         # Per event source, the newest event time admitted: its watermark trails it by the lateness.
         self.clocks: dict[str, int | None] = event_clocks(spark, names, self.sources)
@@ -116,7 +122,8 @@ class BatchProcessor:
             spark, names, self.sources, self.maintainers, journal, direct, appends, {table for plan in views for table in plan.tables},
             {t: source_needs(t, views) for t in self.clocks}, view_workers, self.watermarks,
         )  # fmt: skip
-        self.built = [r for r in (m.ensure() for m in self.maintainers) if r is not None]
+        ensured = concurrently(spark, lambda name: by_name[name].ensure(), list(by_name := {m.plan.name: m for m in self.maintainers}), view_workers)
+        self.built = [r for r in ensured if r is not None]
         self.backend = choose_backend(self.context, store)
 
     # What the tests and benchmarks look at.

@@ -21,7 +21,7 @@ from pyspark.sql.types import StructField, StructType
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.tables import TABLE_PROPERTIES, TableNames, live_rows_sql
-from lakemv.catalog.viewstate import ViewState
+from lakemv.catalog.viewstate import STATE, ViewState
 from lakemv.core.batch.records import FEED
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import ViewPlan
@@ -83,9 +83,8 @@ class ViewMaintainer(ViewWriter):
     def _exists(self, table: str) -> bool:
         return self.spark.catalog.tableExists(table)
 
-    def _fingerprint(self) -> str | None:
-        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.table}").collect()
-        return next((r["value"] for r in rows if r["key"] == FINGERPRINT), None)
+    def _properties(self) -> dict[str, str]:
+        return {r["key"]: r["value"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {self.table}").collect()}
 
     def _create(self, schema: StructType, replace: bool) -> None:
         nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
@@ -97,26 +96,28 @@ class ViewMaintainer(ViewWriter):
                 writer = writer.tableProperty(key, value)
             writer.createOrReplace() if replace else writer.create()
 
-    def prepare(self) -> bool:
-        """Create or reshape the view's tables; True when the table holds this definition's rows."""
+    def prepare(self, properties: Mapping[str, str] | None = None) -> bool:
+        """Create or reshape the view's tables; True when the table holds this definition's rows.
+        `properties`: the view table's, when the caller has just read them (it exists)."""
         schema = self.recompute().schema  # analysis only, no job
-        if not self._exists(self.table):
+        if properties is None and not self._exists(self.table):
             self._create(schema, replace=False)
             return False
         if _signature(self.spark.table(self.table).schema) != _signature(schema):
             self._create(schema, replace=True)
             return False
-        return self._fingerprint() == self.plan.fingerprint
+        return (properties if properties is not None else self._properties()).get(FINGERPRINT) == self.plan.fingerprint
 
     def ensure(self) -> ViewResult | None:
         """Create the view's tables if needed and build the view when it is new or its SQL changed.
 
         A view a backfill holds is left alone; one a backfill has just published is caught up.
         """
-        state = read_state(self.spark, self.table) if self._exists(self.table) else ViewState()
+        properties = self._properties() if self._exists(self.table) else None  # (one catalog read for state and fingerprint)
+        state = ViewState.parse((properties or {}).get(STATE))
         if state.state == "paused":
             return ViewResult(self.plan.name, 0, paused=True, note=f"paused by {state.by}")
-        if not self.prepare():  # new, or its SQL changed: a rebuild covers any pending catch-up
+        if not self.prepare(properties):  # new, or its SQL changed: a rebuild covers any pending catch-up
             result = self.rebuild(prepared=True)
             if state.state == "resume":
                 write_state(self.spark, self.table, ViewState())
