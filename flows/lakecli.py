@@ -88,15 +88,20 @@ def views(
     ctx: typer.Context,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,  # noqa: A002
 ) -> None:
-    """List the view definitions: name, key, tables read, file."""
+    """List the view definitions: name, key, tables read, how often it is maintained, file."""
     import pyarrow as pa
 
+    from lakemv.core.batch.deferral import budget
+    from lakemv.core.durations import format_duration
+
     plans = ctx.obj.checked_plans().values()
+    waits = [budget(p, ctx.obj.settings.local_state) for p in plans]
     table = pa.table(
         {
             "view": [p.name for p in plans],
             "key": [", ".join(p.key_names) for p in plans],
             "reads": [", ".join(p.tables) for p in plans],
+            "maintained": ["every batch" if w is None else f"within {format_duration(w)}" for w in waits],
             "file": [os.path.relpath(p.definition.location) if p.definition.location else None for p in plans],
         }
     )
