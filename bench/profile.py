@@ -5,6 +5,7 @@ optional JVM profile. For before/after figures of one optimization, run it befor
     .venv/bin/python -m bench.profile --users 100000 --jfr        # ... plus where the JVM's CPU went
     .venv/bin/python -m bench.profile --users 100000 --conf spark.sql.adaptive.enabled=false
     .venv/bin/python -m bench.profile --users 100000 --views 32   # the many-views measure, view by view
+    .venv/bin/python -m bench.profile --users 100000 --views 32 --freshness '1 hour'   # 31 of them waiting
 
 The first run loads the snapshot and keeps a pristine copy of the lake under `--root`; later runs
 restore it, so every run measures identical batches on identical tables. Prints per-batch step
@@ -29,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.suite import RESULTS, Scale
+from lakemv.core.durations import parse_duration
 from lakemv.spark.batch.runner import VIEW_WORKERS
 
 CATEGORIES = (  # first match wins, over the whole sampled stack
@@ -68,6 +70,7 @@ def main() -> None:
     parser.add_argument("--scan", action="store_true", help="without the local state (every lookup scans Iceberg)")
     parser.add_argument("--no-direct", action="store_true", help="with the local state, but Spark MERGEs instead of direct commits")
     parser.add_argument("--views", type=int, default=1, help="maintain this many views (bench.suite's copies of every shape)")
+    parser.add_argument("--freshness", help="with --views: every view but user_profile waits for this budget, e.g. '1 hour'")
     args = parser.parse_args()
     console = Console()
     work, pristine = args.root / f"users-{args.users}", args.root / f"pristine-{args.users}"
@@ -85,7 +88,7 @@ def main() -> None:
         scale.workload = pickle.loads((work / "workload.pickle").read_bytes())  # noqa: S301 - our own file
         scale.build()
     if args.views > 1:
-        scale.many(args.views)
+        scale.many(args.views, parse_duration(args.freshness) if args.freshness else None)
     for item in args.conf:
         key, _, value = item.partition("=")
         scale.spark.conf.set(key, value)
@@ -118,7 +121,7 @@ def main() -> None:
             steps = ", ".join(f"{k} {statistics.median(r['steps'].get(k, 0.0) for r in runs):.2f}" for k in kinds)
             by_view.add_row(name, f"{statistics.median(r['keys'] for r in runs):,.0f}", f"{statistics.median(r['seconds'] for r in runs):.3f}", steps)
         console.print(by_view)
-    summary = {"users": args.users, "conf": args.conf, "batches": measured,
+    summary = {"users": args.users, "conf": args.conf, "views": args.views, "freshness": args.freshness, "batches": measured,
                "median_seconds": statistics.median(b["seconds"] for b in measured),
                "median_cpu_seconds": statistics.median(b["cpu_seconds"] for b in measured)}  # fmt: skip
     if args.jfr:

@@ -166,7 +166,7 @@ def batch_figures(result: BatchResult, figures: dict[str, Any]) -> dict[str, Any
         **figures,
         "events": result.events,
         "merged": dict(result.merged),
-        "keys_affected": view.keys if view else 0,
+        "keys_affected": (view.keys or 0) if view else 0,
         "view_upserts": view.upserts if view else 0,
         "view_deletes": view.deletes if view else 0,
         "view_seconds": round(view.seconds, 3) if view else 0.0,
@@ -500,9 +500,10 @@ class Scale:
         processor = BatchProcessor(self.spark, self.names, self.sources, plans, store=store, view_workers=self.args.view_workers, direct=self.direct)
         return processor, store
 
-    def many(self, count: int) -> None:
-        """From here on, batches maintain `count` views of mixed shapes (bench.profile --views)."""
-        self.processor, _ = self._views_processor(copies(load_views(self.settings.view_dirs), self.sources, count), "many")
+    def many(self, count: int, freshness: int | None = None) -> None:
+        """From here on, batches maintain `count` views of mixed shapes (bench.profile --views), all but
+        user_profile with the freshness budget `freshness` (micros), if given."""
+        self.processor, _ = self._views_processor(copies(load_views(self.settings.view_dirs), self.sources, count, freshness), "many")
 
     def many_views(self) -> dict[str, Any]:
         """What one more view costs a batch: the median 1k-change batch with `--views` views of mixed

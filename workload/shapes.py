@@ -213,9 +213,12 @@ def shape_view(name: str, copy_of: str | None = None) -> ViewDefinition:
     return parse_view(f"-- @key: {key}\n{sql}", name)
 
 
-def copies(shipped: Mapping[str, ViewDefinition], sources: Mapping[str, SourceTable], count: int) -> list[ViewPlan]:
+def copies(
+    shipped: Mapping[str, ViewDefinition], sources: Mapping[str, SourceTable], count: int, freshness: int | None = None
+) -> list[ViewPlan]:
     """`count` view plans: the shipped views first, then the indexed shapes, then numbered copies of
-    them all in turn (`user_profile_2`, ...), so a batch maintains `count` views of mixed shapes."""
+    them all in turn (`user_profile_2`, ...), so a batch maintains `count` views of mixed shapes.
+    `freshness`: a budget (micros) for every view but `user_profile` (lakemv.core.batch.deferral)."""
     kinds = [(name, definition.sql, definition.key) for name, definition in sorted(shipped.items())]
     kinds += [(name, sql, tuple(k.strip() for k in key.split(","))) for name, (key, sql) in SHAPES.items() if name not in SCANNED]
     plans: list[ViewPlan] = []
@@ -223,5 +226,6 @@ def copies(shipped: Mapping[str, ViewDefinition], sources: Mapping[str, SourceTa
         name, sql, key = kinds[number % len(kinds)]
         round_ = number // len(kinds)
         view = name if round_ == 0 else f"{name}_{round_ + 1}"
-        plans.append(plan_view(ViewDefinition(name=view, key=key, sql=sql), sources))
+        budget = freshness if view != "user_profile" else None
+        plans.append(plan_view(ViewDefinition(name=view, key=key, sql=sql, freshness=budget), sources))
     return plans
