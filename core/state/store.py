@@ -274,10 +274,20 @@ class Store(FilePlaces):
                 if any(v[0] is None for v in wanted):
                     yield from self._db.execute(f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {column} IS NULL{alive}")
                 return
-            where = " AND ".join(f"{ansi_ident(c)} IS ?" if ns else f"{ansi_ident(c)} = ?" for c, ns in zip(columns, null_safe, strict=True))
-            sql = f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {where}{alive}"
-            for value in wanted:
-                yield from self._db.execute(sql, [index_value(v) for v in value])
+            # several columns: the wanted tuples as a VALUES list joined to the part, each seeking its
+            # index (CROSS JOIN keeps the list outside: SQLite never scans the part), CHUNK parameters a statement
+            on = " AND ".join(
+                f"m.{ansi_ident(c)} IS w.c{i}" if ns else f"m.{ansi_ident(c)} = w.c{i}" for i, (c, ns) in enumerate(zip(columns, null_safe, strict=True))
+            )
+            listed, row = ", ".join(f"c{i}" for i in range(len(columns))), "(" + ", ".join("?" for _ in columns) + ")"
+            per = max(1, CHUNK // len(columns))
+            for start in range(0, len(wanted), per):
+                chunk = wanted[start : start + per]
+                sql = (
+                    f"WITH w({listed}) AS (VALUES {', '.join(row for _ in chunk)}) "
+                    f"SELECT m._row, m._pos, m._del, m._file, m._at FROM w CROSS JOIN {name} AS m ON {on}{alive.replace('_del', 'm._del')}"
+                )
+                yield from self._db.execute(sql, [index_value(v) for value in chunk for v in value])
 
     # ---- view digests --------------------------------------------------------------------------------
     def digests(self, view: str, keys: Sequence[Values]) -> dict[Values, str]:

@@ -186,6 +186,18 @@ def test_store_lookups_match_sql_equality_in_chunks_and_null_safe_when_asked(sou
     assert sorted(r[0] for r in store.lookup("t", ("g", "h"), [("g1", None)], (False, True))) == [1, 701, 1401]  # <=> NULL
     assert store.lookup("t", ("g", "h"), [("g1", None)], (False, False)) == []
     assert [r[0] for r in store.lookup("t", ("g", "h"), [("g2", 702)], (False, False))] == [702]
+    # several columns: one statement per chunk of tuples (a VALUES list joined to the part), same answer
+    pairs = [(f"g{i % 700}", i) for i in range(0, 2000, 2)] + [("g1", None), ("nope", 1)]
+    found = store.lookup("t", ("g", "h"), pairs, (False, True))
+    assert sorted(r[0] for r in found) == sorted([*range(0, 2000, 2), 1, 701, 1401])  # each row once
+    assert len(store.lookup("t", ("g", "h"), pairs, (False, False))) == 1000  # `=`: no NULL matches
+    statements: list[str] = []  # the part is searched through its index, never scanned
+    store._db.set_trace_callback(statements.append)
+    store.lookup("t", ("g", "h"), [("g1", 1), ("g3", 3)], (False, False))
+    store._db.set_trace_callback(None)
+    [statement] = [s for s in statements if s.startswith("WITH")]
+    plan = [row[-1] for row in store._db.execute(f"EXPLAIN QUERY PLAN {statement}")]
+    assert any(step.startswith("SEARCH m USING INDEX") for step in plan) and not any(step.startswith("SCAN m") for step in plan), plan
     stored = store.stored("t", [(5,), (99999,)])
     assert set(stored) == {(5,)} and stored[(5,)].position == 5 and not stored[(5,)].deleted
     store.put_rows("t", [((5, None, None), 9, True)])  # a tombstone replaces the row
