@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from lakemv.core.durations import format_duration
 from lakemv.core.planner.model import ViewPlan
 from lakemv.core.state.layout import route
+from lakemv.core.state.store import Pending
 
 
 def refusal(plan: ViewPlan, indexed: bool) -> str | None:
@@ -53,6 +54,17 @@ def due(since: int | None, now: int, budget: int, gap: int) -> bool:
     not know what is pending) is maintained in the batch starting at `now`: the next batch, expected
     `gap` micros later, would show that key past the `budget`."""
     return since is None or now + gap >= since + budget
+
+
+def is_due(pending: Pending, now: int, budget: int, gap: int) -> bool:
+    """`due` for a view's `pending` keys at a batch starting at `now`: with none waiting yet, the
+    batch's own keys would start waiting `now`; a state that does not know what waits: at once."""
+    return not pending.known or due(waiting_since(pending, now), now, budget, gap)
+
+
+def waiting_since(pending: Pending, now: int) -> int:
+    """Since when the view's oldest key waits, `now` when none does yet."""
+    return pending.since if pending.since is not None else now
 
 
 def waiting(since: int | None, now: int, budget: int) -> str:

@@ -280,12 +280,13 @@ class Store(FilePlaces):
                 f"m.{ansi_ident(c)} IS w.c{i}" if ns else f"m.{ansi_ident(c)} = w.c{i}" for i, (c, ns) in enumerate(zip(columns, null_safe, strict=True))
             )
             listed, row = ", ".join(f"c{i}" for i in range(len(columns))), "(" + ", ".join("?" for _ in columns) + ")"
+            alive_m = " AND m._del = 0" if live else ""
             per = max(1, CHUNK // len(columns))
             for start in range(0, len(wanted), per):
                 chunk = wanted[start : start + per]
                 sql = (
                     f"WITH w({listed}) AS (VALUES {', '.join(row for _ in chunk)}) "
-                    f"SELECT m._row, m._pos, m._del, m._file, m._at FROM w CROSS JOIN {name} AS m ON {on}{alive.replace('_del', 'm._del')}"
+                    f"SELECT m._row, m._pos, m._del, m._file, m._at FROM w CROSS JOIN {name} AS m ON {on}{alive_m}"
                 )
                 yield from self._db.execute(sql, [index_value(v) for value in chunk for v in value])
 
@@ -335,7 +336,7 @@ class Store(FilePlaces):
 
     # ---- deferred views (lakemv.core.batch.deferral) ----------------------------------------------------
     def pending(self, view: str) -> Pending:
-        """The view's pending keys (oldest first) and since when they wait."""
+        """The view's pending keys (in key order) and since when the oldest of them waits."""
         with self._lock:
             row = self._db.execute("SELECT since FROM deferred WHERE view = ?", (view,)).fetchone()
             if row is None:

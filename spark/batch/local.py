@@ -255,7 +255,7 @@ class LocalStateBackend(ScanBackend):
         for name, view in sorted(self.indexed.items()):
             if view.budget is not None:
                 pending = self.store.pending(name)
-                if not pending.known or (pending.keys and deferral.due(pending.since, now, view.budget, gap)):
+                if (pending.keys or not pending.known) and deferral.is_due(pending, now, view.budget, gap):
                     found.append(name)
         return found
 

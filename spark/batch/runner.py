@@ -122,7 +122,8 @@ class BatchProcessor:
             spark, names, self.sources, self.maintainers, journal, direct, appends, {table for plan in views for table in plan.tables},
             {t: source_needs(t, views) for t in self.clocks}, view_workers, self.watermarks,
         )  # fmt: skip
-        ensured = concurrently(spark, lambda name: by_name[name].ensure(), list(by_name := {m.plan.name: m for m in self.maintainers}), view_workers)
+        by_name = {m.plan.name: m for m in self.maintainers}
+        ensured = concurrently(spark, lambda name: by_name[name].ensure(), list(by_name), view_workers)
         self.built = [r for r in ensured if r is not None]
         self.backend = choose_backend(self.context, store)
 

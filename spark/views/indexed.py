@@ -96,13 +96,13 @@ class IndexedView:
         whole = False
         if self.budget is not None:  # a view that waits for its freshness budget (lakemv.core.batch.deferral)
             pending = self.store.pending(self.plan.name)
-            if pending.known and not deferral.due(pending.since if pending.keys else now, now, self.budget, gap):
+            if not deferral.is_due(pending, now, self.budget, gap):
                 if not keys and not pending.keys:  # nothing waits: the view is current
                     return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
                 if keys:
                     self.store.defer(self.plan.name, keys, now)
                     crash_point(f"deferred:{self.plan.name}", unit.batch_id)
-                note = deferral.waiting(pending.since if pending.keys else now, now, self.budget)
+                note = deferral.waiting(deferral.waiting_since(pending, now), now, self.budget)
                 return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=steps, deferred=True, note=note)
             keys |= set(pending.keys)
             whole = not pending.known  # the state lost what was pending: diff the whole view

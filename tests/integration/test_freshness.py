@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from lakemv.catalog.settings import PROJECT_ROOT
 from lakemv.core.batch.journal import Journal
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
@@ -20,7 +21,7 @@ from tests.cdc import at, dbz, user
 from tests.integration.test_view_properties import assert_views_are_fresh
 
 HOUR = 3_600_000_000
-PROFILE = open("views/user_profile.sql").read().replace("-- @key: email", "-- @key: email\n-- @freshness: 1 hour")
+PROFILE = (PROJECT_ROOT / "views" / "user_profile.sql").read_text().replace("-- @key: email", "-- @key: email\n-- @freshness: 1 hour")
 COUNTS = "-- @key: username\nSELECT s.username, count(*) AS stars FROM stars s GROUP BY s.username"
 
 

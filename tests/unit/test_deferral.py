@@ -3,10 +3,9 @@ the store's pending keys, and what `explain` and a batch line say (lakemv.core.b
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from lakemv.catalog.settings import PROJECT_ROOT
 from lakemv.core.batch import deferral
 from lakemv.core.batch.journal import BatchRef
 from lakemv.core.batch.plan import ledger_entry
@@ -18,7 +17,7 @@ from lakemv.core.planner.explain import explain
 from lakemv.core.state.layout import ViewPart
 from lakemv.core.state.store import Store
 
-PROFILE = Path("views/user_profile.sql").read_text()
+PROFILE = (PROJECT_ROOT / "views" / "user_profile.sql").read_text()
 SECOND = 1_000_000
 
 
