@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from lakemv.core.errors import ConfigError
+from lakemv.core.runtime.files import replace_file
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 
@@ -166,13 +167,7 @@ class LocalLocation(Location):
         return self.path.read_bytes()
 
     def write_bytes(self, data: bytes) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        replace_file(self.path, data, durable=True)
 
     def children(self) -> list[str]:
         try:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from lakemv.catalog.storage import Location
 from lakemv.core.errors import LakemvError
+from lakemv.core.runtime.files import replace_file
 
 
 class LakeBusy(LakemvError):
@@ -238,9 +239,7 @@ class CommitTurns:
         """The stream's record: whether it waits for a turn, and (`ran`) one unit more."""
         state = self._state()
         state.update(waiting=waiting, units=int(state.get("units", 0)) + ran)
-        temporary = self.stream.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(state))
-        os.replace(temporary, self.stream)
+        replace_file(self.stream, json.dumps(state))
 
     @contextmanager
     def unit(self) -> Iterator[Callable[[], float]]:

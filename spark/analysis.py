@@ -18,6 +18,7 @@ from pathlib import Path
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
 from lakemv.core.errors import ViewDefinitionError
+from lakemv.core.runtime.files import replace_file
 from lakemv.core.sql.quote import q
 
 RECORD = Path("_lakemv") / "view-analysis.json"
@@ -71,10 +72,7 @@ def _read(path: Path) -> dict[str, list | None]:
 
 def _write(path: Path, record: Mapping[str, list | None]) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
-        temporary.replace(path)
+        replace_file(path, json.dumps(record, sort_keys=True))
     except OSError:
         pass  # a cache: a warehouse we cannot write only costs the next command a JVM
 

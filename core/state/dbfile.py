@@ -13,11 +13,11 @@ vouches for a file it did not see.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from pathlib import Path
 
 from lakemv.core.errors import ConfigError
+from lakemv.core.runtime.files import replace_file
 
 _PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-262144", "temp_store=MEMORY")
 
@@ -82,6 +82,4 @@ def close_sealed(db: sqlite3.Connection, path: str) -> None:
     if busy or path == ":memory:":
         return
     file = Path(path)
-    temporary = _seal_path(file).with_suffix(".tmp")
-    temporary.write_text(json.dumps(_stamp(file)))
-    os.replace(temporary, _seal_path(file))
+    replace_file(_seal_path(file), json.dumps(_stamp(file)))

@@ -17,6 +17,7 @@ import pytest
 from lakemv.catalog import writer
 from lakemv.catalog.storage import LocalLocation
 from lakemv.catalog.writer import CommitTurns, LakeBusy, WriterLease, lock_path, writer_lock
+from lakemv.core.runtime.files import replace_file
 
 HOLD = """
 import sys, time
@@ -212,3 +213,24 @@ def test_a_held_lease_is_renewed_and_a_takeover_is_noticed(tmp_path, monkeypatch
     finally:
         lease.release()
     assert json.loads(lease.location.read_text())["token"] == "other"  # another's lease is left alone
+
+
+def test_threads_replacing_one_file_never_leave_a_mix(tmp_path):
+    """A renewal thread and a takeover in one process each replace the lease whole."""
+    target = tmp_path / "lease.json"
+    documents = [json.dumps({"token": str(n) * (n + 1)}) for n in range(4)]
+
+    def replace(document: str) -> None:
+        for _ in range(200):
+            replace_file(target, document)
+
+    threads = [threading.Thread(target=replace, args=(d,)) for d in documents]
+    for thread in threads:
+        thread.start()
+    seen = set()
+    while any(thread.is_alive() for thread in threads):
+        seen.add(target.read_text() if target.exists() else documents[0])
+    for thread in threads:
+        thread.join()
+    assert seen <= set(documents)
+    assert [p.name for p in tmp_path.iterdir()] == ["lease.json"]  # no temporary file left behind
