@@ -7,12 +7,18 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.tables import TableNames, tblproperties_sql
-from lakemv.core.batch.records import DEAD_LETTERS, LEDGER
-from lakemv.core.types import schema_ddl
+from lakemv.core.batch.records import DEAD_LETTERS, LEDGER, VIEW_STRUCT
+from lakemv.core.types import schema_ddl, spark_ddl
 
 
 def ensure_ledger(spark: SparkSession, names: TableNames) -> None:
+    """The ledger, created, or given the fields of its `views` entries that a lake made by an older
+    lakemv lacks (how each view was maintained: lakemv.core.batch.records.VIEW_STRUCT)."""
     spark.sql(f"CREATE TABLE IF NOT EXISTS {names.ledger} ({schema_ddl(LEDGER)}) USING iceberg TBLPROPERTIES ({tblproperties_sql()})")
+    has = set(spark.table(names.ledger).schema["views"].dataType.elementType.fieldNames())
+    for field in VIEW_STRUCT:
+        if field.name not in has:
+            spark.sql(f"ALTER TABLE {names.ledger} ADD COLUMN views.element.{field.name} {spark_ddl(field.type)}")
 
 
 def ensure_dead_letters(spark: SparkSession, names: TableNames) -> None:

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.tables import DELETED, POSITION, SOURCE_TS
 from lakemv.core.batch.journal import BatchRef, TablePlan
-from lakemv.core.batch.records import LedgerEntry, TableEntry
+from lakemv.core.batch.records import LedgerEntry, TableEntry, ViewEntry
 from lakemv.core.batch.result import BatchResult
 from lakemv.core.cdc.changeset import ChangeSet
 from lakemv.core.cdc.effects import CHANGED, effect_of
@@ -110,7 +110,9 @@ def ledger_entry(
 ) -> LedgerEntry:
     """The ledger row of a finished unit."""
     tables = {t: TableEntry(p.rows.num_rows, column_max(p.rows, POSITION), column_max(p.rows, SOURCE_TS)) for t, p in plans.items()}
-    views = {v.view: (v.keys or 0, v.upserts, v.deletes) for v in result.views.values() if not v.deferred}  # those it maintained
+    views = {  # those it maintained
+        v.view: ViewEntry(v.keys or 0, v.upserts, v.deletes, v.way, v.reason, round(v.seconds, 3)) for v in result.views.values() if not v.deferred
+    }
     return LedgerEntry(
         stream_id=ref.stream,
         batch_id=ref.batch,

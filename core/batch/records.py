@@ -21,7 +21,11 @@ from lakemv.core.cdc.changeset import DeadLetter
 
 _TS = pa.timestamp("us", tz="UTC")
 TABLE_STRUCT = pa.struct([("name", pa.string()), ("changes", pa.int64()), ("max_position", pa.int64()), ("max_source_ts", _TS)])
-VIEW_STRUCT = pa.struct([("name", pa.string()), ("keys", pa.int64()), ("upserts", pa.int64()), ("deletes", pa.int64())])
+# per maintained view: how (`plan`: 'incremental' or 'whole', lakemv.core.batch.choice), why, and in how long
+VIEW_STRUCT = pa.struct(
+    [("name", pa.string()), ("keys", pa.int64()), ("upserts", pa.int64()), ("deletes", pa.int64()),
+     ("plan", pa.string()), ("reason", pa.string()), ("seconds", pa.float64())]
+)  # fmt: skip
 LEDGER = pa.schema(
     [
         ("stream_id", pa.string()),
@@ -74,6 +78,18 @@ class TableEntry:
 
 
 @dataclass(frozen=True)
+class ViewEntry:
+    """What a unit did to one view, and how."""
+
+    keys: int
+    upserts: int
+    deletes: int
+    plan: str
+    reason: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """One row of the ledger."""
 
@@ -85,7 +101,7 @@ class LedgerEntry:
     dead_letters: int
     skipped: int
     tables: Mapping[str, TableEntry]
-    views: Mapping[str, tuple[int, int, int]]  # view -> (keys, upserts, deletes)
+    views: Mapping[str, ViewEntry]
     conflicts_retried: int
     replayed: bool
     started_at_micros: int
@@ -96,7 +112,10 @@ class LedgerEntry:
             {"name": n, "changes": t.changes, "max_position": t.max_position, "max_source_ts": t.max_source_ts_micros}
             for n, t in sorted(self.tables.items())
         ]
-        views = [{"name": n, "keys": k, "upserts": u, "deletes": d} for n, (k, u, d) in sorted(self.views.items())]
+        views = [
+            {"name": n, "keys": v.keys, "upserts": v.upserts, "deletes": v.deletes, "plan": v.plan, "reason": v.reason, "seconds": v.seconds}
+            for n, v in sorted(self.views.items())
+        ]
         row = {
             "stream_id": self.stream_id,
             "batch_id": self.batch_id,

@@ -22,6 +22,13 @@ class ViewResult:
     held: int = 0  # keys whose recompute gave several rows (a unique violation): their rows were kept
     rows_read: int | None = None  # mirror rows the recompute read for the keys (the local state counts them)
     deferred: bool = False  # the keys wait in the local state for the view's freshness budget (lakemv.core.batch.deferral)
+    plan: str | None = None  # 'incremental' or 'whole', as chosen by predicted cost (lakemv.core.batch.choice)
+    reason: str | None = None  # why: the two predictions
+
+    @property
+    def way(self) -> str:
+        """How the view was maintained: the plan chosen, or whole when every key was (a build, a backfill)."""
+        return self.plan or ("whole" if self.keys is None else "incremental")
 
     def describe(self) -> str:
         if self.paused:
@@ -29,7 +36,7 @@ class ViewResult:
         if self.deferred:
             return f"{self.view}: {self.keys} keys deferred ({self.note})"
         scope = "all keys" if self.keys is None else f"{self.keys} keys"
-        note = f"; {self.note}" if self.note else ""
+        note = f"; {self.note}" if self.note else f"; {self.reason}" if self.reason else ""
         if self.held:
             note += f"; {HELD.format(self.held)}"
         return f"{self.view}: {scope} -> {self.upserts} upserted, {self.deletes} deleted{note} ({self.seconds:.2f}s)"
@@ -73,7 +80,7 @@ class BatchResult:
         views = "".join(
             f"; {v.view} {v.note}" if v.paused
             else f"; {v.view} {v.keys} keys deferred ({v.note})" if v.deferred
-            else f"; {v.view} {v.keys} keys -> {v.upserts} upserts, {v.deletes} deletes" + (f" ({v.note})" if v.note else "")
+            else f"; {v.view} {v.keys} keys -> {v.upserts} upserts, {v.deletes} deletes" + (f" ({v.note or v.reason})" if v.note or v.reason else "")
             for v in self.views.values()
         )  # fmt: skip
         extra = (" (set-wise)" if self.set_wise else "") + (" (replayed)" if self.replayed else "") + (

@@ -42,6 +42,7 @@ import duckdb
 import sqlglot
 
 from lakemv.catalog.declarations import SourceTable
+from lakemv.core.batch.choice import INCREMENTAL, PRIORS, WHOLE
 from lakemv.core.planner import ViewPlan, over
 
 
@@ -203,6 +204,16 @@ def batch_estimate(
     return float(keys or 0.0), float(total or 0.0) / float(keys) if keys else 0.0
 
 
+def break_even(rows: int) -> str:
+    """When a batch recomputes a view of `rows` rows whole, by the priors of lakemv.core.batch.choice."""
+    lines = PRIORS["indexed"]
+    keys = max(0.0, (lines[WHOLE].at(rows) - lines[INCREMENTAL].fixed) / lines[INCREMENTAL].per_unit)
+    return (
+        f"a batch reaching more than ~{_number(keys)} keys recomputes the view whole instead (predicted cheaper by"
+        " this machine's priors; each view's batches calibrate them, and say which they chose)"
+    )
+
+
 def _number(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.2g}" if value < 1 else f"{value:,.1f}"
 
@@ -232,4 +243,5 @@ def cost_lines(plan: ViewPlan, cost: Cost, stats: Statistics, width: int) -> lis
             f"  each key is a group of ~{_number(cost.anchor_rows_per_key)} {plan.occurrence(plan.anchor).table} rows,"
             " recomputed whole when any of them changes: the cost is bounded by the group"
         )
+    lines.append(f"  {break_even(cost.keys)}")
     return lines

@@ -62,6 +62,8 @@ def open_checked(path: str) -> tuple[sqlite3.Connection, bool]:
         # since when the oldest waits (NULL: none); no row: the state does not know what is pending
         db.execute("CREATE TABLE IF NOT EXISTS pending (view TEXT, k BLOB, key BLOB, PRIMARY KEY (view, k)) WITHOUT ROWID")
         db.execute("CREATE TABLE IF NOT EXISTS deferred (view TEXT PRIMARY KEY, since INTEGER)")
+        # what each way of maintaining a view measured lately (lakemv.core.batch.choice): JSON [[size, seconds], ...]
+        db.execute("CREATE TABLE IF NOT EXISTS costs (view TEXT, way TEXT, observed TEXT, PRIMARY KEY (view, way)) WITHOUT ROWID")
         if checked:
             problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
             if problems != ["ok"]:

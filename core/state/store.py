@@ -16,6 +16,7 @@ A *located* part also keeps where each row lives in its Iceberg table - the data
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import threading
@@ -189,6 +190,7 @@ class Store(FilePlaces):
             self._db.execute("DELETE FROM parts WHERE name = ?", (f"view:{part.view}",))
             self._db.execute("DELETE FROM pending WHERE view = ?", (part.view,))
             self._db.execute("DELETE FROM deferred WHERE view = ?", (part.view,))
+            self._db.execute("DELETE FROM costs WHERE view = ?", (part.view,))  # a new definition costs anew
             self._forget_files(f"view:{part.view}")
             return False
 
@@ -360,6 +362,17 @@ class Store(FilePlaces):
         with self.transaction():
             self._db.execute("DELETE FROM pending WHERE view = ?", (view,))
             self._db.execute("INSERT OR REPLACE INTO deferred (view, since) VALUES (?, NULL)", (view,))
+
+    # ---- what maintaining a view cost (lakemv.core.batch.choice) ----------------------------------------
+    def costs(self, view: str) -> dict[str, list[tuple[float, float]]]:
+        """Per way of maintaining the view, its last observations (size, seconds), oldest first."""
+        with self._lock:
+            found = self._db.execute("SELECT way, observed FROM costs WHERE view = ?", (view,)).fetchall()
+        return {way: [(float(x), float(y)) for x, y in json.loads(observed)] for way, observed in found}
+
+    def measured(self, view: str, way: str, observed: Sequence[tuple[float, float]]) -> None:
+        with self.transaction():
+            self._db.execute("INSERT OR REPLACE INTO costs (view, way, observed) VALUES (?, ?, ?)", (view, way, json.dumps(list(observed))))
 
     def view_count(self, view: str) -> int:
         with self._lock:

@@ -19,7 +19,9 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.viewstate import ViewState
+from lakemv.core.batch import choice as cost_choice
 from lakemv.core.batch import deferral
+from lakemv.core.batch.choice import INCREMENTAL, WHOLE, Choice, Costs
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import over
 from lakemv.core.planner.finality import final_rows_sql
@@ -34,7 +36,6 @@ from lakemv.core.state.walk import gather, reach
 from lakemv.core.types import arrow_type
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
-from lakemv.spark.views import maintain
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
 
 _OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
@@ -61,6 +62,7 @@ class IndexedView:
         self._schema: pa.Schema | None = None
         self.settle = sync.store.views[self.plan.name].settle if self.plan.name in sync.store.views else None
         self.budget: int | None = None  # the freshness budget (micros) it waits for, when it may wait
+        self.costs: Costs | None = None  # what maintaining it cost lately, read from the state at first use
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -108,13 +110,19 @@ class IndexedView:
             whole = not pending.known  # the state lost what was pending: diff the whole view
         if not keys and not whole:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
-        if whole or self._recompute_all(len(keys)):
+        if whole:  # the state lost what was pending: diff the whole view
+            choice = Choice(WHOLE, 0.0, None, "its pending keys were not known")
+        else:
+            choice = self._choose(len(keys))
+        if choice.plan == WHOLE:
             result = self.maintainer.write(None, Writing(None if whole else len(keys), position, unit, started, steps, state))
             self.sync.reload(self.name)
             if result.paused:
                 return result
             self._caught_up()
-            return replace(result, note="recomputed in full: " + ("its pending keys were not known" if whole else "it reached most rows"))
+            seconds = time.perf_counter() - started
+            self._measured(WHOLE, self.store.view_count(self.plan.name), seconds - steps["keys"])
+            return replace(result, seconds=seconds, plan=WHOLE, reason=choice.reason, note=f"recomputed in full: {choice.reason}")
         clock = time.perf_counter()
         ordered = sorted(keys, key=repr)
         rows = gather(self.plan, self.route, parts, self.store, ordered)
@@ -128,8 +136,10 @@ class IndexedView:
         steps["diff"] = time.perf_counter() - clock
         if diff.rows.num_rows == 0:
             self._caught_up()
-            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=_rounded(steps),
-                              held=len(diff.duplicated), rows_read=rows_read)  # fmt: skip
+            seconds = time.perf_counter() - started
+            self._measured(INCREMENTAL, len(keys), seconds - steps["keys"])
+            return ViewResult(self.plan.name, len(keys), seconds=seconds, steps=_rounded(steps), held=len(diff.duplicated),
+                              rows_read=rows_read, plan=INCREMENTAL, reason=choice.reason)  # fmt: skip
         writing = Writing(len(keys), position, unit, started, steps, state, held=len(diff.duplicated))
         result = self.maintainer.write_diff(diff.rows, writing, lambda refresh: self._places(diff.held, unit, refresh))
         if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
@@ -137,7 +147,10 @@ class IndexedView:
         clock = time.perf_counter()
         self._record(diff, unit)
         crash_point(f"state:{self.plan.name}", unit.batch_id)
-        return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)}, rows_read=rows_read)
+        seconds = time.perf_counter() - started
+        self._measured(INCREMENTAL, len(keys), seconds - steps["keys"])
+        return replace(result, seconds=seconds, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)}, rows_read=rows_read,
+                       plan=INCREMENTAL, reason=choice.reason)  # fmt: skip
 
     def _reaching(self, table: str, rows: list[Values], changed: list[list[str] | None] | None) -> list[Values]:
         """The images of `table` whose change the view can see (all, when what changed is not known)."""
@@ -169,11 +182,23 @@ class IndexedView:
         if self.budget is not None:
             self.store.caught_up(self.plan.name)
 
-    def _recompute_all(self, keys: int) -> bool:
-        """Past INDEXED_FULL_RECOMPUTE_SHARE of the view's rows a whole recompute is cheaper (lakemv.spark.views.maintain)."""
-        if keys < maintain.FULL_RECOMPUTE_MIN_KEYS or self.plan.as_of_processing or self.settle is not None:
-            return False  # (the store holds the digests of unsettled rows only: no share of the view)
-        return keys >= maintain.INDEXED_FULL_RECOMPUTE_SHARE * self.store.view_count(self.plan.name)
+    def _costs(self) -> Costs:
+        if self.costs is None:
+            self.costs = Costs(cost_choice.PRIORS["indexed"], self.store.costs(self.plan.name))
+        return self.costs
+
+    def _choose(self, keys: int) -> Choice:
+        """Incremental or whole, by predicted cost (lakemv.core.batch.choice)."""
+        refused = (
+            "events are enriched as of processing time" if self.plan.as_of_processing
+            else "the state keeps the digests of unsettled rows only" if self.settle is not None
+            else None
+        )  # fmt: skip
+        return self._costs().choose(keys, lambda: self.store.view_count(self.plan.name), refused)
+
+    def _measured(self, way: str, size: int, seconds: float) -> None:
+        """What this way cost this batch, kept for the next choices (a lost record costs nothing but calibration)."""
+        self.store.measured(self.plan.name, way, self._costs().observe(way, size, seconds))
 
     def _evaluate_keys(self, anchor_rows: list[Values]) -> set[Values]:
         """Key expressions that are not plain columns, evaluated by Spark over the anchor rows."""

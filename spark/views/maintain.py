@@ -22,6 +22,8 @@ from pyspark.sql.types import StructField, StructType
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.tables import TABLE_PROPERTIES, TableNames, live_rows_sql
 from lakemv.catalog.viewstate import STATE, ViewState
+from lakemv.core.batch import choice as cost_choice
+from lakemv.core.batch.choice import INCREMENTAL, WHOLE, Choice, Costs
 from lakemv.core.batch.records import FEED
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import ViewPlan
@@ -34,13 +36,6 @@ from lakemv.spark.views.state import changed_rows_sql, live_at_sql, mirror_snaps
 from lakemv.spark.views.write import ViewWriter, Writing
 
 FINGERPRINT = "lakemv.view.fingerprint"
-FULL_RECOMPUTE_SHARE = 0.05  # affected keys, as a share of the view's rows, past which a batch recomputes it all
-FULL_RECOMPUTE_MIN_KEYS = 5_000  # below this a batch is always incremental (and skips counting the rows)
-# With the local state (lakemv.spark.views.indexed) a key costs far less: 13.6k keys of 100k users took 4.5 s
-# incrementally and 8.2 s as a whole recompute (bench.profile --changes 5000, 2026-11-24), about
-# 0.3 ms per key against ~80 us per view row; a whole recompute of 1M rows pays relatively less fixed
-# cost, hence a share below that 27% break-even.
-INDEXED_FULL_RECOMPUTE_SHARE = 0.2
 
 
 def _signature(schema: StructType) -> list[tuple[str, str]]:
@@ -63,6 +58,7 @@ class ViewMaintainer(ViewWriter):
         self.direct = None  # a DirectWriter, when the batch writes this view's diffs by direct commits
         self.watermarks: dict[str, int | None] = {}  # set by the batch (lakemv.core.cdc.events); a backfill reads the tables'
         self.final_since: int | None = None  # the watermark this view's windows were last judged final by
+        self.costs = Costs(cost_choice.PRIORS["scan"])  # what its batches cost, for the next choice (in this process: scans keep no state)
 
     def at(self, snapshots: Mapping[str, int | None] | None = None, branch: str | None = None) -> ViewMaintainer:
         """The same view, reading the mirrors as of `snapshots` and/or writing `branch` (a backfill's)."""
@@ -227,15 +223,22 @@ class ViewMaintainer(ViewWriter):
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
         if keys.num_rows == 0:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
-        if self._recompute_all(keys.num_rows):  # cheaper than finding the rows of so many keys one by one
+        choice = self._choose(keys.num_rows)
+        if choice.plan == WHOLE:
             result = self.write(None, Writing(keys.num_rows, position, unit, started, steps, state))
-            return result if result.paused else replace(result, note="recomputed in full: it reached most rows")
+            if result.paused:
+                return result
+            self.costs.observe(WHOLE, self._rows(), result.seconds - steps["keys"])
+            return replace(result, plan=WHOLE, reason=choice.reason, note=f"recomputed in full: {choice.reason}")
         relation = f"{self._temp}_keys"
         self.spark.createDataFrame(keys).createOrReplaceTempView(relation)
         try:
-            return self.write(relation, Writing(keys.num_rows, position, unit, started, steps, state))
+            result = self.write(relation, Writing(keys.num_rows, position, unit, started, steps, state))
         finally:
             self.spark.catalog.dropTempView(relation)
+        if not result.paused:
+            self.costs.observe(INCREMENTAL, keys.num_rows, result.seconds - steps["keys"])
+        return replace(result, plan=INCREMENTAL, reason=choice.reason)
 
     def closing_query(self) -> str | None:
         """SQL of the keys whose windows the watermark closed since the last batch (their rows turn
@@ -251,20 +254,20 @@ class ViewMaintainer(ViewWriter):
         if self.plan.finality is not None:
             self.final_since = self.watermarks.get(self.plan.finality.source)
 
-    def _recompute_all(self, keys: int) -> bool:
-        """Whether `keys` affected keys are enough of the view that a full recompute costs less.
+    def _choose(self, keys: int) -> Choice:
+        """Incremental or whole, by predicted cost (lakemv.core.batch.choice); on a branch, always incremental."""
+        refused = (
+            "a backfill's branch" if not self.on_main
+            else "events are enriched as of processing time" if self.plan.as_of_processing
+            else None
+        )  # fmt: skip
+        return self.costs.choose(keys, self._rows, refused)
 
-        Measured (bench.suite, 2 cores): the incremental step costs about 0.25 ms per key reached
-        (10 s for 40k keys at 100k users, 23 s for 83k at 1M), a full recompute diffed against the
-        table about 3.5 s per 100k rows at 100k and 13 s per 1M rows at 1M: the break-even is 5-14%
-        of the rows, so past FULL_RECOMPUTE_SHARE a batch recomputes the whole view.
-        """
-        if keys < FULL_RECOMPUTE_MIN_KEYS or not self.on_main or self.plan.as_of_processing:
-            return False  # an as-of-processing view is never recomputed whole: that would enrich every event anew
+    def _rows(self) -> int:
+        """The view's live rows, from its last snapshot's summary."""
         live = "CAST(summary['total-records'] AS BIGINT) - coalesce(CAST(summary['total-position-deletes'] AS BIGINT), 0)"
         rows = self.spark.sql(f"SELECT {live} FROM {self.table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
-        stored = int(rows[0][0]) if rows and rows[0][0] is not None else 0
-        return keys >= FULL_RECOMPUTE_SHARE * stored
+        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
 
 def _digest(text: str | None) -> str:

@@ -19,6 +19,7 @@ import pytest
 
 from lakemv.catalog.declarations import parse_source
 from lakemv.catalog.streams import checkpoint_dir, state_path
+from lakemv.core.batch import choice
 from lakemv.core.cdc.events import DUPLICATE, STORED_DUPLICATE
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
@@ -162,7 +163,8 @@ MODES = {
 
 @pytest.mark.slow(90)
 @pytest.mark.parametrize("mode", list(MODES))
-def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path, mode):
+def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path, mode, monkeypatch):
+    monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_INCREMENTAL)  # the path under test, however cold batches measure
     plans = [plan_view(parse_view(sql, name), SOURCES) for name, sql in VIEWS.items()]
     assert all(p.finality is not None for p in plans)
     assert [p.name for p in plans if p.branches] == ["sliding"]  # a hopping window: tumbling ones at three offsets

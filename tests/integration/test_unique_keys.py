@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
+from lakemv.core.batch import choice
 from lakemv.core.cdc.unique import SOURCE_FILE
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
@@ -14,7 +15,6 @@ from lakemv.core.state.store import Store
 from lakemv.duck.status import lake_status
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
-from lakemv.spark.views import maintain
 from tests.cdc import at, dbz, user
 
 # users.username is declared unique (catalog/sources/users.toml): each star meets at most one user.
@@ -43,9 +43,7 @@ BATCHES = [
 
 @pytest.mark.parametrize(("mode", "path"), [("scan", "incremental"), ("indexed", "incremental"), ("direct", "incremental"), ("scan", "full")])
 def test_a_violation_is_reported_and_holds_the_keys_it_reaches_until_it_is_resolved(lake, tmp_path, monkeypatch, mode, path):
-    if path == "full":
-        monkeypatch.setattr(maintain, "FULL_RECOMPUTE_MIN_KEYS", 1)
-        monkeypatch.setattr(maintain, "FULL_RECOMPUTE_SHARE", 0.0)
+    monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_WHOLE if path == "full" else choice.ALWAYS_INCREMENTAL)
     plan = plan_view(parse_view(VIEW, "star_emails"), lake.sources)
     store = Store(tmp_path / "state.sqlite") if mode != "scan" else None
     direct = DirectWriter(lake.spark, lake.settings) if mode == "direct" else None

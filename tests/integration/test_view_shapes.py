@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
+from lakemv.core.batch import choice
 from lakemv.core.planner import ViewPlan, plan_view
 from lakemv.core.planner.definitions import parse_view
 from lakemv.core.state.store import Store
 from lakemv.duck.verify import verify_view
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
-from lakemv.spark.views import maintain
 from lakemv.workload.shapes import SCANNED, SHAPES, shape_view
 from tests.cdc import at, dbz, user
 from tests.integration.test_view_properties import assert_views_are_fresh
@@ -95,9 +95,9 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, tmp_path, 
     mirrors; after the last, `lakemv verify`'s DuckDB check agrees (an empty list - [] in Spark, NULL
     in DuckDB - and `exists` among the shapes)."""
     if path == "full":  # every batch reaches "most" rows: the batch recomputes each view whole and writes the diff
-        monkeypatch.setattr(maintain, "FULL_RECOMPUTE_MIN_KEYS", 1)
-        monkeypatch.setattr(maintain, "FULL_RECOMPUTE_SHARE", 0.0)
-        monkeypatch.setattr(maintain, "INDEXED_FULL_RECOMPUTE_SHARE", 0.0)
+        monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_WHOLE)
+    else:  # whatever the first (cold) batches measured
+        monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_INCREMENTAL)
     processor = shape_processor(lake, tmp_path, lookups)
     seen_rows = {name: 0 for name in SHAPES}
     for number, batch in enumerate(BATCHES):

@@ -12,6 +12,7 @@ from lakemv.catalog.settings import PROJECT_ROOT
 from lakemv.catalog.tables import DELETED, POSITION, SOURCE_TS
 from lakemv.core.batch.journal import BatchRef, TablePlan
 from lakemv.core.batch.plan import absent_notes, advance_clocks, highest, ledger_entry, mirror_rows, table_plan
+from lakemv.core.batch.records import ViewEntry
 from lakemv.core.batch.result import BatchResult, ViewResult
 from lakemv.core.cdc.changeset import ChangeSet
 from lakemv.core.cdc.effects import CHANGED
@@ -69,7 +70,7 @@ def test_the_ledger_row_sums_up_the_unit():
     entry = ledger_entry(BatchRef("s", 4, 1), result, plans, conflicts_retried=2, started_at=10, finished_at=2_000_010)
     assert (entry.stream_id, entry.batch_id, entry.chunk, entry.replayed, entry.conflicts_retried) == ("s", 4, 1, True, 2)
     assert entry.tables["users"].max_position == 9 and entry.tables["stars"].max_position is None
-    assert entry.views == {"v": (2, 1, 1)}
+    assert entry.views == {"v": ViewEntry(2, 1, 1, "incremental")}
     assert entry.to_arrow().column("seconds").to_pylist() == [2.0]
     assert highest(plans, POSITION) == 9
 

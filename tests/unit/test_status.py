@@ -15,7 +15,7 @@ from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import DEAD_LETTERS, LEDGER, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, mirror_arrow_schema
 from lakemv.catalog.viewstate import STATE, ViewState
 from lakemv.core.batch.records import DEAD_LETTERS as DEAD_LETTER_SCHEMA
-from lakemv.core.batch.records import LedgerEntry, TableEntry
+from lakemv.core.batch.records import LedgerEntry, TableEntry, ViewEntry
 from lakemv.duck.status import lake_status, status_tables, to_seconds, with_kind
 from lakemv.flows.console import render
 
@@ -45,7 +45,7 @@ def _ledger_row(stream: str, batch: int, finished: datetime, tables: dict[str, d
     entry = LedgerEntry(
         stream_id=stream, batch_id=batch, chunk=0, lines=1, events=1, dead_letters=0, skipped=0,
         tables={t: TableEntry(1, 100 + batch, _micros(ts)) for t, ts in tables.items()},
-        views={v: (1, 1, 0) for v in views},
+        views={v: ViewEntry(1, 1, 0, "incremental", "incremental ~0.25s < any whole recompute", 0.5) for v in views},
         conflicts_retried=0, replayed=False,
         started_at_micros=_micros(finished) - 1_000_000, finished_at_micros=_micros(finished),
     )

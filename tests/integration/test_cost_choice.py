@@ -1,0 +1,73 @@
+"""Each batch maintains a view incrementally or whole, whichever its calibrated cost model predicts is
+cheaper (lakemv.core.batch.choice); the choice and its reason are in the batch line and the ledger."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.batch.choice import INCREMENTAL, WHOLE
+from lakemv.core.batch.records import VIEW_STRUCT
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import load_views
+from lakemv.core.state.store import Store
+from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.tables import ensure_ledger
+from tests.cdc import at, dbz, user
+from tests.integration.test_view_properties import assert_views_are_fresh
+
+
+def star(username: str, repo: str) -> dict:
+    return {"username": username, "repo_owner": "cy", "repo_name": repo, "created_at": 1_709_294_400_000_000}
+
+
+def ledger_views(lake, batch_id: int) -> dict[str, tuple]:
+    rows = lake.spark.sql(
+        f"SELECT v.name, v.plan, v.reason, v.seconds FROM (SELECT explode(views) AS v FROM {lake.names.ledger} WHERE batch_id = {batch_id})"
+    ).collect()
+    return {r.name: (r.plan, r.reason, r.seconds) for r in rows}
+
+
+@pytest.mark.slow(40)
+def test_a_view_measured_dearer_than_its_prior_is_recomputed_whole_and_stays_exact(lake, tmp_path):
+    plans = [plan_view(v, lake.sources) for v in load_views(LakeSettings().view_dirs).values()]
+    store = Store(tmp_path / "state.sqlite")
+    p = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store)
+    first = p.process_lines(0, [(dbz("c", 1, user("a@x.io", "ann")), at("users")), (dbz("c", 2, user("b@x.io", "bob")), at("users")),
+                                (dbz("c", 3, star("ann", "pond")), at("stars"))])  # fmt: skip
+    profile = first.views["user_profile"]
+    assert profile.plan == INCREMENTAL and profile.reason.startswith("incremental ~"), profile
+    assert f"user_profile 2 keys -> 2 upserts, 0 deletes ({profile.reason})" in first.describe()
+    plan, reason, seconds = ledger_views(lake, 0)["user_profile"]
+    assert (plan, reason) == (INCREMENTAL, profile.reason) and seconds > 0
+    measured = store.costs("user_profile")[INCREMENTAL]
+    assert len(measured) == 1 and measured[0][0] == 2  # (keys, seconds) of that batch, kept for the next choices
+
+    # Say its keys had cost far more than the prior (a view of large groups): the next choice is a whole recompute.
+    store.measured("user_profile", INCREMENTAL, [(2, 100.0)] * 3)
+    p = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store)  # a new process reads the state
+    second = p.process_lines(1, [(dbz("c", 4, star("bob", "pond")), at("stars")), (dbz("c", 5, star("ann", "lake")), at("stars"))])
+    profile = second.views["user_profile"]
+    assert profile.plan == WHOLE and profile.note.startswith("recomputed in full: whole ~"), profile
+    assert "incremental calibrated x" in profile.reason and "over 3 batches" in profile.reason
+    assert (profile.upserts, profile.deletes) == (2, 0)
+    assert ledger_views(lake, 1)["user_profile"][:2] == (WHOLE, profile.reason)
+    assert store.costs("user_profile")[WHOLE][0][0] == 2  # the view's rows, when it was recomputed whole
+    assert_views_are_fresh(lake, p)
+
+    # A new definition costs anew: its measurements are forgotten with its digests.
+    store.attach_view(store.views["user_profile"].model_copy(update={"definition": "another definition"}))
+    assert store.costs("user_profile") == {}
+
+
+def test_a_ledger_made_before_the_plan_was_recorded_gains_its_fields(lake):
+    old = ", ".join(f"{f.name}: {f.type}".replace("int64", "bigint") for f in VIEW_STRUCT if f.name in ("name", "keys", "upserts", "deletes"))
+    lake.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {lake.names.ledger.rsplit('.', 1)[0]}")
+    lake.spark.sql(f"CREATE TABLE {lake.names.ledger} (batch_id bigint, views array<struct<{old}>>) USING iceberg")
+    lake.spark.sql(f"INSERT INTO {lake.names.ledger} VALUES (0, array(named_struct('name', 'v', 'keys', 1L, 'upserts', 1L, 'deletes', 0L)))")
+    ensure_ledger(lake.spark, lake.names)
+    ensure_ledger(lake.spark, lake.names)  # idempotent
+    fields = lake.spark.table(lake.names.ledger).schema["views"].dataType.elementType.fieldNames()
+    assert fields == [f.name for f in VIEW_STRUCT]
+    (row,) = lake.spark.sql(f"SELECT views[0].name AS name, views[0].plan AS plan FROM {lake.names.ledger}").collect()
+    assert (row.name, row.plan) == ("v", None)

@@ -1,0 +1,82 @@
+"""Incremental or whole by predicted cost (lakemv.core.batch.choice): priors, calibration, the reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakemv.core.batch.choice import ALWAYS_WHOLE, INCREMENTAL, KEPT, PRIORS, WHOLE, Costs, Line, choose, fit, kept
+
+PRIOR = Line(0.25, 0.3e-3)
+
+
+def test_a_line_without_observations_is_its_prior():
+    assert fit(PRIOR, []) == PRIOR
+    assert PRIOR.at(1_000) == pytest.approx(0.55)
+
+
+def test_observations_scale_the_prior_the_newest_weighing_most():
+    assert fit(PRIOR, [(1_000, 5.5)]).scale == pytest.approx((1 + 10) / 2)  # the prior (ratio 1) and one 10x batch
+    older_slow = fit(PRIOR, [(1_000, 5.5), (1_000, 0.55)]).scale
+    newer_slow = fit(PRIOR, [(1_000, 0.55), (1_000, 5.5)]).scale
+    assert 1 < older_slow < newer_slow
+    many = fit(PRIOR, [(1_000, 5.5)] * KEPT).scale
+    assert 8 < many < 10  # the prior still counts, as one observation
+
+
+def test_only_the_last_observations_are_kept():
+    observed = []
+    for n in range(KEPT + 3):
+        observed = kept(observed, (n, n))
+    assert observed == [(n, n) for n in range(3, KEPT + 3)]
+
+
+def test_a_few_keys_stay_incremental_without_counting_the_view():
+    costs = Costs(PRIORS["indexed"])
+
+    def rows() -> int:
+        raise AssertionError("the incremental prediction is below any whole recompute: no need to count")
+
+    choice = costs.choose(100, rows)
+    assert choice.plan == INCREMENTAL and choice.whole is None
+    assert choice.reason == "incremental ~0.28s < any whole recompute"
+
+
+def test_many_keys_of_a_small_view_are_recomputed_whole_with_both_predictions_in_the_reason():
+    choice = Costs(PRIORS["indexed"]).choose(20_000, lambda: 30_000)
+    assert choice.plan == WHOLE
+    assert choice.reason == "whole ~2.60s for 30,000 rows < incremental ~6.25s"
+    assert Costs(PRIORS["indexed"]).choose(20_000, lambda: 1_000_000).plan == INCREMENTAL  # 60.8 s whole
+
+
+def test_a_view_whose_keys_cost_more_than_the_prior_turns_whole_once_measured():
+    """The TPC-H case: a key reads large groups, so incremental batches cost many times the prior and a
+    whole recompute is cheaper; after a few such batches the choice flips, and says it was measured."""
+    costs = Costs(PRIORS["indexed"])
+    assert costs.choose(2_000, lambda: 20_000).plan == INCREMENTAL  # 0.85 s < 2.0 s, by the priors
+    for _ in range(3):
+        costs.observe(INCREMENTAL, 2_000, 20.0)  # 23x the prior
+    choice = costs.choose(2_000, lambda: 20_000)
+    assert choice.plan == WHOLE and choice.incremental > 10
+    assert choice.reason.endswith("; incremental calibrated x17 over 3 batches")
+
+
+def test_a_refused_whole_recompute_is_never_chosen():
+    choice = choose(ALWAYS_WHOLE["indexed"], 10, 1, {}, refused="events are enriched as of processing time")
+    assert choice.plan == INCREMENTAL and choice.reason == "incremental: never whole, events are enriched as of processing time"
+
+
+def test_the_always_whole_priors_choose_whole_for_any_batch():
+    for way in ("indexed", "scan"):
+        costs = Costs(ALWAYS_WHOLE[way])
+        assert costs.choose(1, lambda: 10**9).plan == WHOLE
+        costs.observe(WHOLE, 10, 3.0)  # a prediction of 0 s is not scaled
+        assert costs.choose(1, lambda: 10**9).plan == WHOLE
+
+
+def test_explain_states_the_break_even_its_priors_give():
+    from lakemv.core.planner.cost import break_even
+
+    # 100k view rows: whole ~6.8 s; incremental 0.25 s + 0.3 ms per key reaches that at ~21,833 keys
+    assert break_even(100_000).startswith("a batch reaching more than ~21,833 keys recomputes the view whole")
+    assert Costs(PRIORS["indexed"]).choose(21_900, lambda: 100_000).plan == WHOLE
+    assert Costs(PRIORS["indexed"]).choose(21_700, lambda: 100_000).plan == INCREMENTAL
