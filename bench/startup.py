@@ -5,7 +5,7 @@ median wall seconds from exec to exit. Commands do little work here, so the figu
 cost: interpreter and imports, the JVM, the Prefect API, the flow run. `--lakemv` times another
 installation (e.g. an older checkout) against the same lake.
 
-    .venv/bin/python -m bench.startup [--repeat 3] [--lakemv PATH]
+    .venv/bin/python -m bench.startup [--repeat 3] [--lakemv PATH] [--only ingest status ...]
 
 Writes `bench/results/startup-<time>.json` and prints a table.
 """
@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--lakemv", default=str(PROJECT_ROOT / ".venv" / "bin" / "lakemv"))
     parser.add_argument("--label", default="current")
+    parser.add_argument("--only", nargs="*", default=None, help="measure only the commands whose name starts with one of these")
     args = parser.parse_args(argv)
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL" and not k.startswith("LAKEMV_")}
     env.update({"LAKEMV_SPARK_MASTER": "local[2]", "LAKEMV_DRIVER_MEMORY": "2g", "LAKEMV_SHUFFLE_PARTITIONS": "2"})
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> None:
         timed(args.lakemv, warehouse, ["ingest", "--landing", str(landing), "--once"], env)
         results = {}
         for name, command in commands(landing).items():
+            if args.only and not any(name.startswith(prefix) for prefix in args.only):
+                continue
             runs = [timed(args.lakemv, warehouse, command, env) for _ in range(args.repeat)]
             results[name] = {"median_s": round(statistics.median(runs), 2), "runs_s": [round(r, 2) for r in runs]}
     finally:
