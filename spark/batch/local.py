@@ -74,6 +74,8 @@ class LocalStateBackend(ScanBackend):
                 self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync)
                 if deferral.deferrable(m.plan, indexed=True):
                     self.indexed[m.plan.name].budget = m.plan.definition.freshness
+                elif store.pending(m.plan.name).keys:  # deferred under a budget since removed: caught up at once
+                    self.indexed[m.plan.name].budget = 0
                 if ctx.direct_tables:
                     m.direct = ctx.direct
         self.sync.retained, self.sync.settled = self._retained()
@@ -232,7 +234,7 @@ class LocalStateBackend(ScanBackend):
         views: dict[str, ViewResult] = {}
         images = {t: rows_of(plans[t].images, self.store.mirrors[t].column_names) for t in changed if t in self.store.mirrors}
         updated = {t: plans[t].images.column(CHANGED).to_pylist() for t in images if CHANGED in plans[t].images.column_names}
-        served = {m.plan.name: m for m in ctx.maintainers if m.plan.name in self.indexed and (images or self.indexed[m.plan.name].budget)}
+        served = {m.plan.name: m for m in ctx.maintainers if m.plan.name in self.indexed and (images or self.indexed[m.plan.name].budget is not None)}
         if due is not None:
             served = {name: m for name, m in served.items() if name in due}
         now = now_micros()
