@@ -75,6 +75,9 @@ class ScanBackend:
         """Bring what the backend keeps in step with the tables; True if there was anything to check."""
         return False
 
+    def in_step(self, views: Collection[str]) -> None:
+        """`views` were just built whole (nothing of them can be pending)."""
+
     def record(self, plans: Mapping[str, TablePlan], unit: WriteUnit) -> bool:
         """Keep the unit's applied mirror rows; True if the backend keeps any."""
         return False

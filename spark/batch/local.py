@@ -74,14 +74,23 @@ class LocalStateBackend(ScanBackend):
                 self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync)
                 if deferral.deferrable(m.plan, indexed=True):
                     self.indexed[m.plan.name].budget = m.plan.definition.freshness
-                elif store.pending(m.plan.name).keys:  # deferred under a budget since removed: caught up at once
-                    self.indexed[m.plan.name].budget = 0
+                elif deferral.refusal(m.plan, indexed=True) is None:  # a view that may have had a budget: keys one
+                    # since removed left pending, or a state that cannot tell (rebuilt), are caught up at once
+                    pending = store.pending(m.plan.name)
+                    if pending.keys or not pending.known:
+                        self.indexed[m.plan.name].catch_up_once()
                 if ctx.direct_tables:
                     m.direct = ctx.direct
         self.sync.retained, self.sync.settled = self._retained()
         # A unit still in the journal may be replayed next: its commits are not foreign (the replay
         # applies its rows to the store again, and diffs its views against what the store holds).
         self.synced = self.sync.check(ctx.journal.write_ids() if ctx.journal is not None else ())
+
+    def in_step(self, views: Collection[str]) -> None:
+        """`views` were just built whole: nothing of them is pending."""
+        for name in views:
+            if name in self.indexed:
+                self.indexed[name].in_step()
 
     def check(self, replaying: Collection[str]) -> bool:
         assert self.sync is not None

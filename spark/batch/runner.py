@@ -126,6 +126,7 @@ class BatchProcessor:
         ensured = concurrently(spark, lambda name: by_name[name].ensure(), list(by_name), view_workers)
         self.built = [r for r in ensured if r is not None]
         self.backend = choose_backend(self.context, store)
+        self.backend.in_step([r.view for r in self.built if not r.paused])
 
     # What the tests and benchmarks look at.
     @property

@@ -62,7 +62,9 @@ class IndexedView:
         self._schema: pa.Schema | None = None
         self.settle = sync.store.views[self.plan.name].settle if self.plan.name in sync.store.views else None
         self.budget: int | None = None  # the freshness budget (micros) it waits for, when it may wait
+        self._once = False  # the budget is 0 until the view catches up once (catch_up_once)
         self.costs: Costs | None = None  # what maintaining it cost lately, read from the state at first use
+        self._warm = False  # maintained once in this process: its next measurements calibrate (_measured)
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -177,10 +179,24 @@ class IndexedView:
         self.sync.reload(self.name)
         self._caught_up()
 
+    def catch_up_once(self) -> None:
+        """A view without a budget whose pending keys are left over (its budget was removed) or not known
+        (the state was rebuilt, or made by a lakemv that kept none): due at the first unit, or between
+        batches when none comes; diffed whole when the keys are not known. Every batch after that, as usual."""
+        self.budget, self._once = 0, True
+
+    def in_step(self) -> None:
+        """The view was just built whole: nothing of it is pending."""
+        self.store.caught_up(self.plan.name)
+        if self._once:
+            self.budget, self._once = None, False
+
     def _caught_up(self) -> None:
         """The view shows every change that reached it: nothing of it is pending any more."""
         if self.budget is not None:
             self.store.caught_up(self.plan.name)
+        if self._once:
+            self.budget, self._once = None, False
 
     def _costs(self) -> Costs:
         if self.costs is None:
@@ -197,8 +213,12 @@ class IndexedView:
         return self._costs().choose(keys, lambda: self.store.view_count(self.plan.name), refused)
 
     def _measured(self, way: str, size: int, seconds: float) -> None:
-        """What this way cost this batch, kept for the next choices (a lost record costs nothing but calibration)."""
-        self.store.measured(self.plan.name, way, self._costs().observe(way, size, seconds))
+        """What this way cost this batch, kept for the next choices (a lost record costs nothing but
+        calibration). Not the view's first maintenance in this process: that one also pays the JVM's
+        first runs of its code (class loading, compiling), several times a warm one here."""
+        if self._warm:
+            self.store.measured(self.plan.name, way, self._costs().observe(way, size, seconds))
+        self._warm = True
 
     def _evaluate_keys(self, anchor_rows: list[Values]) -> set[Values]:
         """Key expressions that are not plain columns, evaluated by Spark over the anchor rows."""
