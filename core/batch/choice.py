@@ -112,12 +112,16 @@ def needs_rows(lines: Mapping[str, Line], keys: int) -> bool:
 
 
 class Costs:
-    """One view's lines, fitted from its observations; `observe` adds one and refits."""
+    """One view's lines in one process, fitted from its observations; `observe` adds one and refits.
+
+    The view's first maintenance in a process is not an observation: it also pays the JVM's first
+    runs of its code (class loading, compiling), several times a warm one."""
 
     def __init__(self, priors: Mapping[str, Line], observed: Mapping[str, Sequence[Observation]] | None = None):
         self.priors = priors
         self.observed = {way: list((observed or {}).get(way, ())) for way in priors}
         self.lines = {way: fit(priors[way], self.observed[way]) for way in priors}
+        self.warm = False  # maintained once in this process
 
     def measured(self) -> dict[str, int]:
         return {way: len(found) for way, found in self.observed.items()}
@@ -128,7 +132,12 @@ class Costs:
             return choose(self.lines, keys, None, self.measured(), refused)
         return choose(self.lines, keys, rows(), self.measured())
 
-    def observe(self, way: str, size: float, seconds: float) -> list[Observation]:
-        self.observed[way] = kept(self.observed[way], (float(size), float(seconds)))
+    def observe(self, way: str, size: Callable[[], float], seconds: float) -> list[Observation] | None:
+        """Add what `way` cost (`size` is asked for only then); the way's observations now, or None for
+        the process's first maintenance of the view, which is not kept."""
+        if not self.warm:
+            self.warm = True
+            return None
+        self.observed[way] = kept(self.observed[way], (float(size()), float(seconds)))
         self.lines[way] = fit(self.priors[way], self.observed[way])
         return self.observed[way]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -64,7 +64,6 @@ class IndexedView:
         self.budget: int | None = None  # the freshness budget (micros) it waits for, when it may wait
         self._once = False  # the budget is 0 until the view catches up once (catch_up_once)
         self.costs: Costs | None = None  # what maintaining it cost lately, read from the state at first use
-        self._warm = False  # maintained once in this process: its next measurements calibrate (_measured)
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -123,7 +122,7 @@ class IndexedView:
                 return result
             self._caught_up()
             seconds = time.perf_counter() - started
-            self._measured(WHOLE, self.store.view_count(self.plan.name), seconds - steps["keys"])
+            self._measured(WHOLE, lambda: self.store.view_count(self.plan.name), seconds - steps["keys"])
             return replace(result, seconds=seconds, plan=WHOLE, reason=choice.reason, note=f"recomputed in full: {choice.reason}")
         clock = time.perf_counter()
         ordered = sorted(keys, key=repr)
@@ -139,7 +138,7 @@ class IndexedView:
         if diff.rows.num_rows == 0:
             self._caught_up()
             seconds = time.perf_counter() - started
-            self._measured(INCREMENTAL, len(keys), seconds - steps["keys"])
+            self._measured(INCREMENTAL, lambda: len(keys), seconds - steps["keys"])
             return ViewResult(self.plan.name, len(keys), seconds=seconds, steps=_rounded(steps), held=len(diff.duplicated),
                               rows_read=rows_read, plan=INCREMENTAL, reason=choice.reason)  # fmt: skip
         writing = Writing(len(keys), position, unit, started, steps, state, held=len(diff.duplicated))
@@ -150,7 +149,7 @@ class IndexedView:
         self._record(diff, unit)
         crash_point(f"state:{self.plan.name}", unit.batch_id)
         seconds = time.perf_counter() - started
-        self._measured(INCREMENTAL, len(keys), seconds - steps["keys"])
+        self._measured(INCREMENTAL, lambda: len(keys), seconds - steps["keys"])
         return replace(result, seconds=seconds, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)}, rows_read=rows_read,
                        plan=INCREMENTAL, reason=choice.reason)  # fmt: skip
 
@@ -212,13 +211,11 @@ class IndexedView:
         )  # fmt: skip
         return self._costs().choose(keys, lambda: self.store.view_count(self.plan.name), refused)
 
-    def _measured(self, way: str, size: int, seconds: float) -> None:
-        """What this way cost this batch, kept for the next choices (a lost record costs nothing but
-        calibration). Not the view's first maintenance in this process: that one also pays the JVM's
-        first runs of its code (class loading, compiling), several times a warm one here."""
-        if self._warm:
-            self.store.measured(self.plan.name, way, self._costs().observe(way, size, seconds))
-        self._warm = True
+    def _measured(self, way: str, size: Callable[[], int], seconds: float) -> None:
+        """What this way cost this batch, kept for the next choices (a lost record costs nothing but calibration)."""
+        observed = self._costs().observe(way, size, seconds)
+        if observed is not None:
+            self.store.measured(self.plan.name, way, observed)
 
     def _evaluate_keys(self, anchor_rows: list[Values]) -> set[Values]:
         """Key expressions that are not plain columns, evaluated by Spark over the anchor rows."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pyarrow as pa
@@ -59,7 +59,6 @@ class ViewMaintainer(ViewWriter):
         self.watermarks: dict[str, int | None] = {}  # set by the batch (lakemv.core.cdc.events); a backfill reads the tables'
         self.final_since: int | None = None  # the watermark this view's windows were last judged final by
         self.costs = Costs(cost_choice.PRIORS["scan"])  # what its batches cost, for the next choice (in this process: scans keep no state)
-        self._warm = False  # maintained once in this process (_measured)
 
     def at(self, snapshots: Mapping[str, int | None] | None = None, branch: str | None = None) -> ViewMaintainer:
         """The same view, reading the mirrors as of `snapshots` and/or writing `branch` (a backfill's)."""
@@ -229,7 +228,7 @@ class ViewMaintainer(ViewWriter):
             result = self.write(None, Writing(keys.num_rows, position, unit, started, steps, state))
             if result.paused:
                 return result
-            self._measured(WHOLE, self._rows, result.seconds - steps["keys"])
+            self.costs.observe(WHOLE, self._rows, result.seconds - steps["keys"])
             return replace(result, plan=WHOLE, reason=choice.reason, note=f"recomputed in full: {choice.reason}")
         relation = f"{self._temp}_keys"
         self.spark.createDataFrame(keys).createOrReplaceTempView(relation)
@@ -238,7 +237,7 @@ class ViewMaintainer(ViewWriter):
         finally:
             self.spark.catalog.dropTempView(relation)
         if not result.paused:
-            self._measured(INCREMENTAL, lambda: keys.num_rows, result.seconds - steps["keys"])
+            self.costs.observe(INCREMENTAL, lambda: keys.num_rows, result.seconds - steps["keys"])
         return replace(result, plan=INCREMENTAL, reason=choice.reason)
 
     def closing_query(self) -> str | None:
@@ -263,13 +262,6 @@ class ViewMaintainer(ViewWriter):
             else None
         )  # fmt: skip
         return self.costs.choose(keys, self._rows, refused)
-
-    def _measured(self, way: str, size: Callable[[], int], seconds: float) -> None:
-        """Calibrate the next choices, from the view's second maintenance in this process on (the first
-        also pays the JVM's first runs of its code)."""
-        if self._warm:
-            self.costs.observe(way, size(), seconds)
-        self._warm = True
 
     def _rows(self) -> int:
         """The view's live rows, from its last snapshot's summary."""

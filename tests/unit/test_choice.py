@@ -53,8 +53,9 @@ def test_a_view_whose_keys_cost_more_than_the_prior_turns_whole_once_measured():
     whole recompute is cheaper; after a few such batches the choice flips, and says it was measured."""
     costs = Costs(PRIORS["indexed"])
     assert costs.choose(2_000, lambda: 20_000).plan == INCREMENTAL  # 0.85 s < 2.0 s, by the priors
+    assert costs.observe(INCREMENTAL, lambda: 2_000, 60.0) is None  # the process's first: the JVM's warm-up too, not kept
     for _ in range(3):
-        costs.observe(INCREMENTAL, 2_000, 20.0)  # 23x the prior
+        costs.observe(INCREMENTAL, lambda: 2_000, 20.0)  # 23x the prior
     choice = costs.choose(2_000, lambda: 20_000)
     assert choice.plan == WHOLE and choice.incremental > 10
     assert choice.reason.endswith("; incremental calibrated x17 over 3 batches")
@@ -69,7 +70,8 @@ def test_the_always_whole_priors_choose_whole_for_any_batch():
     for way in ("indexed", "scan"):
         costs = Costs(ALWAYS_WHOLE[way])
         assert costs.choose(1, lambda: 10**9).plan == WHOLE
-        costs.observe(WHOLE, 10, 3.0)  # a prediction of 0 s is not scaled
+        costs.observe(WHOLE, lambda: 10, 3.0)
+        assert costs.observe(WHOLE, lambda: 10, 3.0) == [(10, 3.0)]  # a prediction of 0 s is not scaled
         assert costs.choose(1, lambda: 10**9).plan == WHOLE
 
 
