@@ -121,6 +121,11 @@ class LakeSettings(BaseSettings):
         "position deletes of the rows they replace, whose places the local state keeps) instead of Spark MERGEs "
         "(lakemv.spark.directwrite).",
     )
+    hold_backlog: bool = Field(
+        default=True, description="While more of a backlog follows (a later unit of the batch; in `ingest --once` "
+        "from landing files, files no batch has taken yet), views that can wait hold the keys they reach and are "
+        "maintained once, at its end; false: every batch maintains them (they show a long catch-up's progress).",
+    )
     view_workers: int = Field(
         default=4, ge=1, description="Views a batch maintains at once from the local state (each writes its own "
         "tables, so while one view's Spark job runs another plans or commits); 1 maintains them one by one.",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.storage import Location, as_location
+from lakemv.core.cdc.changeset import local_path
 from lakemv.core.errors import ConfigError
 
 
@@ -41,6 +43,35 @@ def stream_id(checkpoint: Location) -> str:
     """Spark's id of the streaming query, kept in the checkpoint (a new checkpoint, a new id)."""
     first = (checkpoint / "metadata").read_text().splitlines()[0]
     return str(json.loads(first)["id"])
+
+
+def seen_files(checkpoint: Location) -> list[str]:
+    """Every file Spark's file source has assigned to a batch so far: its source log's latest
+    compaction (which holds all before it) and the batches logged after it."""
+    log = checkpoint / "sources" / "0"
+    names = log.children()
+    compacted = max((int(n.removesuffix(".compact")) for n in names if n.endswith(".compact")), default=-1)
+    logged = sorted(int(n) for n in names if n.isdigit() and int(n) > compacted)
+    paths = []
+    for path in ([log / f"{compacted}.compact"] if compacted >= 0 else []) + [log / str(b) for b in logged]:
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            continue
+        paths.extend(json.loads(line)["path"] for line in text.splitlines()[1:] if line.strip())
+    return paths
+
+
+def unseen_files(landing: Path, checkpoint: Location) -> set[str]:
+    """Landing files (as paths on disk) that no batch of the stream has taken: listed as Spark's file
+    source lists them (recursively, without names starting with `_` or `.`), less its source log's."""
+    found = set()
+    for folder, dirs, files in os.walk(landing):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        found.update(os.path.join(folder, f) for f in files if not f.startswith(("_", ".")))
+    root = str(landing.resolve())
+    found = {os.path.join(root, os.path.relpath(f, landing)) for f in found}
+    return found - {local_path(uri) for uri in seen_files(checkpoint)}
 
 
 def planned_files(checkpoint: Location, batch_id: int) -> list[str]:

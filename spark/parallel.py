@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TypeVar
 
 from pyspark.sql import SparkSession
@@ -44,3 +45,17 @@ def concurrently(spark: SparkSession, action: Callable[[str], T], names: Sequenc
 
     with ThreadPoolExecutor(max_workers=min(len(names), workers or len(names)), thread_name_prefix="lakemv") as pool:
         return list(pool.map(run, names))
+
+
+@contextmanager
+def sql_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Spark SQL `conf` for the queries planned and run inside (the session's values again after).
+    Session-wide: only for a step no other thread of the batch runs queries beside."""
+    saved = {key: spark.conf.get(key) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            spark.conf.set(key, value)

@@ -10,6 +10,12 @@ between leaves them pending: they are recomputed again and the content diff writ
 When the state does not know what is pending (it was rebuilt, or the view is new to it), the view is
 due at once and diffed whole.
 
+A backlog waits the same way, whatever the budget: while more units of a batch follow (a backlog cut
+into units, lakemv.core.batch.units), every view that can wait only adds the keys it reaches to its
+pending keys, and the batch's last unit maintains it once over all of them - or recomputes it whole,
+when that is cheaper (lakemv.core.batch.choice). A view is then fresh at the end of each batch, as
+before, and a backlog of N units costs it one maintenance instead of N.
+
 Freshness here is processing time: the budget bounds how long a change that reached the view waits
 in the state before the view shows it, provided batches keep coming (an idle stream waits with it).
 """
@@ -22,6 +28,9 @@ from lakemv.core.durations import format_duration
 from lakemv.core.planner.model import ViewPlan
 from lakemv.core.state.layout import route
 from lakemv.core.state.store import Pending
+
+# How a batch line says why a unit left a view's keys pending.
+HELD = "pending until the batch's last unit"
 
 
 def refusal(plan: ViewPlan, indexed: bool) -> str | None:

@@ -111,7 +111,7 @@ class KafkaCutter:
 
 class UnitLoop:
     """Applies each micro-batch's units in order, as `BatchRef(stream, batch, chunk)`; `after` runs after
-    each (the stream's results, its data products). `process(ref, lines, skips, last=...)` is the
+    each (the stream's results, its data products). `process(ref, lines, skips, last=..., more=...)` is the
     processor's; the stream's id is read once, when the first batch comes."""
 
     def __init__(self, process: Callable[..., BatchResult], stream_id: Callable[[], str], after: Callable[[BatchResult], None]):
@@ -120,8 +120,10 @@ class UnitLoop:
         self._stream: str | None = None
         self.after = after
 
-    def run(self, batch_id: int, batch: Sequence[Unit]) -> None:
+    def run(self, batch_id: int, batch: Sequence[Unit], more: bool = False) -> None:
+        """The units of micro-batch `batch_id`; `more`: more of a backlog follows it (its views can wait)."""
         if self._stream is None:
             self._stream = self._stream_id()
         for chunk, unit in enumerate(batch):
-            self.after(self.process(BatchRef(self._stream, batch_id, chunk), unit.lines, unit.skips, last=chunk == len(batch) - 1))
+            ref = BatchRef(self._stream, batch_id, chunk)
+            self.after(self.process(ref, unit.lines, unit.skips, last=chunk == len(batch) - 1, more=more))

@@ -346,6 +346,11 @@ class Store(FilePlaces):
             keys = [decode(k) for (k,) in self._db.execute("SELECT key FROM pending WHERE view = ? ORDER BY k", (view,))]
             return Pending(True, row[0] if keys else None, keys)
 
+    def knows_pending(self, view: str) -> bool:
+        """Whether the state knows what of the view is pending (`Pending.known`, without reading the keys)."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM deferred WHERE view = ?", (view,)).fetchone() is not None
+
     def defer(self, view: str, keys: Iterable[Values], now: int) -> None:
         """Add `keys` to the view's pending keys; the wait starts at `now` unless older ones wait."""
         with self.transaction():

@@ -89,6 +89,9 @@ class ScanBackend:
     def close(self) -> None:
         """Release what the backend holds open."""
 
+    def release(self) -> None:
+        """Views that hold a backlog's keys are due from now on (none hold here)."""
+
     def due(self) -> list[str]:
         """The views that wait for their budget and are due now (none here)."""
         return []
@@ -163,9 +166,11 @@ class ScanBackend:
         unit.retries.run(f"MERGE into mirror {table}", lambda: merge_changes(ctx.spark, ctx.names, source, rows))
 
     def views(
-        self, plans: Mapping[str, TablePlan], changed: Sequence[str], unit: WriteUnit, position: int | None, due: Sequence[str] | None = None
+        self, plans: Mapping[str, TablePlan], changed: Sequence[str], unit: WriteUnit, position: int | None, due: Sequence[str] | None = None,
+        hold: bool = False,
     ) -> dict[str, ViewResult]:
-        """Step every view this backend maintains over the changed tables' images (`due`: see LocalStateBackend)."""
+        """Step every view this backend maintains over the changed tables' images (`due`, `hold`: see
+        LocalStateBackend; views stepped by scans cannot wait)."""
         scanned = [m for m in self.ctx.maintainers if m.plan.name not in self.indexed]
         if not scanned:
             return {}

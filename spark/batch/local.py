@@ -36,6 +36,7 @@ from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.indexed import IndexedView
 from lakemv.spark.views.maintain import ViewMaintainer
 from lakemv.spark.views.state import read_state
+from lakemv.spark.views.together import Gathered, recompute_together
 
 
 class LocalStateBackend(ScanBackend):
@@ -47,6 +48,7 @@ class LocalStateBackend(ScanBackend):
         self.sync: StoreSync | None = None
         self.indexed: dict[str, IndexedView] = {}
         self._starts: list[int] = []  # when the last view steps started (epoch micros)
+        self._holding = False  # the last unit held its views' keys: more of its batch or backlog follows
         self.attach()
 
     # ---- the state's upkeep ---------------------------------------------------------------------
@@ -235,10 +237,13 @@ class LocalStateBackend(ScanBackend):
         commit_once(ctx.spark, identifier, unit, attempt, f"commit into mirror {table}")
 
     def views(
-        self, plans: Mapping[str, TablePlan], changed: Sequence[str], unit: WriteUnit, position: int | None, due: Sequence[str] | None = None
+        self, plans: Mapping[str, TablePlan], changed: Sequence[str], unit: WriteUnit, position: int | None, due: Sequence[str] | None = None,
+        hold: bool = False,
     ) -> dict[str, ViewResult]:
         """The views the store serves, side by side (`view_workers` at once), then the rest by scans.
-        With `due` (between batches: no changes), only those views, which wait for their budget."""
+        With `due` (between batches: no changes), only those views, which wait for their budget. With
+        `hold` (more units of the batch follow: a backlog), every view that can wait adds the keys it
+        reaches to its pending keys; the batch's last unit maintains it once over all of them (or whole)."""
         ctx = self.ctx
         views: dict[str, ViewResult] = {}
         images = {t: rows_of(plans[t].images, self.store.mirrors[t].column_names) for t in changed if t in self.store.mirrors}
@@ -249,18 +254,38 @@ class LocalStateBackend(ScanBackend):
         now = now_micros()
         if due is None:  # a batch: the next is expected after the last gap between batches
             self._starts = [*self._starts[-1:], now]
+            self._holding = hold
         gap = deferral.period(self._starts)  # when the next batch is expected: views that wait judge their budget by it
-        if served:
-            done = concurrently(
-                ctx.spark, lambda name: self._indexed_view(served[name], images, updated, unit, position, now, gap), sorted(served), ctx.view_workers
+        if served:  # each view's keys and rows side by side, one recompute of them all, each view's writes side by side
+            prepared = concurrently(
+                ctx.spark, lambda name: self._indexed_view(served[name], images, updated, unit, position, now, gap, hold), sorted(served), ctx.view_workers
             )
-            views.update(zip(sorted(served), done, strict=True))
+            views.update((name, p) for name, p in zip(sorted(served), prepared, strict=True) if isinstance(p, ViewResult))
+            views.update(self._recompute({name: p for name, p in zip(sorted(served), prepared, strict=True) if isinstance(p, Gathered)}))
+            views = dict(sorted(views.items()))
         if changed:
             views.update(super().views(plans, changed, unit, position))
         return views
 
+    def _recompute(self, gathered: Mapping[str, Gathered]) -> dict[str, ViewResult]:
+        """The prepared views recomputed together (a Spark job per core, lakemv.spark.views.indexed),
+        then each one's diff and writes, side by side."""
+        if not gathered:
+            return {}
+        spark, workers = self.ctx.spark, self.ctx.view_workers
+        computed = dict(zip(gathered, recompute_together(spark, list(gathered.values()), min(workers, spark.sparkContext.defaultParallelism)), strict=True))
+        finished = concurrently(spark, lambda name: gathered[name].view.finish(gathered[name], *computed[name]), list(gathered), workers)
+        return dict(zip(gathered, finished, strict=True))
+
+    def release(self) -> None:
+        """Views that hold a backlog's keys are due from now on (its run ends: no unit of it follows)."""
+        self._holding = False
+
     def due(self) -> list[str]:
-        """The views that wait for their budget and are due now (were a batch to start)."""
+        """The views that wait for their budget and are due now (were a batch to start); none while a
+        batch's units hold their keys (its last unit maintains them)."""
+        if self._holding:
+            return []
         now, gap = now_micros(), deferral.period(self._starts)
         found = []
         for name, view in sorted(self.indexed.items()):
@@ -275,8 +300,11 @@ class LocalStateBackend(ScanBackend):
         """Whether a view waits for its freshness budget (every batch may make it due)."""
         return any(v.budget is not None for v in self.indexed.values())
 
-    def _indexed_view(self, maintainer: ViewMaintainer, images, updated, unit: WriteUnit, position: int | None, now: int, gap: int) -> ViewResult:  # noqa: ANN001
-        """A view the store serves: paused and resumed like any view, otherwise maintained from the store."""
+    def _indexed_view(  # noqa: ANN001
+        self, maintainer: ViewMaintainer, images, updated, unit: WriteUnit, position: int | None, now: int, gap: int, hold: bool
+    ) -> ViewResult | Gathered:
+        """A view the store serves: paused and resumed like any view, otherwise prepared from the store
+        for the batch's recompute (or done already: nothing reached, deferred, recomputed whole)."""
         state = read_state(self.ctx.spark, maintainer.table)
         if state.state == "paused":
             return ViewResult(maintainer.plan.name, 0, paused=True, note=f"paused by {state.by}")
@@ -285,4 +313,4 @@ class LocalStateBackend(ScanBackend):
             assert self.sync is not None
             self.sync.reload(f"view:{maintainer.plan.name}")
             return result
-        return self.indexed[maintainer.plan.name].apply(images, unit, position, state, now, gap, updated)
+        return self.indexed[maintainer.plan.name].prepare(images, unit, position, state, now, gap, updated, hold)

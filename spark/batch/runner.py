@@ -89,9 +89,11 @@ class BatchProcessor:
         view_workers: int = VIEW_WORKERS,
         direct: DirectWriter | None = None,
         turns: CommitTurns | None = None,
+        hold_backlog: bool = True,
     ):
         self.spark = spark
         self.turns = turns
+        self.hold_backlog = hold_backlog  # views that can wait hold a backlog's keys for its end (`process`)
         self._busy = threading.Lock()  # held by a unit
         self.max_line_chars = max_line_chars
         self.names = names
@@ -159,28 +161,35 @@ class BatchProcessor:
         file_skips: Mapping[str, int] | None = None,
         *,
         last: bool = True,
+        more: bool = False,
     ) -> BatchResult:
         """Apply one unit of lines, exactly once however often it is replayed.
 
         `lines` are `(line, file)` pairs, or `Lines` still in Spark for a unit parsed set-wise.
         `file_skips` counts files that gave no lines (empty, or gone before Spark read them), by reason.
         `last`: no later unit of `ref`'s batch follows (those are judged by the watermarks this one was).
+        `more`: more of a backlog follows the batch. Unless this is its last unit and none follows, the
+        views that can wait hold their keys (lakemv.core.batch.deferral), with `hold_backlog`.
         With `turns`, the unit starts after any compaction turn and holds off the next one until it ends.
         """
         with self._busy:  # (`flush` runs between batches, from another thread)
+            hold = self.hold_backlog and (more or not last)
             if self.turns is None:
-                return self._process(ref, lines, file_skips, last=last)
+                return self._process(ref, lines, file_skips, last=last, hold=hold)
             with self.turns.unit() as waited:
-                result = self._process(ref, lines, file_skips, last=last)
+                result = self._process(ref, lines, file_skips, last=last, hold=hold)
             return replace(result, waited=round(waited(), 3))
 
-    def flush(self, stream: str) -> BatchResult | None:
+    def flush(self, stream: str, release: bool = False) -> BatchResult | None:
         """Between batches: maintain the views that wait for their freshness budget and are due now
         (lakemv.core.batch.deferral); None when none is. A unit of its own (`<stream>~idle`, numbered
-        by the time), with a ledger row; a crash in it leaves the keys pending, recomputed later."""
+        by the time), with a ledger row; a crash in it leaves the keys pending, recomputed later.
+        `release`: the run ends, so views that held a backlog's keys are due now too."""
         if not self.backend.waits or not self._busy.acquire(blocking=False):  # a batch runs: it judges them itself
             return None
         try:
+            if release:
+                self.backend.release()
             return self._flush(stream)
         finally:
             self._busy.release()
@@ -200,7 +209,7 @@ class BatchProcessor:
         return replace(result, seconds=time.perf_counter() - started, conflicts_retried=unit.retries.count)
 
     def _process(
-        self, ref: BatchRef, lines: list[tuple[str, str]] | Lines, file_skips: Mapping[str, int] | None, *, last: bool
+        self, ref: BatchRef, lines: list[tuple[str, str]] | Lines, file_skips: Mapping[str, int] | None, *, last: bool, hold: bool = False
     ) -> BatchResult:
         started = time.perf_counter()
         started_at = now_micros()
@@ -247,7 +256,7 @@ class BatchProcessor:
             changeset.dead_letters.extend(l for t in sorted(violations) for l in violation_letters(self.sources[t], violations[t]))
             clock.lap("unique check")
         with tagged(self.spark, ref.write_id):
-            views = self._apply(changeset, plans, unit, started_at, clock)
+            views = self._apply(changeset, plans, unit, started_at, clock, hold=hold)
             result = BatchResult(
                 batch_id=ref.batch,
                 lines=len(lines) if isinstance(lines, list) else changeset.set_wise + changeset.line_by_line,
@@ -340,8 +349,10 @@ class BatchProcessor:
         return dict(sorted(self.backend.plans(dict(sorted(rows.items()))).items()))
 
     def _apply(
-        self, changeset: ChangeSet, plans: Mapping[str, TablePlan], unit: WriteUnit, now: int, clock: Clock
+        self, changeset: ChangeSet, plans: Mapping[str, TablePlan], unit: WriteUnit, now: int, clock: Clock, hold: bool = False
     ) -> dict[str, ViewResult]:
+        """Dead letters, mirrors, the local state, then the views (`hold`: more units of the batch follow,
+        so views that can wait hold their keys for its last unit)."""
         if changeset.dead_letters:
             self.backend.append(self.names.dead_letters, dead_letters_to_arrow(changeset.dead_letters, unit.batch_id or 0, now), unit)
             clock.lap("dead letters")
@@ -359,7 +370,7 @@ class BatchProcessor:
         changed = [t for t, p in plans.items() if p.images is not None and p.images.num_rows]
         if not changed and not self.backend.waits:  # (a view that waits may be due in any batch)
             return {}
-        views = self.backend.views(plans, changed, unit, highest(plans, POSITION))
+        views = self.backend.views(plans, changed, unit, highest(plans, POSITION), hold=hold)
         clock.lap("views")
         for maintainer in self.maintainers:
             result = views.get(maintainer.plan.name)

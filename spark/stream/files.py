@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
-from lakemv.catalog.streams import checkpoint_dir, planned_files
+from lakemv.catalog.streams import checkpoint_dir, planned_files, unseen_files
 from lakemv.core.batch.result import BatchResult, IngestResult, ViewResult
 from lakemv.core.batch.units import Unit, file_units
 from lakemv.core.cdc.changeset import check_landing, local_path
@@ -62,6 +62,7 @@ class FileSource:
         self.landing = landing
         self.checkpoint = checkpoint_dir(settings, landing)
         self.max_files = max_files_per_trigger or settings.max_files_per_batch
+        self._unseen: set[str] | None = None  # a once run's landing files no batch has taken yet
 
     def frame(self, spark: SparkSession) -> DataFrame:
         # Paths are literal: Spark globs a listed file's path again when it reads it (`a[x].json` read
@@ -72,6 +73,18 @@ class FileSource:
         else:
             reader = reader.option("maxBytesPerTrigger", str(self.settings.max_bytes_per_batch))
         return reader.load(str(self.landing.resolve())).selectExpr("value", "_metadata.file_path AS file")
+
+    def start(self, once: bool) -> None:
+        """A run starts; `once`: it drains what the landing zone holds now (a backlog: `more` knows its end)."""
+        self._unseen = unseen_files(self.landing, self.checkpoint) if once and self.settings.hold_backlog else None
+
+    def more(self, batch_id: int) -> bool:
+        """Whether files the run drains follow batch `batch_id`: landing files that were there at the
+        start of a `once` run and no batch up to this one took (always False for a running stream)."""
+        if self._unseen is None:
+            return False
+        self._unseen -= {local_path(uri) for uri in planned_files(self.checkpoint, batch_id)}
+        return bool(self._unseen)
 
     def units(self, frame: DataFrame, batch_id: int) -> list[Unit]:
         planned = planned_files(self.checkpoint, batch_id)

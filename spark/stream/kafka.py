@@ -60,6 +60,14 @@ class KafkaSource:
         }
         return spark.readStream.format("kafka").options(**options).load().selectExpr("topic", "partition", "offset", "value")
 
+    def start(self, once: bool) -> None:
+        """A run starts (a once run's end offsets are Spark's: nothing to note here)."""
+
+    def more(self, batch_id: int) -> bool:
+        """Whether more of the run's backlog follows this batch: not known here (its units still hold
+        their views for its last one: up to four units per batch)."""
+        return False
+
     def units(self, frame: DataFrame, batch_id: int) -> list[Unit]:
         return self.cutter.units(frame.toArrow(), batch_id)
 

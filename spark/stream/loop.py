@@ -47,6 +47,14 @@ class Source(Protocol):
         """The streaming DataFrame of its records."""
         ...
 
+    def start(self, once: bool) -> None:
+        """The run starts (`once`: it drains what is there now)."""
+        ...
+
+    def more(self, batch_id: int) -> bool:
+        """Whether more of the backlog the run drains follows micro-batch `batch_id` (its views can wait)."""
+        ...
+
     def units(self, frame: DataFrame, batch_id: int) -> list[Unit]:
         """Micro-batch `batch_id` as units, in order ([]: nothing to apply)."""
         ...
@@ -78,6 +86,7 @@ def new_processor(
         view_workers=settings.view_workers,
         direct=DirectWriter(spark, settings) if settings.direct_writes else None,
         turns=CommitTurns(settings.local_root, settings.catalog_name),  # compaction's rewrites take turns with the stream
+        hold_backlog=settings.hold_backlog,
     )
 
 
@@ -104,12 +113,15 @@ def run_source(
 
     def each_batch(frame: DataFrame, batch_id: int) -> None:
         lifecycle.check()
-        loop.run(batch_id, source.units(frame, batch_id))
+        units = source.units(frame, batch_id)
+        loop.run(batch_id, units, more=source.more(batch_id))
 
-    def idle() -> None:  # views whose freshness budget falls due while no batch runs (lakemv.core.batch.deferral)
-        outcome = processor.flush(stream_id(source.checkpoint))
+    def idle(final: bool = False) -> None:  # views whose freshness budget falls due while no batch runs (lakemv.core.batch.deferral)
+        outcome = processor.flush(stream_id(source.checkpoint), release=final)
         if outcome is not None:
             after(outcome)
+
+    source.start(once)
 
     name = f"lakemv_{source.name}_{settings.catalog_name}"
     run_stream(
@@ -130,12 +142,13 @@ def run_stream(
     once: bool,
     trigger_seconds: float,
     on_ready: Callable[[], None] | None,
-    on_idle: Callable[[], None] = lambda: None,
+    on_idle: Callable[..., None] = lambda final=False: None,
 ) -> None:
     """Run `each_batch` over the micro-batches of `stream` until it ends (`once`: what is there
     now) or is interrupted; the processor's local state is closed either way. The data products
     catch up first (what a crash left undelivered; a whole view only once the stream runs) and last.
-    `on_idle` runs every `trigger_seconds` while the stream runs, and once after a `once` stream ends."""
+    `on_idle` runs every `trigger_seconds` while the stream runs, and once after a `once` stream ends
+    (`final=True`: views still holding a backlog's keys are due then)."""
     products.deliver(resync=False)
     writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint.hadoop).queryName(name)
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
@@ -150,7 +163,7 @@ def run_stream(
                 if attempt == 2 or classify(exc).reason != "SPARK-55271":  # the Kafka source's restart bug (lakemv.core.failures)
                     raise
         if once:
-            on_idle()
+            on_idle(final=True)
         products.deliver()
     finally:
         products.close()

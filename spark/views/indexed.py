@@ -1,10 +1,11 @@
 """The per-batch view step over the local state: no Iceberg table is scanned.
 
 For each view the store serves (`lakemv.core.state.layout.route`): the keys the batch's images reach and
-the rows those keys read come from the store; Spark runs the view's own SQL over just those rows (as
-small local relations, so the engine and the invariant are the ones of a full recompute); each
-recomputed row's digest is compared with the stored one; only the rows that differ go to the change
-feed and the view MERGE (Spark into Iceberg), and their digests into the store after that commit.
+the rows those keys read come from the store (`IndexedView.prepare`); Spark runs the view's own SQL
+over just those rows (as small local relations, so the engine and the invariant are the ones of a full
+recompute), every view the batch reached in one job per core (`lakemv.spark.views.together`); each recomputed
+row's digest is compared with the stored one; only the rows that differ go to the change feed and the
+view (`IndexedView.finish`), and their digests into the store after that commit.
 """
 
 from __future__ import annotations
@@ -27,23 +28,18 @@ from lakemv.core.planner import over
 from lakemv.core.planner.finality import final_rows_sql
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.diff import repeated
-from lakemv.core.sql.quote import q
+from lakemv.core.sql.quote import q, spark_string
 from lakemv.core.sql.viewsql import DIFF_OP
 from lakemv.core.state.codec import Values, rows_of, to_arrow
-from lakemv.core.state.layout import MirrorPart, Route
+from lakemv.core.state.layout import Route
 from lakemv.core.state.places import Location
 from lakemv.core.state.walk import gather, reach
-from lakemv.core.types import arrow_type
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
+from lakemv.spark.views.together import TAG, VIEW, Gathered, part_schema
 
 _OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
-
-
-def part_schema(part: MirrorPart) -> pa.Schema:
-    """Arrow schema of a mirror's declared columns (what the view's SQL reads)."""
-    return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in part.columns])
 
 
 class IndexedView:
@@ -76,15 +72,20 @@ class IndexedView:
         schema = self._view_schema()
         return pa.schema([schema.field(k) for k in self.plan.key_names])
 
-    def apply(
+    def prepare(
         self, images: Mapping[str, list[Values]], unit: WriteUnit, position: int | None, state: ViewState, now: int = 0, gap: int = 0,
-        updated: Mapping[str, list[list[str] | None]] | None = None,
-    ) -> ViewResult:
-        """Recompute the keys the images reach and write what changed (inside the batch's tagged block).
+        updated: Mapping[str, list[list[str] | None]] | None = None, hold: bool = False,
+    ) -> ViewResult | Gathered:
+        """The keys the images reach and the rows they read, ready for the view's recompute; or the
+        step's result when there is nothing to recompute incrementally (no key reached, keys deferred,
+        a whole recompute chosen and written).
         A view with a freshness `budget` adds them to its pending keys instead until it is due: the
         batch starts at `now` (epoch micros), the next is expected `gap` micros later. `updated`: per
         table, the columns each image's update changed (lakemv.core.cdc.effects.CHANGED): an update of
-        columns the view does not read reaches none of its keys."""
+        columns the view does not read reaches none of its keys. `hold`: more units of the batch follow
+        (a backlog): a view that can wait adds its keys to its pending keys whatever its budget, and is
+        due at the first unit that does not hold (lakemv.core.batch.deferral). When the state does not
+        know what is pending (it was rebuilt), the keys are not kept: that maintenance diffs the view whole."""
         started = time.perf_counter()
         parts = self.store.mirrors
         images = {t: self._reaching(t, rows, (updated or {}).get(t)) for t, rows in images.items() if self.plan.reached_by(t)}
@@ -97,6 +98,15 @@ class IndexedView:
         steps = {"keys": time.perf_counter() - started}
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
         whole = False
+        if hold and deferral.refusal(self.plan, indexed=True) is None:
+            if not keys:
+                return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
+            if self.store.knows_pending(self.plan.name):  # (else its next maintenance diffs it whole: nothing to add)
+                self.store.defer(self.plan.name, keys, now)
+            crash_point(f"deferred:{self.plan.name}", unit.batch_id)
+            if self.budget is None:
+                self.catch_up_once()
+            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=steps, deferred=True, note=deferral.HELD)
         if self.budget is not None:  # a view that waits for its freshness budget (lakemv.core.batch.deferral)
             pending = self.store.pending(self.plan.name)
             if not deferral.is_due(pending, now, self.budget, gap):
@@ -127,31 +137,34 @@ class IndexedView:
         clock = time.perf_counter()
         ordered = sorted(keys, key=repr)
         rows = gather(self.plan, self.route, parts, self.store, ordered)
-        rows_read = sum(len(found) for found in rows.values())
         steps["rows"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        new = self._recompute(rows, ordered)
-        steps["recompute"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        diff = self._diff(new, ordered)
+        return Gathered(self, ordered, rows, choice, Writing(len(keys), position, unit, started, steps, state))
+
+    def finish(self, gathered: Gathered, new: pa.Table, seconds: float) -> ViewResult:
+        """Diff the view's recomputed rows (`new`, computed in `seconds`: its share of the batch's
+        recompute) against the stored digests and write what changed."""
+        began = clock = time.perf_counter()
+        writing, keys, unit, steps = gathered.writing, gathered.keys, gathered.writing.unit, gathered.writing.steps
+        steps["recompute"] = seconds
+        diff = self._diff(new, keys)
         steps["diff"] = time.perf_counter() - clock
+        writing.held = len(diff.duplicated)
+        tail = {"rows_read": gathered.rows_read, "plan": INCREMENTAL, "reason": gathered.choice.reason}
         if diff.rows.num_rows == 0:
             self._caught_up()
-            seconds = time.perf_counter() - started
-            self._measured(INCREMENTAL, lambda: len(keys), seconds - steps["keys"])
-            return ViewResult(self.plan.name, len(keys), seconds=seconds, steps=_rounded(steps), held=len(diff.duplicated),
-                              rows_read=rows_read, plan=INCREMENTAL, reason=choice.reason)  # fmt: skip
-        writing = Writing(len(keys), position, unit, started, steps, state, held=len(diff.duplicated))
-        result = self.maintainer.write_diff(diff.rows, writing, lambda refresh: self._places(diff.held, unit, refresh))
-        if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
-            return result
-        clock = time.perf_counter()
-        self._record(diff, unit)
-        crash_point(f"state:{self.plan.name}", unit.batch_id)
-        seconds = time.perf_counter() - started
+            result = ViewResult(self.plan.name, len(keys), steps=_rounded(steps), held=writing.held)
+        else:
+            result = self.maintainer.write_diff(diff.rows, writing, lambda refresh: self._places(diff.held, unit, refresh))
+            if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
+                return result
+            clock = time.perf_counter()
+            self._record(diff, unit)
+            crash_point(f"state:{self.plan.name}", unit.batch_id)
+            tail["steps"] = {**result.steps, "state": round(time.perf_counter() - clock, 3)}
+        # its own time: its keys and rows, its share of the recompute, its diff and writes (not the others')
+        seconds = steps["keys"] + steps["rows"] + seconds + (time.perf_counter() - began)
         self._measured(INCREMENTAL, lambda: len(keys), seconds - steps["keys"])
-        return replace(result, seconds=seconds, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)}, rows_read=rows_read,
-                       plan=INCREMENTAL, reason=choice.reason)  # fmt: skip
+        return replace(result, seconds=seconds, **tail)
 
     def _reaching(self, table: str, rows: list[Values], changed: list[list[str] | None] | None) -> list[Values]:
         """The images of `table` whose change the view can see (all, when what changed is not known)."""
@@ -230,30 +243,30 @@ class IndexedView:
             self.spark.catalog.dropTempView(relation)
         return set(rows_of(found, self.plan.key_names))
 
-    def _recompute(self, rows: Mapping[int, list[Values]], keys: list[Values]) -> pa.Table:
-        """The view's SQL over the gathered rows, with each row's digest."""
-        relations = []
-        try:
-            for occ in self.plan.occurrences:
-                part = self.store.mirrors[occ.table]
-                relation = f"{self._prefix}{occ.id}"
-                frame = self.spark.createDataFrame(to_arrow(rows.get(occ.id, []), part_schema(part)))
-                if occ.id == self.plan.anchor and not self.route.exact_keys:
-                    keyed = f"_lmv_{self.plan.name}_keys"
-                    self.spark.createDataFrame(to_arrow(keys, self._key_schema())).createOrReplaceTempView(keyed)
-                    relations.append(keyed)
-                    frame.createOrReplaceTempView(f"{relation}_all")
-                    relations.append(f"{relation}_all")
-                    match = " AND ".join(f"k.{q(k.name)} <=> {over(k.expr, 'a')}" for k in self.plan.keys)
-                    frame = self.spark.sql(f"SELECT a.* FROM {relation}_all AS a LEFT SEMI JOIN {keyed} AS k ON {match}")
-                frame.createOrReplaceTempView(relation)
-                relations.append(relation)
-            digest = digest_sql(list(self.plan.columns), "b")
-            body = final_rows_sql(self._body, self.plan.finality, self.maintainer.watermarks)
-            return self.spark.sql(f"SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b").toArrow()
-        finally:
-            for relation in relations:
-                self.spark.catalog.dropTempView(relation)
+    def branch(self, gathered: Gathered, sources: Mapping[int, tuple[str, int]], index: int, views: int) -> tuple[str, str | None]:
+        """This view's part of the batch's recompute (`recompute_together`): its SQL over the rows it
+        gathered, each occurrence's read from `sources` (per occurrence: the batch relation of its table
+        and its tag there), as the `index`-th of `views` struct columns, with each row's digest; and the
+        temp view of its keys it made, if any (an anchor whose rows are a superset of the keys' rows)."""
+        ctes, keyed = [], None
+        for occ in self.plan.occurrences:
+            relation, tag = sources[occ.id]
+            columns = ", ".join(q(c) for c in self.store.mirrors[occ.table].column_names)
+            read = f"SELECT {columns} FROM {relation} WHERE {TAG} = {tag}"
+            if occ.id == self.plan.anchor and not self.route.exact_keys:
+                keyed = f"_lmv_{self.plan.name}_keys"
+                self.spark.createDataFrame(to_arrow(gathered.keys, self._key_schema())).createOrReplaceTempView(keyed)
+                match = " AND ".join(f"k.{q(k.name)} <=> {over(k.expr, 'a')}" for k in self.plan.keys)
+                read = f"SELECT a.* FROM ({read}) AS a LEFT SEMI JOIN {keyed} AS k ON {match}"
+            ctes.append(f"{self._prefix}{occ.id} AS ({read})")
+        digest = digest_sql(list(self.plan.columns), "b")
+        body = final_rows_sql(self._body, self.plan.finality, self.maintainer.watermarks)
+        # every field nullable: a struct column is NULL in the other views' rows, and Arrow refuses a
+        # NULL struct whose fields are declared not null
+        fields = ", ".join(f"{spark_string(c)}, IF(b.{q(c)} IS NULL, NULL, b.{q(c)})" for c in [*self.plan.columns, DIGEST])
+        outputs = ", ".join(f"named_struct({fields})" if i == index else "NULL" for i in range(views))
+        select = f"SELECT {index} AS {VIEW}, {outputs} FROM (SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b) AS b"
+        return f"(WITH {', '.join(ctes)} {select})", keyed
 
     def _diff(self, new: pa.Table, keys: list[Values]) -> _Diff:
         """The rows that changed against the stored digests (see `_Diff`). A direct commit deletes

@@ -229,8 +229,10 @@ def copy_landing(source: Path, target: Path) -> None:
         os.utime(destination, (stat.st_atime, stat.st_mtime))
 
 
-def ingest_env(files_per_batch: int, extra: Mapping[str, str] | None = None, set_wise: bool = False) -> dict[str, str]:
-    """The environment of one ingest run; `set_wise`: every batch parsed by Spark (lakemv.spark.bulk)."""
+def ingest_env(files_per_batch: int, extra: Mapping[str, str] | None = None, set_wise: bool = False, backlog: bool = False) -> dict[str, str]:
+    """The environment of one ingest run; `set_wise`: every batch parsed by Spark (lakemv.spark.bulk);
+    `backlog`: views hold a backlog's keys for its last batch (LAKEMV_HOLD_BACKLOG), else every batch
+    maintains them, as a running stream's batches do."""
     env = {
         **os.environ,
         "LAKEMV_SPARK_MASTER": "local[2]",
@@ -242,6 +244,7 @@ def ingest_env(files_per_batch: int, extra: Mapping[str, str] | None = None, set
         # whose own points its replays then never reached.
         "LAKEMV_VIEW_WORKERS": "1",
         "LAKEMV_BULK_MIN_BYTES": "1" if set_wise else str(1 << 40),
+        "LAKEMV_HOLD_BACKLOG": "true" if backlog else "false",
     }
     env.pop("LAKEMV_CRASH_AT", None)
     env.pop("LAKEMV_CRASH_SIGNAL", None)
@@ -397,13 +400,18 @@ def run_trial(
     events: int = 0,
     crashed_on: Place | None = None,
     deferred: Sequence[str] = (),
+    backlog: bool = False,
+    schedule: Sequence[tuple[str, int]] | None = None,
 ) -> Trial:
     """Reference run and crashed run of one generated input; raises AssertionError on any difference.
     `points`: where to kill (every point by default); `set_wise`: every batch parsed by Spark;
     `events`: feed generated event streams (that many page views) to the event views instead;
     `crashed_on`: where the crashed lake lives (default: a folder beside the reference's); `deferred`:
     views that wait for a freshness budget of an hour in the crashed runs (none falls due in a trial),
-    removed for the last run, which then catches up the keys they left pending."""
+    removed for the last run, which then catches up the keys they left pending; `backlog`: every run
+    drains the landing files as one backlog, its views held until its last batch (lakemv.core.batch.deferral),
+    so a view's steps are reached in the last batch only; `schedule`: (point, batch) pairs instead of
+    every point spread over the batches."""
     started = time.monotonic()
     generated = root / "generated"
     extra: dict[str, str] = {}
@@ -414,7 +422,7 @@ def run_trial(
     else:
         sources = sources or load_sources(LakeSettings().sources_dirs)
         state, per_round = prepare_landing(generated, seed, users, rounds, sources)
-    trial = Trial(seed, _ordered_schedule(schedule_for(seed, rounds, points)))
+    trial = Trial(seed, _ordered_schedule(list(schedule) if schedule is not None else schedule_for(seed, rounds, points)))
     if deferred:
         extra_crashed = {"LAKEMV_VIEWS_DIR": str(budgeted_views(root / "views-with-budgets", deferred))}
     lakes = {}
@@ -427,7 +435,7 @@ def run_trial(
             signal_file = root / "crash-signal"
             for point, batch in trial.schedule:
                 arm = {"LAKEMV_CRASH_AT": f"{point}@{batch}", "LAKEMV_CRASH_SIGNAL": str(signal_file)}
-                env = ingest_env(per_round, {**extra, **place.env, **arm, **(extra_crashed if deferred else {})}, set_wise)
+                env = ingest_env(per_round, {**extra, **place.env, **arm, **(extra_crashed if deferred else {})}, set_wise, backlog)
                 trial.runs += 1
                 reached = ingest(place.warehouse, landing, env, signal_file, log=log)
                 if reached is None:
@@ -437,7 +445,7 @@ def run_trial(
                     if len(trial.kills) % LOSE_STATE_EVERY == 0:  # the next run rebuilds it from Iceberg
                         trial.states_lost += place.lose_state()
         trial.runs += 1
-        assert ingest(place.warehouse, landing, ingest_env(per_round, {**extra, **place.env}, set_wise=set_wise), log=log) is None
+        assert ingest(place.warehouse, landing, ingest_env(per_round, {**extra, **place.env}, set_wise, backlog), log=log) is None
         lakes[name] = read_lake(place.settings, sources, (*VIEWS, *EVENT_VIEWS) if events else VIEWS)
     context = f"seed {seed}"
     trial.compared = assert_same_lake(lakes["reference"], lakes["crashed"], context, deferred)

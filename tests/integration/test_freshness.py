@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from lakemv.catalog.settings import PROJECT_ROOT
-from lakemv.core.batch.journal import Journal
+from lakemv.core.batch import deferral
+from lakemv.core.batch.journal import BatchRef, Journal
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
 from lakemv.core.state.store import Store
@@ -39,9 +40,10 @@ class Crash(Exception):
     """The process died here (in-process: the processor is dropped and built again, as a restart does)."""
 
 
-def crashing_at(p: BatchProcessor, wanted: str, batch: int, lines: list) -> None:
-    """Process `lines` as unit `batch`, dying at crash point `wanted` (the crash harness kills a real
-    process there); then the processor is dropped, its state closed as a killed one leaves it."""
+def crashing_at(p: BatchProcessor, wanted: str, batch: int | BatchRef, lines: list, last: bool = True) -> None:
+    """Process `lines` as unit `batch` (a batch number: its only unit), dying at crash point `wanted`
+    (the crash harness kills a real process there); then the processor is dropped, its state closed as
+    a killed one leaves it."""
 
     def point(name: str, batch_id: int | None = None) -> None:
         if name == wanted:
@@ -51,7 +53,7 @@ def crashing_at(p: BatchProcessor, wanted: str, batch: int, lines: list) -> None
         for module in (indexed, write):
             patch.setattr(module, "crash_point", point)
         with pytest.raises(Crash):
-            p.process_lines(batch, lines)
+            p.process(batch if isinstance(batch, BatchRef) else BatchRef("local", batch), lines, last=last)
     p.close()
 
 
@@ -163,3 +165,32 @@ def test_keys_left_pending_by_a_budget_since_removed_are_caught_up_at_once(lake,
     assert flushed is not None and flushed.views["user_profile"].upserts == 1, flushed
     assert again.store.pending("user_profile").keys == [] and again.flush("s") is None
     assert_views_are_fresh(lake, again)
+
+
+@pytest.mark.slow(40)
+def test_the_units_of_one_batch_leave_their_views_to_its_last_unit(lake, tmp_path):
+    """A backlog cut into units: while more units of the batch follow, every view that can wait only
+    records the keys it reaches (whatever its budget); the last unit maintains it once over all of
+    them. A crash while keys are held loses none: the replayed batch holds them again."""
+    p = processor(lake, tmp_path)
+    p.process_lines(0, [(dbz("c", 1, user("a@x.io", "ann", 1)), at("users")), (dbz("c", 2, user("b@x.io", "bob", 2)), at("users"))])
+    before = view_rows(lake, "star_counts")
+    held = p.process(BatchRef("local", 1, 0), [(dbz("c", 3, star("ann", "r1")), at("stars"))], last=False)
+    counts = held.views["star_counts"]
+    assert counts.deferred and counts.note == deferral.HELD and counts.keys == 1, counts
+    assert view_rows(lake, "star_counts") == before and ledger_views(lake, 1) == set()
+    assert p.flush("local") is None  # between two units of a batch: nothing is due, the batch goes on
+    # a crash once the second unit's keys are recorded: the replay holds them again, nothing is lost
+    crashing_at(p, "deferred:star_counts", BatchRef("local", 1, 1), [(dbz("c", 4, star("bob", "r1")), at("stars"))], last=False)
+    p = processor(lake, tmp_path)
+    assert sorted(p.store.pending("star_counts").keys) == [("ann",), ("bob",)]
+    assert p.process(BatchRef("local", 1, 0), [(dbz("c", 3, star("ann", "r1")), at("stars"))], last=False).already_committed
+    again = p.process(BatchRef("local", 1, 1), [(dbz("c", 4, star("bob", "r1")), at("stars"))], last=False)
+    assert again.views["star_counts"].deferred and again.views["user_profile"].deferred
+    p.indexed["user_profile"].budget = 1  # due at the last unit too (it held its keys however short its budget)
+    last = p.process(BatchRef("local", 1, 2), [(dbz("c", 5, star("ann", "r2")), at("stars"))], last=True)
+    counts = last.views["star_counts"]
+    assert not counts.deferred and counts.keys == 2 and counts.upserts == 2, counts
+    assert_views_are_fresh(lake, p)
+    assert p.store.pending("star_counts").keys == [] and p.indexed["star_counts"].budget is None
+    assert p.store.pending("user_profile").keys == [] and p.indexed["user_profile"].budget == 1  # its own budget stays

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from lakemv.catalog.tables import live_rows_sql
+from lakemv.core.batch import deferral
 from lakemv.core.errors import ConfigError
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import parse_view
 from lakemv.spark.stream.files import run_ingest
 from tests.cdc import dbz, user
 
@@ -46,6 +49,25 @@ def test_max_files_per_trigger_splits_the_backlog(lake, tmp_path):
     result = run_ingest(lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2)
     assert [b.events for b in result.batches] == [2, 2]
     assert len(usernames(lake)) == 4
+
+
+def test_a_backlog_maintains_each_view_once_after_its_last_batch(lake, tmp_path):
+    """A once run drains a backlog of several batches: the views hold the keys each batch reaches
+    (lakemv.core.batch.deferral) and are maintained once, by the batch that takes the last files."""
+    landing = tmp_path / "landing"
+    for n in range(5):
+        drop(landing, "users", f"f{n}.json", dbz("c", n + 1, user(f"u{n}@x.io", f"u{n}", n)))
+    view = plan_view(parse_view("-- @key: email\nSELECT u.email, upper(u.username) AS shout FROM users u", "shouts"), lake.sources)
+    result = run_ingest(lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2, views=[view])
+    held = [b.views["shouts"] for b in result.batches]
+    assert [b.events for b in result.batches] == [2, 2, 1]
+    assert [v.deferred for v in held] == [True, True, False] and held[-1].keys == 5 and held[-1].upserts == 5, held
+    assert held[0].note == deferral.HELD
+    rows = lake.spark.table(lake.names.view("shouts")).collect()
+    assert sorted((r["email"], r["shout"]) for r in rows) == [(f"u{n}@x.io", f"U{n}") for n in range(5)]
+    drop(landing, "users", "later.json", dbz("u", 6, user("u0@x.io", "zed", 0)))  # one more batch: maintained at once
+    again = run_ingest(lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2, views=[view])
+    assert [(v.deferred, v.upserts) for b in again.batches for v in b.views.values()] == [(False, 1)]
 
 
 def test_byte_and_event_limits_bound_every_unit_of_a_backlog(lake, tmp_path):

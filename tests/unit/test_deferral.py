@@ -60,8 +60,9 @@ def test_the_store_keeps_pending_keys_until_the_view_catches_up(tmp_path):
     part = ViewPart(view="v", key=("k",), definition="f1", located=False)
     store.attach_view(part)
     store.set_record("view:v", part.fingerprint, None, None)  # its digests loaded
-    assert not store.pending("v").known  # a view new to the state: what waits is not known
+    assert not store.pending("v").known and not store.knows_pending("v")  # a view new to the state: what waits is not known
     store.caught_up("v")
+    assert store.knows_pending("v")
     assert store.pending("v") == deferral_pending(True, None, [])
     store.defer("v", [("b",), ("a",)], now=100)
     store.defer("v", [("a",), ("c",)], now=200)  # each key once; the oldest wait goes on

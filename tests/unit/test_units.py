@@ -99,14 +99,15 @@ def test_the_loop_applies_units_in_order_with_their_place_in_the_batch(count):
     calls, after = [], []
     ids = iter(["stream-a", "stream-b"])
 
-    def process(ref, lines, skips, *, last):
-        calls.append((ref, lines, skips, last))
+    def process(ref, lines, skips, *, last, more):
+        calls.append((ref, lines, skips, last, more))
         return f"result {ref.chunk}"
 
     loop = UnitLoop(process, lambda: next(ids), after.append)
     batch = [Unit([("x", "f")], {"empty file": 1} if i == 0 else None) for i in range(count)]
     loop.run(7, batch)
-    loop.run(8, batch[:1])
-    assert calls[:count] == [(BatchRef("stream-a", 7, i), [("x", "f")], batch[i].skips, i == count - 1) for i in range(count)]
+    loop.run(8, batch[:1], more=True)  # more of a backlog follows batch 8
+    assert calls[:count] == [(BatchRef("stream-a", 7, i), [("x", "f")], batch[i].skips, i == count - 1, False) for i in range(count)]
+    assert all(more for *_, more in calls[count:])
     assert all(ref.stream == "stream-a" for ref, *_ in calls)  # the stream's id is read once
     assert after == [f"result {i}" for i in range(count)] + (["result 0"] if count else [])
