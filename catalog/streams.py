@@ -64,11 +64,12 @@ def seen_files(checkpoint: Location) -> list[str]:
 
 def unseen_files(landing: Path, checkpoint: Location) -> set[str]:
     """Landing files (as paths on disk) that no batch of the stream has taken: listed as Spark's file
-    source lists them (recursively, without names starting with `_` or `.`), less its source log's."""
+    source lists them (recursively, without names starting with `_` or `.` or ending in `._COPYING_`),
+    less its source log's. (A file Spark skips all the same only delays the views to the run's end.)"""
     found = set()
     for folder, dirs, files in os.walk(landing):
         dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
-        found.update(os.path.join(folder, f) for f in files if not f.startswith(("_", ".")))
+        found.update(os.path.join(folder, f) for f in files if not f.startswith(("_", ".")) and not f.endswith("._COPYING_"))
     root = str(landing.resolve())
     found = {os.path.join(root, os.path.relpath(f, landing)) for f in found}
     return found - {local_path(uri) for uri in seen_files(checkpoint)}

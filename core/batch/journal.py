@@ -99,9 +99,19 @@ class Journal:
             return None
         return dict(meta.get("watermarks", {})) if meta["write_id"] == ref.write_id else None
 
-    def save(self, ref: BatchRef, plans: Mapping[str, TablePlan], watermarks: Mapping[str, int | None] | None = None) -> None:
+    def holds(self, ref: BatchRef) -> bool | None:
+        """Whether `ref`'s first attempt held its views' keys for a backlog's end (None: no entry)."""
+        meta = self._manifest(self._entry(ref))
+        if meta is None or meta["write_id"] != ref.write_id:
+            return None
+        return bool(meta.get("hold", False))
+
+    def save(
+        self, ref: BatchRef, plans: Mapping[str, TablePlan], watermarks: Mapping[str, int | None] | None = None, hold: bool = False
+    ) -> None:
         """Make `plans` durable for `ref` (atomically: a crash leaves the whole entry or none), with the
-        watermarks its events were judged by, so a replay finds the same events late."""
+        watermarks its events were judged by, so a replay finds the same events late, and whether it
+        held its views' keys (`hold`), so a replay does what its first attempt did."""
         entry = self._entry(ref)
         (entry / "manifest.json").remove()  # an older entry of the same name no longer counts
         for table, plan in plans.items():
@@ -113,6 +123,7 @@ class Journal:
             "write_id": ref.write_id,
             "tables": {t: p.images is not None for t, p in plans.items()},
             "watermarks": dict(watermarks or {}),
+            "hold": hold,
             "saved_at": time.time(),  # snapshots since then may be needed by a replay (oldest_pending)
         }
         (entry / "manifest.json").write_text(json.dumps(meta))

@@ -202,7 +202,9 @@ class BatchProcessor:
         ref = BatchRef(f"{stream}~idle", started_at // 1000)
         unit = WriteUnit(ref.write_id, retries=Retries(), batch_id=ref.batch)
         with self.turns.unit() if self.turns is not None else nullcontext(), tagged(self.spark, ref.write_id):
-            views = {n: v for n, v in self.backend.views({}, [], unit, None, due).items() if not v.deferred}
+            views = {n: v for n, v in self.backend.views({}, [], unit, None, due).items() if not v.deferred and not v.paused}
+            if not views:  # all left to a backfill that holds them: nothing to record (checked again next time)
+                return None
             result = BatchResult(ref.batch, 0, 0, views=views, idle=True)
             entry = ledger_entry(ref, result, {}, unit.retries.count, started_at, now_micros())
             self.backend.append(self.names.ledger, entry.to_arrow(), unit)
@@ -219,6 +221,8 @@ class BatchProcessor:
             self.journal.forget_before(ref)
             plans = self.journal.load(ref)
             marks = self.journal.watermarks(ref) if plans is not None else None
+            if plans is not None:  # a replay holds its views' keys as its first attempt did (more files may have come since)
+                hold = bool(self.journal.holds(ref))
         if marks is None:  # a replay judges lateness by the watermarks its first attempt used
             marks = self._batch_watermarks(ref)
         unit = WriteUnit(ref.write_id, replay=plans is not None, retries=Retries(), batch_id=ref.batch)
@@ -245,7 +249,7 @@ class BatchProcessor:
             plans = self._plan(changeset, ref.batch, started_at)
             clock.lap("plan")
             if self.journal is not None:
-                self.journal.save(ref, plans, marks)
+                self.journal.save(ref, plans, marks, hold)
                 clock.lap("journal")
         crash_point("journaled", ref.batch)
         clocks = advance_clocks(changeset, plans, self.clocks, self.sources)

@@ -16,8 +16,9 @@ def _log(checkpoint, name: str, *paths: str) -> None:
 
 
 def test_files_no_batch_took_are_unseen_as_spark_lists_them(tmp_path):
-    landing, checkpoint = tmp_path / "landing", tmp_path / "checkpoint"
-    for name in ("users/a.json", "users/b.json", "users/c d.json", "stars/e.json", "users/_tmp.json", "users/.part.crc", "_spark_metadata/0"):
+    landing, checkpoint = tmp_path.resolve() / "landing", tmp_path / "checkpoint"
+    hidden = ("users/_tmp.json", "users/.part.crc", "_spark_metadata/0", "users/f.json._COPYING_")
+    for name in ("users/a.json", "users/b.json", "users/c d.json", "stars/e.json", *hidden):
         (landing / name).parent.mkdir(parents=True, exist_ok=True)
         (landing / name).write_text("{}\n")
     assert seen_files(as_location(checkpoint)) == []
@@ -25,7 +26,7 @@ def test_files_no_batch_took_are_unseen_as_spark_lists_them(tmp_path):
     assert unseen_files(landing, as_location(checkpoint)) == everything
     # a compaction holds everything before it; a delta logged before it is not read again
     _log(checkpoint, "8", (landing / "stars/e.json").as_uri())
-    _log(checkpoint, "9.compact", (landing / "users/a.json").as_uri())
+    _log(checkpoint, "9.compact", f"file:{landing / 'users/a.json'}")  # Hadoop's spelling
     _log(checkpoint, "10", (landing / "users/c d.json").as_uri())  # (spelled %20 in the URI)
-    assert sorted(seen_files(as_location(checkpoint))) == sorted([(landing / "users/a.json").as_uri(), (landing / "users/c d.json").as_uri()])
+    assert sorted(seen_files(as_location(checkpoint))) == sorted([f"file:{landing / 'users/a.json'}", (landing / "users/c d.json").as_uri()])
     assert unseen_files(landing, as_location(checkpoint)) == {str(landing.resolve() / "users/b.json"), str(landing.resolve() / "stars/e.json")}

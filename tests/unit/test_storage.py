@@ -47,9 +47,12 @@ def test_a_journal_entry_counts_only_with_its_manifest(tmp_path: Path):
     journal.save(ref, plan, {"page_views": 7})
     assert journal.load(ref)["users"].rows.to_pylist() == [{"id": 1}, {"id": 2}]
     assert journal.watermarks(ref) == {"page_views": 7} and journal.write_ids() == {"s:3.0"}
+    assert journal.holds(ref) is False and journal.holds(BatchRef("s", 9, 0)) is None
+    journal.save(BatchRef("s", 3, 1), plan, {}, hold=True)  # its views held their keys: a replay holds them too
+    assert journal.holds(BatchRef("s", 3, 1)) is True
     # a crash part-way through the next save: its files, not its manifest
     (tmp_path / "journal" / BatchRef("s", 4, 0).entry_name).mkdir()
     (tmp_path / "journal" / BatchRef("s", 4, 0).entry_name / "users.rows.arrow").write_bytes(b"half")
-    assert journal.load(BatchRef("s", 4, 0)) is None and journal.write_ids() == {"s:3.0"}
+    assert journal.load(BatchRef("s", 4, 0)) is None and journal.write_ids() == {"s:3.0", "s:3.1"}
     journal.forget_before(BatchRef("s", 4, 0))
     assert journal.load(ref) is None and not (tmp_path / "journal" / ref.entry_name).exists()

@@ -108,6 +108,6 @@ def test_the_loop_applies_units_in_order_with_their_place_in_the_batch(count):
     loop.run(7, batch)
     loop.run(8, batch[:1], more=True)  # more of a backlog follows batch 8
     assert calls[:count] == [(BatchRef("stream-a", 7, i), [("x", "f")], batch[i].skips, i == count - 1, False) for i in range(count)]
-    assert all(more for *_, more in calls[count:])
+    assert [more for *_, more in calls[count:]] == ([True] if count else [])
     assert all(ref.stream == "stream-a" for ref, *_ in calls)  # the stream's id is read once
     assert after == [f"result {i}" for i in range(count)] + (["result 0"] if count else [])
