@@ -52,14 +52,8 @@ def seen_files(checkpoint: Location) -> list[str]:
     names = log.children()
     compacted = max((int(n.removesuffix(".compact")) for n in names if n.endswith(".compact")), default=-1)
     logged = sorted(int(n) for n in names if n.isdigit() and int(n) > compacted)
-    paths = []
-    for path in ([log / f"{compacted}.compact"] if compacted >= 0 else []) + [log / str(b) for b in logged]:
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            continue
-        paths.extend(json.loads(line)["path"] for line in text.splitlines()[1:] if line.strip())
-    return paths
+    files = ([log / f"{compacted}.compact"] if compacted >= 0 else []) + [log / str(b) for b in logged]
+    return [e["path"] for f in files for e in _log_entries(f) or []]
 
 
 def unseen_files(landing: Path, checkpoint: Location) -> set[str]:
@@ -79,13 +73,19 @@ def planned_files(checkpoint: Location, batch_id: int) -> list[str]:
     """The files Spark's file source assigned to `batch_id` (from its source log in the checkpoint)."""
     log = checkpoint / "sources" / "0"
     for path in (log / str(batch_id), log / f"{batch_id}.compact"):
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            continue
-        entries = [json.loads(line) for line in text.splitlines()[1:] if line.strip()]
-        return [e["path"] for e in entries if e.get("batchId") == batch_id]
+        entries = _log_entries(path)
+        if entries is not None:
+            return [e["path"] for e in entries if e.get("batchId") == batch_id]
     return []
+
+
+def _log_entries(path: Location) -> list[dict] | None:
+    """The entries of one file of Spark's file-source log (after its version line); None: no such file."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    return [json.loads(line) for line in text.splitlines()[1:] if line.strip()]
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ between leaves them pending: they are recomputed again and the content diff writ
 When the state does not know what is pending (it was rebuilt, or the view is new to it), the view is
 due at once and diffed whole.
 
-A backlog waits the same way, whatever the budget: while more units of a batch follow (a backlog cut
-into units, lakemv.core.batch.units), every view that can wait only adds the keys it reaches to its
-pending keys, and the batch's last unit maintains it once over all of them - or recomputes it whole,
-when that is cheaper (lakemv.core.batch.choice). A view is then fresh at the end of each batch, as
+A backlog waits the same way, whatever the budget: while more of it follows (a later unit of the same
+batch, lakemv.core.batch.units; in a once run from landing files, files no batch has taken yet),
+every view that can wait only adds the keys it reaches to its pending keys, and the unit that takes
+the last of it maintains it once over all of them - or recomputes it whole, when that is cheaper
+(lakemv.core.batch.choice). A running stream's view is then fresh at the end of each batch, as
 before, and a backlog of N units costs it one maintenance instead of N.
 
 Freshness here is processing time: the budget bounds how long a change that reached the view waits

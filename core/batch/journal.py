@@ -80,12 +80,17 @@ class Journal:
         except FileNotFoundError:
             return None
 
+    def _own(self, ref: BatchRef) -> dict | None:
+        """The manifest saved for `ref` (None: none yet, or a checkpoint folder reused by another stream)."""
+        meta = self._manifest(self._entry(ref))
+        return meta if meta is not None and meta["write_id"] == ref.write_id else None
+
     def load(self, ref: BatchRef) -> dict[str, TablePlan] | None:
         """The plan saved for `ref`, or None when this is the batch's first attempt."""
-        entry = self._entry(ref)
-        meta = self._manifest(entry)
-        if meta is None or meta["write_id"] != ref.write_id:  # none yet, or a checkpoint folder reused by another stream
+        meta = self._own(ref)
+        if meta is None:
             return None
+        entry = self._entry(ref)
         plans = {}
         for table, has_images in meta["tables"].items():
             images = _read(entry / f"{table}.images.arrow") if has_images else None
@@ -94,17 +99,13 @@ class Journal:
 
     def watermarks(self, ref: BatchRef) -> dict[str, int | None] | None:
         """The event sources' watermarks `ref`'s first attempt judged lateness by (None: no entry)."""
-        meta = self._manifest(self._entry(ref))
-        if meta is None:
-            return None
-        return dict(meta.get("watermarks", {})) if meta["write_id"] == ref.write_id else None
+        meta = self._own(ref)
+        return dict(meta.get("watermarks", {})) if meta is not None else None
 
     def holds(self, ref: BatchRef) -> bool | None:
         """Whether `ref`'s first attempt held its views' keys for a backlog's end (None: no entry)."""
-        meta = self._manifest(self._entry(ref))
-        if meta is None or meta["write_id"] != ref.write_id:
-            return None
-        return bool(meta.get("hold", False))
+        meta = self._own(ref)
+        return bool(meta.get("hold", False)) if meta is not None else None
 
     def save(
         self, ref: BatchRef, plans: Mapping[str, TablePlan], watermarks: Mapping[str, int | None] | None = None, hold: bool = False

@@ -260,15 +260,16 @@ class LocalStateBackend(ScanBackend):
             prepared = concurrently(
                 ctx.spark, lambda name: self._indexed_view(served[name], images, updated, unit, position, now, gap, hold), sorted(served), ctx.view_workers
             )
-            views.update((name, p) for name, p in zip(sorted(served), prepared, strict=True) if isinstance(p, ViewResult))
-            views.update(self._recompute({name: p for name, p in zip(sorted(served), prepared, strict=True) if isinstance(p, Gathered)}))
+            ready = dict(zip(sorted(served), prepared, strict=True))
+            views.update((name, p) for name, p in ready.items() if isinstance(p, ViewResult))
+            views.update(self._recompute({name: p for name, p in ready.items() if isinstance(p, Gathered)}))
             views = dict(sorted(views.items()))
         if changed:
             views.update(super().views(plans, changed, unit, position))
         return views
 
     def _recompute(self, gathered: Mapping[str, Gathered]) -> dict[str, ViewResult]:
-        """The prepared views recomputed together (a Spark job per core, lakemv.spark.views.indexed),
+        """The prepared views recomputed together (a Spark job per core, lakemv.spark.views.together),
         then each one's diff and writes, side by side."""
         if not gathered:
             return {}

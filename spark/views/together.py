@@ -96,10 +96,11 @@ def _recompute_group(spark: SparkSession, views: Sequence[Gathered]) -> list[pa.
             if occ.table not in tables:
                 tables[occ.table] = (f"_lmv_rows_{batch}_{len(tables)}", [], [])
             relation, rows, tagged = tables[occ.table]
-            mine[occ.id] = (relation, next(tags))
+            tag = next(tags)
+            mine[occ.id] = (relation, tag)
             found = g.rows.get(occ.id, [])
             rows.extend(found)
-            tagged.extend([mine[occ.id][1]] * len(found))
+            tagged.extend([tag] * len(found))
         sources.append(mine)
     made: list[str] = []
     try:
