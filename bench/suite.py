@@ -18,7 +18,8 @@ measures, on that one lake and in this order:
 6. start-up: `lakemv ingest --once` (the real command) on this lake with its state in place, given one
    new file: seconds until its first batch starts;
 7. many views: 1k-change batches maintaining `--views` views of mixed shapes (the shipped views, the
-   test shapes the store indexes, numbered copies) against batches of user_profile alone;
+   test shapes the store indexes, numbered copies) against batches of user_profile alone: the same
+   recorded batches replayed on the lake restored before each of `--view-repeats` repeats;
 8. cost: `lakemv explain`'s predicted rows per key and keys per batch for user_profile and
    COST_SHAPES, against 1k-change batches maintaining them (keys reached, rows the state read).
 
@@ -52,6 +53,7 @@ import duckdb
 import pyspark
 from rich.console import Console
 
+from bench import lakecopy
 from bench.report import write_report
 from lakemv.catalog.declarations import load_sources
 from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
@@ -506,28 +508,51 @@ class Scale:
         self.processor, _ = self._views_processor(copies(load_views(self.settings.view_dirs), self.sources, count, freshness), "many")
 
     def many_views(self) -> dict[str, Any]:
-        """What one more view costs a batch: the median 1k-change batch with `--views` views of mixed
-        shapes, against the median with user_profile alone, both measured here, one after the other."""
+        """What one more view costs a batch, on recorded batches replayed on a restored lake: the lake is
+        kept once both processors (user_profile alone; `--views` views of mixed shapes) have built their
+        views and states; each of `--view-repeats` repeats restores it before each processor replays the
+        same warm-up and measured 1k-change batches (the two in turn, the first alternating). A repeat's
+        cost per view is (median batch with the views - median batch with one) / (views - 1)."""
         count, changes = self.args.views, self.args.changes
+        plans = {"one": [self.plan], "many": copies(load_views(self.settings.view_dirs), self.sources, count)}
+        recorded = [lines_of(self.workload.change_round(changes)) for _ in range(self.args.warmup + self.args.repeat)]
+        states = [self.root / f"state-{label}" for label in plans]
         runs: dict[str, Any] = {}
-        for label, plans in (("one", [self.plan]), ("many", copies(load_views(self.settings.view_dirs), self.sources, count))):
-            (self.processor, store), build = self.meter.measure(
-                f"{len(plans)} views built", lambda plans=plans, label=label: self._views_processor(plans, label)
-            )
-            for number in range(self.args.warmup):
-                self.batch(f"{len(plans)} views: warm-up {number + 1}", self.workload.change_round(changes))
-            measured = [self.batch(f"{len(plans)} views: 1k-change batch {n + 1}", self.workload.change_round(changes))
-                        for n in range(self.args.repeat)]  # fmt: skip
-            runs[label] = {"views": len(plans), "build": build, "batches": measured, "median": _median_batch(measured)}
+        for label, views in plans.items():
+            (processor, store), build = self.meter.measure(f"{len(views)} views built", lambda v=views, n=label: self._views_processor(v, n))
+            runs[label] = {"views": len(views), "build": build, "store_bytes": store.size_bytes() if store else None, "repeats": []}
             if store is not None:
-                runs[label]["store_bytes"] = store.size_bytes()
                 store.close()
-        one, many = runs["one"]["median"], runs["many"]["median"]
-        per_view = (many["seconds"] - one["seconds"]) / (count - 1)
-        self.say(f"{count} views: {many['seconds']}s per 1k-change batch against {one['seconds']}s with one: "
-                 f"{per_view * 1000:,.0f} ms per view")  # fmt: skip
-        return {**runs, "per_view_seconds": round(per_view, 3),
-                "per_view_cpu_seconds": round((many["cpu_seconds"] - one["cpu_seconds"]) / (count - 1), 3)}  # fmt: skip
+        kept, first = self.root / "many-views-lake", self.batch_id
+        lakecopy.keep(Path(self.settings.warehouse), kept, states)
+        for repeat in range(self.args.view_repeats):
+            for label in (("one", "many") if repeat % 2 == 0 else ("many", "one")):
+                lakecopy.restore(kept, Path(self.settings.warehouse), states)
+                (self.processor, store), opened = self.meter.measure("opened", lambda n=label: self._views_processor(plans[n], n))
+                self.batch_id = first
+                batches = [self.batch(f"{len(plans[label])} views, repeat {repeat + 1}: {'warm-up' if n < self.args.warmup else 'batch'} {n + 1}", lines)
+                           for n, lines in enumerate(recorded)]  # fmt: skip
+                measured = batches[self.args.warmup :]
+                runs[label]["repeats"].append({"opened_seconds": opened["seconds"], "batches": measured, "median": _median_batch(measured)})
+                if store is not None:
+                    store.close()
+        lakecopy.restore(kept, Path(self.settings.warehouse), states)  # later measures start from the same lake
+        shutil.rmtree(kept, ignore_errors=True)
+        per_view = sorted((m["median"]["seconds"] - o["median"]["seconds"]) / (count - 1)
+                          for o, m in zip(runs["one"]["repeats"], runs["many"]["repeats"], strict=True))  # fmt: skip
+        per_view_cpu = sorted((m["median"]["cpu_seconds"] - o["median"]["cpu_seconds"]) / (count - 1)
+                              for o, m in zip(runs["one"]["repeats"], runs["many"]["repeats"], strict=True))  # fmt: skip
+        for label in plans:
+            medians = [r["median"] for r in runs[label]["repeats"]]
+            runs[label]["median"] = _median_batch(medians)
+            runs[label]["seconds_spread"] = [min(m["seconds"] for m in medians), max(m["seconds"] for m in medians)]
+        median = statistics.median(per_view)
+        self.say(f"{count} views: {runs['many']['median']['seconds']}s per 1k-change batch against {runs['one']['median']['seconds']}s "
+                 f"with one: {median * 1000:,.0f} ms per view (repeats {per_view[0] * 1000:,.0f}-{per_view[-1] * 1000:,.0f} ms)")  # fmt: skip
+        return {**runs, "repeats": self.args.view_repeats, "per_view_seconds": round(median, 3),
+                "per_view_seconds_spread": [round(per_view[0], 3), round(per_view[-1], 3)],
+                "per_view_seconds_by_repeat": [round(v, 3) for v in per_view],
+                "per_view_cpu_seconds": round(statistics.median(per_view_cpu), 3)}  # fmt: skip
 
     def costs(self) -> dict[str, Any]:
         """`lakemv explain`'s cost per key (from DuckDB's counts over the mirrors before the batches)
@@ -627,7 +652,8 @@ def main() -> None:
     parser.add_argument("--load-chunk", type=int, default=500_000, help="snapshot events per loading unit")
     parser.add_argument("--fan-out-stars", type=int, default=10_000, help="stars of the repository the fan-out batch edits")
     parser.add_argument("--measures", nargs="+", default=list(MEASURES), choices=MEASURES, help="a subset of the measures")
-    parser.add_argument("--views", type=int, default=32, help="views of the many-views measure")
+    parser.add_argument("--views", type=int, default=None, help="views of the many-views measure (100; 16 with --quick)")
+    parser.add_argument("--view-repeats", type=int, default=5, help="restores of the lake the many-views measure replays its batches on")
     parser.add_argument("--view-workers", type=int, default=None, help="views maintained at once (default: LAKEMV_VIEW_WORKERS's default)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--scan", action="store_true", help="measure without the local state (every lookup scans Iceberg)")
@@ -638,6 +664,8 @@ def main() -> None:
     if args.quick:
         args.freshness_seconds, args.freshness_warmup, args.backlog_events, args.repeat = 20.0, 5.0, 100_000, 2
         args.fan_out_stars = min(args.fan_out_stars, max(args.users) // 10)
+        args.views, args.view_repeats = args.views or 16, min(args.view_repeats, 3)
+    args.views = args.views or 100
     args.view_workers = args.view_workers or VIEW_WORKERS
     console = Console()
     root = args.root or Path(tempfile.mkdtemp(prefix="lakemv-bench-"))
