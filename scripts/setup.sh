@@ -6,7 +6,7 @@
 #      stack (Kafka, Kafka Connect, Debezium: jvm/stack/pom.xml) into jvm/stack/lib, and those of the
 #      scale-out servers (an S3 object store, Iceberg's REST catalog: jvm/scaleout/pom.xml) into
 #      jvm/scaleout/lib;
-#   4. lakemv's own JVM classes (jvm/java), compiled against PySpark's Hadoop and Iceberg into jvm/lib/lakemv-jvm.jar;
+#   4. lakemv's own JVM classes (jvm/java), compiled against PySpark's jars and Iceberg into jvm/lib/lakemv-jvm.jar;
 #   5. the class archive Spark's JVM starts from (jvm/cds, ops/class_archive.py).
 # Re-running it does nothing unless one of those inputs changed.
 set -euo pipefail
@@ -69,10 +69,10 @@ fi
 want=$(find jvm/java -name '*.java' | sort | xargs cat | sha256sum | cut -c1-16)
 if [ "$(cat .setup/jvm-classes 2>/dev/null)" != "$want" ] || [ ! -f jvm/lib/lakemv-jvm.jar ]; then
   say "compiling lakemv's JVM classes (jvm/java)"
-  hadoop=$(.venv/bin/python -c 'import glob, os, pyspark; print(glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "hadoop-client-api-*.jar"))[0])')
+  spark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
   iceberg=$(ls jvm/lib/iceberg-spark-runtime-*.jar)
   build=$(mktemp -d)
-  javac --release 17 -nowarn -cp "$hadoop:$iceberg" -d "$build" $(find jvm/java -name '*.java')
+  javac --release 17 -nowarn -cp "$spark_jars/*:$iceberg" -d "$build" $(find jvm/java -name '*.java')
   jar cf jvm/lib/lakemv-jvm.jar -C "$build" .
   rm -rf "$build"
   echo "$want" > .setup/jvm-classes

@@ -37,7 +37,7 @@ from lakemv.core.state.walk import gather, reach
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
-from lakemv.spark.views.together import TAG, VIEW, Gathered, part_schema
+from lakemv.spark.views.together import TAG, VIEW, Gathered, Planned, part_schema
 
 _OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
 
@@ -60,6 +60,8 @@ class IndexedView:
         self.budget: int | None = None  # the freshness budget (micros) it waits for, when it may wait
         self._once = False  # the budget is 0 until the view catches up once (catch_up_once)
         self.costs: Costs | None = None  # what maintaining it cost lately, read from the state at first use
+        self.planned: Planned | None = None  # its recompute as Spark planned it, run again over new rows
+        self.replanned = 0  # batches that ran the kept plan over their rows (none planned the SQL again)
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -243,19 +245,22 @@ class IndexedView:
             self.spark.catalog.dropTempView(relation)
         return set(rows_of(found, self.plan.key_names))
 
-    def branch(self, gathered: Gathered, sources: Mapping[int, tuple[str, int]], index: int, views: int) -> tuple[str, str | None]:
-        """This view's part of the batch's recompute (`recompute_together`): its SQL over the rows it
-        gathered, each occurrence's read from `sources` (per occurrence: the batch relation of its table
-        and its tag there), as the `index`-th of `views` struct columns, with each row's digest; and the
-        temp view of its keys it made, if any (an anchor whose rows are a superset of the keys' rows)."""
-        ctes, keyed = [], None
+    def keys_read(self, gathered: Gathered) -> pa.Table | None:
+        """The keys as a relation for the recompute, when its anchor's rows are a superset of the keys'
+        rows (`branch` joins them); None when the rows gathered are exactly the keys' rows."""
+        return None if self.route.exact_keys else to_arrow(gathered.keys, self._key_schema())
+
+    def branch(self, sources: Mapping[int, tuple[str, int | None]], keyed: str | None, index: int, views: int) -> str:
+        """This view's part of the batch's recompute (`lakemv.spark.views.together`): its SQL over the
+        rows it gathered, each occurrence's read from `sources` (per occurrence: the relation of its
+        rows and, in a relation of several, its tag there), as the `index`-th of `views` struct
+        columns, with each row's digest; `keyed` names the relation of `keys_read`, if any."""
+        ctes = []
         for occ in self.plan.occurrences:
             relation, tag = sources[occ.id]
             columns = ", ".join(q(c) for c in self.store.mirrors[occ.table].column_names)
-            read = f"SELECT {columns} FROM {relation} WHERE {TAG} = {tag}"
-            if occ.id == self.plan.anchor and not self.route.exact_keys:
-                keyed = f"_lmv_{self.plan.name}_keys"
-                self.spark.createDataFrame(to_arrow(gathered.keys, self._key_schema())).createOrReplaceTempView(keyed)
+            read = f"SELECT {columns} FROM {relation}" + (f" WHERE {TAG} = {tag}" if tag is not None else "")
+            if occ.id == self.plan.anchor and keyed is not None:
                 match = " AND ".join(f"k.{q(k.name)} <=> {over(k.expr, 'a')}" for k in self.plan.keys)
                 read = f"SELECT a.* FROM ({read}) AS a LEFT SEMI JOIN {keyed} AS k ON {match}"
             ctes.append(f"{self._prefix}{occ.id} AS ({read})")
@@ -266,7 +271,7 @@ class IndexedView:
         fields = ", ".join(f"{spark_string(c)}, IF(b.{q(c)} IS NULL, NULL, b.{q(c)})" for c in [*self.plan.columns, DIGEST])
         outputs = ", ".join(f"named_struct({fields})" if i == index else "NULL" for i in range(views))
         select = f"SELECT {index} AS {VIEW}, {outputs} FROM (SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b) AS b"
-        return f"(WITH {', '.join(ctes)} {select})", keyed
+        return f"(WITH {', '.join(ctes)} {select})"
 
     def _diff(self, new: pa.Table, keys: list[Values]) -> _Diff:
         """The rows that changed against the stored digests (see `_Diff`). A direct commit deletes
