@@ -36,8 +36,9 @@ from lakemv.core.state.places import Location
 from lakemv.core.state.walk import gather, reach
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
+from lakemv.spark.views.kept import MARK, KeptPlans
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
-from lakemv.spark.views.together import TAG, VIEW, Gathered, Planned, part_schema
+from lakemv.spark.views.together import TAG, VIEW, Gathered, part_schema
 
 _OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
 
@@ -60,8 +61,7 @@ class IndexedView:
         self.budget: int | None = None  # the freshness budget (micros) it waits for, when it may wait
         self._once = False  # the budget is 0 until the view catches up once (catch_up_once)
         self.costs: Costs | None = None  # what maintaining it cost lately, read from the state at first use
-        self.planned: Planned | None = None  # its recompute as Spark planned it, run again over new rows
-        self.replanned = 0  # batches that ran the kept plan over their rows (none planned the SQL again)
+        self.kept = KeptPlans(self.spark)  # its recompute and key evaluation as Spark planned them
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -235,15 +235,26 @@ class IndexedView:
     def _evaluate_keys(self, anchor_rows: list[Values]) -> set[Values]:
         """Key expressions that are not plain columns, evaluated by Spark over the anchor rows."""
         anchor = self.plan.occurrence(self.plan.anchor)
-        part = self.store.mirrors[anchor.table]
-        relation = f"_lmv_{self.plan.name}_anchor"
-        self.spark.createDataFrame(to_arrow(anchor_rows, part_schema(part))).createOrReplaceTempView(relation)
-        try:
-            select = ", ".join(f"{over(k.expr, 'a')} AS {q(k.name)}" for k in self.plan.keys)
-            found = self.spark.sql(f"SELECT DISTINCT {select} FROM {relation} AS a").toArrow()
-        finally:
-            self.spark.catalog.dropTempView(relation)
+        relation = f"{MARK}{self.plan.name}_anchor"
+        select = ", ".join(f"{over(k.expr, 'a')} AS {q(k.name)}" for k in self.plan.keys)
+        rows = to_arrow(anchor_rows, part_schema(self.store.mirrors[anchor.table]))
+        found = self.kept.run("keys", f"SELECT DISTINCT {select} FROM {relation} AS a", {relation: rows})
         return set(rows_of(found, self.plan.key_names))
+
+    def recompute_kept(self, gathered: Gathered) -> pa.Table:
+        """This view's SQL over the rows it gathered, alone, by its kept plan (`lakemv.spark.views.kept`):
+        its new rows with their digests."""
+        inputs: dict[str, pa.Table] = {}
+        sources: dict[int, tuple[str, int | None]] = {}
+        for occ in self.plan.occurrences:
+            relation = f"{MARK}{self.plan.name}_{occ.id}"
+            sources[occ.id] = (relation, None)
+            inputs[relation] = to_arrow(gathered.rows.get(occ.id, []), part_schema(self.store.mirrors[occ.table]))
+        keys, keyed = self.keys_read(gathered), None
+        if keys is not None:
+            keyed = f"{MARK}{self.plan.name}_keys"
+            inputs[keyed] = keys
+        return pa.Table.from_struct_array(self.kept.run("recompute", self.branch(sources, keyed, 0, 1), inputs).column(1))
 
     def keys_read(self, gathered: Gathered) -> pa.Table | None:
         """The keys as a relation for the recompute, when its anchor's rows are a superset of the keys'

@@ -7,13 +7,9 @@ table, not per view and occurrence. Each view's SQL reads its own tags (`Indexed
 sees exactly the rows it would alone. The views' outputs differ in shape: each is one struct column of
 a UNION ALL (NULL in the other views' rows), taken apart again in the driver.
 
-A small recompute (most batches) is dominated by Spark's fixed cost per query: parsing, analysis,
-optimisation and planning take half of it. So there each view's recompute is planned once and run
-again, batch after batch, over the new rows (`Planned`, lakemv's `dev.lakemv.spark.Replan`): its
-inputs are local relations with a marker column each, planned with the rules that would fold a local
-relation's rows into the plan switched off, and each later batch's rows replace the first's in a copy
-of the physical plan. A plan that still holds rows of its own (a VALUES list, a folded branch) is not
-kept; nor is one whose SQL changed (a time-bounded view's watermarks are literals in it).
+A small recompute (most batches) runs each view's own plan instead, planned once and run again over
+each batch's rows (`lakemv.spark.views.kept`): Spark's fixed cost per query was half of it. The
+one-job recompute is for a large one, or a Spark without lakemv's jar (a cluster).
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from py4j.java_gateway import JavaClass
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from lakemv.core.batch.choice import Choice
 from lakemv.core.state.codec import Values, to_arrow
@@ -67,32 +62,13 @@ _RELATIONS = itertools.count()
 # Tiny inputs gain nothing from either (a 16-view batch's recompute: 2.8 -> 2.0 s here).
 SMALL_ROWS = 200_000
 _SMALL_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
-# A plan run again over new rows (`Planned`): no rule may fold its local rows into the plan, and no
-# exchange or subquery may stand for another one (a reused one keeps the first run's output); joins
-# sort-merge (a broadcast is a job of its own).
-_PLANNED_CONF = {
-    **_SMALL_CONF,
-    "spark.sql.autoBroadcastJoinThreshold": "-1",
-    "spark.sql.exchange.reuse": "false",
-    "spark.sql.execution.reuseSubquery": "false",
-    "spark.sql.optimizer.excludedRules": ",".join(
-        f"org.apache.spark.sql.catalyst.optimizer.{rule}" for rule in ("ConvertToLocalRelation", "PropagateEmptyRelation")
-    ),
-}
-MARK = "_lmv_in_"  # the prefix of an input's marker column in a planned recompute
-
-
-class Planned(NamedTuple):
-    """A view's recompute as Spark planned it: for the SQL and input schemas it was planned for."""
-
-    key: tuple
-    plan: object  # a py4j proxy of org.apache.spark.sql.execution.SparkPlan
 
 
 def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: int = 1) -> list[tuple[pa.Table, float]]:
-    """Every prepared view's SQL over the rows it gathered, in `workers` Spark jobs side by side (the
-    views dealt among them by the rows they read): per view its new rows with their digests, and its
-    share of the seconds (by the rows it read)."""
+    """Every prepared view's SQL over the rows it gathered, in `workers` threads side by side (the views
+    dealt among them by the rows they read): each view's kept plan (a small recompute), or one Spark job
+    per thread (see the module docstring). Per view its new rows with their digests, and its share of
+    the seconds (by the rows it read)."""
     clock = time.perf_counter()
     weights = [g.rows_read + 1 for g in views]
     groups: list[list[int]] = [[] for _ in range(max(1, min(workers, len(views))))]
@@ -101,12 +77,11 @@ def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: 
         lightest = loads.index(min(loads))
         groups[lightest].append(index)
         loads[lightest] += weights[index]
-    replan = _replan(spark) if sum(weights) < SMALL_ROWS else None
-    conf = (_PLANNED_CONF if replan is not None else _SMALL_CONF) if sum(weights) < SMALL_ROWS else {}
-    with sql_conf(spark, conf):
-        if replan is not None:
-            found = concurrently(spark, lambda group: [_recompute_planned(spark, replan, views[i]) for i in group], groups)
-        else:
+    small = sum(weights) < SMALL_ROWS
+    if small and views[0].view.kept.available:
+        found = concurrently(spark, lambda group: [views[i].view.recompute_kept(views[i]) for i in group], groups)
+    else:
+        with sql_conf(spark, _SMALL_CONF if small else {}):
             found = concurrently(spark, lambda group: _recompute_group(spark, [views[i] for i in group]), groups)
     seconds = time.perf_counter() - clock
     out: list[tuple[pa.Table, float]] = [(pa.table({}), 0.0)] * len(views)
@@ -154,52 +129,3 @@ def _recompute_group(spark: SparkSession, views: Sequence[Gathered]) -> list[pa.
         for relation in made:
             spark.catalog.dropTempView(relation)
     return [pa.Table.from_struct_array(result.filter(pc.equal(result.column(VIEW), i)).column(i + 1)) for i in range(len(views))]
-
-
-def _replan(spark: SparkSession):  # noqa: ANN202 - a py4j proxy of dev.lakemv.spark.Replan, or None
-    """lakemv's Replan class, when the JVM has lakemv's jar (local Spark: see lakemv.spark.session)."""
-    found = spark.sparkContext._jvm.dev.lakemv.spark.Replan  # type: ignore[union-attr]
-    return found if isinstance(found, JavaClass) else None
-
-
-def _recompute_planned(spark: SparkSession, replan, g: Gathered) -> pa.Table:  # noqa: ANN001 - Replan
-    """One view's SQL over the rows it gathered: its kept plan run over them, or planned (and kept)."""
-    view = g.view
-    name = view.plan.name
-    inputs: dict[str, pa.Table] = {}
-    sources: dict[int, tuple[str, int | None]] = {}
-    for occ in view.plan.occurrences:
-        relation = f"{MARK}{name}_{occ.id}"
-        sources[occ.id] = (relation, None)
-        inputs[relation] = to_arrow(g.rows.get(occ.id, []), part_schema(view.store.mirrors[occ.table]))
-    keys = view.keys_read(g)
-    keyed = f"{MARK}{name}_keys" if keys is not None else None
-    if keyed is not None:
-        inputs[keyed] = keys
-    inputs = {relation: rows.append_column(relation, pa.nulls(rows.num_rows, pa.bool_())) for relation, rows in inputs.items()}
-    sql = view.branch(sources, keyed, 0, 1)
-    key = (sql, tuple((relation, rows.schema) for relation, rows in inputs.items()))
-    planned = view.planned
-    if planned is not None and planned.key == key:
-        rows = spark.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
-        for relation, table in inputs.items():
-            local = replan.localRows(spark.createDataFrame(table)._jdf)
-            if local is None:  # too large to be a local relation: planned anew
-                break
-            rows.put(relation, local)
-        else:
-            frame = DataFrame(replan.frame(spark._jsparkSession, replan.swap(planned.plan, MARK, rows)), spark)
-            result = frame.toArrow()
-            view.replanned += 1
-            return pa.Table.from_struct_array(result.column(1))
-    try:
-        for relation, table in inputs.items():
-            spark.createDataFrame(table).createOrReplaceTempView(relation)
-        frame = spark.sql(sql)
-        plan = frame._jdf.queryExecution().executedPlan()
-        result = frame.toArrow()
-    finally:
-        for relation in inputs:
-            spark.catalog.dropTempView(relation)
-    view.planned = Planned(key, plan) if replan.marked(plan, MARK) else None
-    return pa.Table.from_struct_array(result.column(1))

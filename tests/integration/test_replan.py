@@ -1,65 +1,70 @@
-"""A view's recompute planned once and run again over new rows (lakemv.spark.views.together.Planned,
-the JVM's dev.lakemv.spark.Replan) computes what the query planned anew over those rows computes."""
+"""A query planned once and run again over new rows (lakemv.spark.views.kept, the JVM's
+dev.lakemv.spark.Replan) computes what the query planned anew over those rows computes."""
 
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
 
-from lakemv.spark.parallel import sql_conf
-from lakemv.spark.views.together import _PLANNED_CONF, MARK, _replan
+from lakemv.spark.views.kept import MARK, KeptPlans, planning_session
 
 USERS, STARS = f"{MARK}users", f"{MARK}stars"
-SQL = (
+SQL = (  # a join, an aggregate (a shuffle) and an uncorrelated subquery, all over the batch's rows
     f"SELECT u.name, count(s.repo) AS stars, (SELECT count(*) FROM {STARS}) AS all_stars "
     f"FROM {USERS} u LEFT JOIN {STARS} s ON s.name = u.name GROUP BY u.name"
 )
 
 
-def _marked(name: str, table: pa.Table) -> pa.Table:
-    return table.append_column(name, pa.nulls(table.num_rows, pa.bool_()))
-
-
-def _register(spark, users: pa.Table, stars: pa.Table) -> None:
-    spark.createDataFrame(_marked(USERS, users)).createOrReplaceTempView(USERS)
-    spark.createDataFrame(_marked(STARS, stars)).createOrReplaceTempView(STARS)
+def _users(*names: str) -> pa.Table:
+    return pa.table({"name": pa.array(names, pa.string())})
 
 
 def _stars(*pairs: tuple[str, str]) -> pa.Table:
     return pa.table({"name": pa.array([p[0] for p in pairs], pa.string()), "repo": pa.array([p[1] for p in pairs], pa.string())})
 
 
-def test_a_kept_plan_over_new_rows_equals_the_query_planned_anew(spark):
-    replan = _replan(spark)
-    assert replan is not None, "lakemv's jar is not on the driver's class path (bash scripts/setup.sh builds it)"
-    with sql_conf(spark, _PLANNED_CONF):
+def _planned_anew(spark, sql: str, inputs: dict[str, pa.Table]) -> list[dict]:
+    for name, rows in inputs.items():
+        spark.createDataFrame(rows).createOrReplaceTempView(name)
+    try:
+        return sorted(spark.sql(sql).toArrow().to_pylist(), key=str)
+    finally:
+        for name in inputs:
+            spark.catalog.dropTempView(name)
+
+
+def test_a_kept_plan_run_over_new_rows_equals_the_query_planned_anew(spark):
+    kept = KeptPlans(spark)
+    assert kept.available, "lakemv's jar is not on the driver's class path (bash scripts/setup.sh builds it)"
+    batches = [
         # no stars when planned: a rule that folded the empty input away would leave rows in the plan
-        _register(spark, pa.table({"name": ["ann", "bob"]}), _stars())
-        frame = spark.sql(SQL)
-        plan = frame._jdf.queryExecution().executedPlan()
-        assert sorted(frame.toArrow().to_pylist(), key=str) == [
-            {"name": "ann", "stars": 0, "all_stars": 0}, {"name": "bob", "stars": 0, "all_stars": 0},
-        ]  # fmt: skip
-        assert replan.marked(plan, MARK)
-        for users, stars in [
-            (pa.table({"name": ["ann", "cy"]}), _stars(("ann", "lake"), ("ann", "pond"), ("cy", "lake"), ("dee", "sea"))),
-            (pa.table({"name": ["bob"]}), _stars(("bob", "pond"))),
-            (pa.table({"name": pa.array([], pa.string())}), _stars(("bob", "pond"))),
-        ]:
-            rows = spark.sparkContext._jvm.java.util.HashMap()
-            rows.put(USERS, replan.localRows(spark.createDataFrame(_marked(USERS, users))._jdf))
-            rows.put(STARS, replan.localRows(spark.createDataFrame(_marked(STARS, stars))._jdf))
-            again = DataFrame(replan.frame(spark._jsparkSession, replan.swap(plan, MARK, rows)), spark).toArrow()
-            _register(spark, users, stars)
-            expected = spark.sql(SQL).toArrow()
-            assert sorted(again.to_pylist(), key=str) == sorted(expected.to_pylist(), key=str)
-            assert again.num_rows == users.num_rows
+        {USERS: _users("ann", "bob"), STARS: _stars()},
+        {USERS: _users("ann", "cy"), STARS: _stars(("ann", "lake"), ("ann", "pond"), ("cy", "lake"), ("dee", "sea"))},
+        {USERS: _users("bob"), STARS: _stars(("bob", "pond"))},
+        {USERS: _users(), STARS: _stars(("bob", "pond"))},
+    ]
+    for number, inputs in enumerate(batches):
+        got = sorted(kept.run("recompute", SQL, inputs).to_pylist(), key=str)
+        assert got == _planned_anew(spark, SQL, inputs), number
+        assert kept.reran == number, "the plan of the first batch ran again for each later one"
+    assert got == []
+    assert _planned_anew(spark, SQL, batches[1])[0] == {"name": "ann", "stars": 2, "all_stars": 4}
 
 
-def test_a_plan_holding_rows_of_its_own_is_not_kept(spark):
-    replan = _replan(spark)
-    with sql_conf(spark, _PLANNED_CONF):
-        _register(spark, pa.table({"name": ["ann"]}), _stars(("ann", "lake")))
-        constant = spark.sql(f"SELECT u.name, k.kind FROM {USERS} u JOIN VALUES ('ann', 'a') AS k(name, kind) ON k.name = u.name")
-        assert not replan.marked(constant._jdf.queryExecution().executedPlan(), MARK)
-        assert replan.marked(spark.sql(SQL)._jdf.queryExecution().executedPlan(), MARK)
+def test_a_changed_query_is_planned_again_and_a_plan_holding_rows_of_its_own_is_not_kept(spark):
+    kept = KeptPlans(spark)
+    inputs = {USERS: _users("ann"), STARS: _stars(("ann", "lake"))}
+    kept.run("recompute", SQL, inputs)
+    other = SQL.replace("count(s.repo)", "count(DISTINCT s.repo)")  # a time-bounded view's new watermark, say
+    assert kept.run("recompute", other, inputs).to_pylist() == [{"name": "ann", "stars": 1, "all_stars": 1}]
+    assert kept.reran == 0
+    constant = f"SELECT u.name, k.kind FROM {USERS} u JOIN VALUES ('ann', 'a') AS k(name, kind) ON k.name = u.name"
+    for _ in range(2):
+        assert kept.run("keys", constant, {USERS: _users("ann", "bob")}).to_pylist() == [{"name": "ann", "kind": "a"}]
+    assert "keys" not in kept.plans and kept.reran == 0
+
+
+def test_kept_plans_are_made_in_a_session_of_their_own(spark):
+    session = planning_session(spark)
+    assert session is planning_session(spark) and session is not spark
+    assert session.conf.get("spark.sql.adaptive.enabled") == "false"
+    assert spark.conf.get("spark.sql.adaptive.enabled") != "false"  # the pipeline's own session is left as it was

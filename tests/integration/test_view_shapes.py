@@ -114,7 +114,7 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, tmp_path, 
             seen_rows[name] = max(seen_rows[name], len(rows))
     assert all(seen_rows.values()), seen_rows  # every view had rows at some point: the check is not vacuous
     if (lookups, path) == ("direct", "incremental"):  # the later batches ran the plans the first one made
-        reran = {name for name, view in processor.indexed.items() if view.replanned}
+        reran = {name for name, view in processor.indexed.items() if view.kept.reran}
         assert reran == set(processor.indexed), set(processor.indexed) - reran
     day = lake.spark.sql(
         f"SELECT day, prs FROM {lake.names.view('daily_prs')} WHERE author = 'ann' ORDER BY day"

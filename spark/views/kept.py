@@ -1,0 +1,118 @@
+"""A view's queries planned once and run again, batch after batch, over each batch's rows.
+
+Over the few rows an incremental batch gathers, most of a query's cost in Spark is fixed: parsing,
+analysis, optimisation and planning were half of a view's recompute. So a view keeps the physical plan
+of each of its queries (its recompute, the evaluation of key expressions) and runs it again over the
+next batch's rows with lakemv's JVM helper (`jvm/java/dev/lakemv/spark/Replan.java`):
+
+- every input is a local relation with a marker column of its own (`MARK` + its name);
+- the plan is made in a session of its own whose SQL conf is `PLANNED_CONF`: no rule that folds a
+  local relation's rows into the plan, no exchange or subquery reused for another (a reused one keeps
+  an earlier run's output), sort-merge joins, no adaptive execution, one shuffle partition;
+- each later run copies the plan with each marked scan reading the new rows, so every node above one is
+  new: no shuffle output, subquery result or generated code of an earlier run stands for other rows;
+- a plan with any other leaf (a VALUES list, a folded branch, a scan of an RDD) is not kept, nor is one
+  whose SQL or input schemas changed (a time-bounded view's watermarks are literals in its SQL).
+
+Without lakemv's jar in the driver (a Spark cluster: see lakemv.spark.session) every run is planned.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import pyarrow as pa
+from py4j.java_gateway import JavaClass
+from pyspark.sql import DataFrame, SparkSession
+
+MARK = "_lmv_in_"  # the prefix of an input's marker column (and its relation's name)
+PLANNED_CONF = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.exchange.reuse": "false",
+    "spark.sql.execution.reuseSubquery": "false",
+    "spark.sql.optimizer.excludedRules": ",".join(
+        f"org.apache.spark.sql.catalyst.optimizer.{rule}" for rule in ("ConvertToLocalRelation", "PropagateEmptyRelation")
+    ),
+}
+_SESSIONS: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakref.WeakKeyDictionary()
+
+
+class Planned(NamedTuple):
+    """A query as Spark planned it, for the SQL and input schemas it was planned for."""
+
+    key: tuple
+    plan: object  # a py4j proxy of org.apache.spark.sql.execution.SparkPlan
+
+
+def replan_class(spark: SparkSession):  # noqa: ANN201 - a py4j proxy of dev.lakemv.spark.Replan, or None
+    """lakemv's Replan class, when the driver's JVM has lakemv's jar."""
+    found = spark.sparkContext._jvm.dev.lakemv.spark.Replan  # type: ignore[union-attr]
+    return found if isinstance(found, JavaClass) else None
+
+
+def planning_session(spark: SparkSession) -> SparkSession:
+    """The session kept plans are made and run in: `spark`'s context, `PLANNED_CONF` for good (a
+    session's SQL conf is shared by all its threads, so it is not switched around each query)."""
+    if spark not in _SESSIONS:
+        session = spark.newSession()
+        for key, value in PLANNED_CONF.items():
+            session.conf.set(key, value)
+        _SESSIONS[spark] = session
+    return _SESSIONS[spark]
+
+
+class KeptPlans:
+    """The plans one view keeps, by purpose, and how many runs reused one."""
+
+    def __init__(self, spark: SparkSession):
+        self.spark = spark
+        self.plans: dict[str, Planned] = {}
+        self.reran = 0
+
+    @property
+    def available(self) -> bool:
+        return replan_class(self.spark) is not None
+
+    def run(self, purpose: str, sql: str, inputs: Mapping[str, pa.Table]) -> pa.Table:
+        """`sql` over `inputs` (relation name, starting with `MARK` -> its rows): by the plan kept for
+        `purpose` when it was made for this SQL and these schemas, else planned (and kept if it can be)."""
+        replan = replan_class(self.spark)
+        if replan is None:
+            return self._planned(self.spark, sql, inputs)[0]
+        session = planning_session(self.spark)
+        marked = {name: rows.append_column(name, pa.nulls(rows.num_rows, pa.bool_())) for name, rows in inputs.items()}
+        key = (sql, tuple((name, rows.schema) for name, rows in marked.items()))
+        kept = self.plans.get(purpose)
+        if kept is not None and kept.key == key:
+            rows = session.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
+            for name, table in marked.items():
+                local = replan.localRows(session.createDataFrame(table)._jdf)
+                if local is None:  # too large to be a local relation: planned anew
+                    break
+                rows.put(name, local)
+            else:
+                self.reran += 1
+                return DataFrame(replan.frame(session._jsparkSession, replan.swap(kept.plan, MARK, rows)), session).toArrow()
+        result, plan = self._planned(session, sql, marked)
+        if replan.marked(plan, MARK):
+            self.plans[purpose] = Planned(key, plan)
+        else:
+            self.plans.pop(purpose, None)
+        return result
+
+    @staticmethod
+    def _planned(session: SparkSession, sql: str, inputs: Mapping[str, pa.Table]) -> tuple[pa.Table, object]:
+        """`sql` over `inputs` planned now: its rows and its physical plan."""
+        try:
+            for name, table in inputs.items():
+                session.createDataFrame(table).createOrReplaceTempView(name)
+            frame = session.sql(sql)
+            plan = frame._jdf.queryExecution().executedPlan()
+            return frame.toArrow(), plan
+        finally:
+            for name in inputs:
+                session.catalog.dropTempView(name)
