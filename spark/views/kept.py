@@ -80,9 +80,9 @@ class KeptPlans:
     def run(self, purpose: str, sql: str, inputs: Mapping[str, pa.Table]) -> pa.Table:
         """`sql` over `inputs` (relation name, starting with `MARK` -> its rows): by the plan kept for
         `purpose` when it was made for this SQL and these schemas, else planned (and kept if it can be)."""
-        replan = replan_class(self.spark)
-        if replan is None:
+        if not self.available:
             return self._planned(self.spark, sql, inputs)[0]
+        replan = replan_class(self.spark)
         session = planning_session(self.spark)
         marked = {name: rows.append_column(name, pa.nulls(rows.num_rows, pa.bool_())) for name, rows in inputs.items()}
         key = (sql, tuple((name, rows.schema) for name, rows in marked.items()))
