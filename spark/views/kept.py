@@ -9,7 +9,8 @@ next batch's rows with lakemv's JVM helper (`jvm/java/dev/lakemv/spark/Replan.ja
 - the plan is made in a session of its own whose SQL conf is `PLANNED_CONF`: no rule that folds a
   local relation's rows into the plan, no exchange or subquery reused for another (a reused one keeps
   an earlier run's output), sort-merge joins, no adaptive execution, one shuffle partition;
-- each later run copies the plan with each marked scan reading the new rows, so every node above one is
+- the plan is kept without its rows (100 views' first batches held 1 GB of the driver's heap at 100k
+  users); each later run copies it with each marked scan reading the new rows, so every node above one is
   new: no shuffle output, subquery result or generated code of an earlier run stands for other rows;
 - a plan with any other leaf (a VALUES list, a folded branch, a scan of an RDD) is not kept, nor is one
   whose SQL or input schemas changed (a time-bounded view's watermarks are literals in its SQL).
@@ -98,8 +99,8 @@ class KeptPlans:
                 self.reran += 1
                 return DataFrame(replan.frame(session._jsparkSession, replan.swap(kept.plan, MARK, rows)), session).toArrow()
         result, plan = self._planned(session, sql, marked)
-        if replan.marked(plan, MARK):
-            self.plans[purpose] = Planned(key, plan)
+        if replan.marked(plan, MARK):  # kept without the rows it was planned with (a view's are many)
+            self.plans[purpose] = Planned(key, replan.strip(plan, MARK))
         else:
             self.plans.pop(purpose, None)
         return result

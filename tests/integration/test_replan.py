@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from lakemv.spark.views.kept import MARK, KeptPlans, planning_session
+from lakemv.spark.views.kept import MARK, KeptPlans, planning_session, replan_class
 
 USERS, STARS = f"{MARK}users", f"{MARK}stars"
 SQL = (  # a join, an aggregate (a shuffle) and an uncorrelated subquery, all over the batch's rows
@@ -46,6 +46,7 @@ def test_a_kept_plan_run_over_new_rows_equals_the_query_planned_anew(spark):
         got = sorted(kept.run("recompute", SQL, inputs).to_pylist(), key=str)
         assert got == _planned_anew(spark, SQL, inputs), number
         assert kept.reran == number, "the plan of the first batch ran again for each later one"
+        assert replan_class(spark).rowsHeld(kept.plans["recompute"].plan) == 0, "a kept plan holds no batch's rows"
     assert got == []
     assert _planned_anew(spark, SQL, batches[1])[0] == {"name": "ann", "stars": 2, "all_stars": 4}
 

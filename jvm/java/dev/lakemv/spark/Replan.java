@@ -64,8 +64,34 @@ public final class Replan {
     return all[0];
   }
 
+  /** `plan` with each marked local scan reading no rows: the plan kept, holding none of a batch's rows. */
+  public static SparkPlan strip(SparkPlan plan, String prefix) {
+    return replace(plan, prefix, null);
+  }
+
+  /** The rows the local scans of `plan` (its subqueries too) hold. */
+  public static long rowsHeld(SparkPlan plan) {
+    long[] rows = {0};
+    plan.foreachWithSubqueries(
+        new scala.runtime.AbstractFunction1<SparkPlan, scala.runtime.BoxedUnit>() {
+          @Override
+          public scala.runtime.BoxedUnit apply(SparkPlan node) {
+            if (node instanceof LocalTableScanExec scan) {
+              rows[0] += scan.rows().size();
+            }
+            return scala.runtime.BoxedUnit.UNIT;
+          }
+        });
+    return rows[0];
+  }
+
   /** `plan` with each marked local scan reading `rows.get(marker)` (a relation's data, see localRows). */
   public static SparkPlan swap(SparkPlan plan, String prefix, Map<String, Object> rows) {
+    return replace(plan, prefix, rows);
+  }
+
+  /** `plan` with each marked local scan reading its rows in `rows`, or none when `rows` is null. */
+  private static SparkPlan replace(SparkPlan plan, String prefix, Map<String, Object> rows) {
     return plan.transformUpWithSubqueries(
         new AbstractPartialFunction<SparkPlan, SparkPlan>() {
           @Override
@@ -77,6 +103,10 @@ public final class Replan {
           @SuppressWarnings("unchecked")
           public SparkPlan apply(SparkPlan node) {
             LocalTableScanExec scan = (LocalTableScanExec) node;
+            if (rows == null) {
+              return new LocalTableScanExec(
+                  scan.output(), scala.collection.immutable.List$.MODULE$.empty(), scan.stream());
+            }
             Object fresh = rows.get(marker(scan, prefix));
             if (fresh == null) {
               throw new IllegalArgumentException("no rows for the local scan " + scan.output());
