@@ -32,6 +32,18 @@ def _backup(source: Path, target: Path) -> None:
         dst.close()
 
 
+def _put(source: Path, target: Path, relative: Path) -> None:
+    """`target` := the file `source` (at `relative` in its warehouse): a SQLite file by online backup,
+    an Iceberg file hard-linked (unless it is there: it never changes), anything else copied."""
+    if source.suffix in _SQLITE:
+        _backup(source, target)
+    elif _iceberg_file(relative):
+        if not target.exists():
+            os.link(source, target)
+    else:
+        shutil.copy2(source, target)
+
+
 def keep(live: Path, copy: Path, states: list[Path]) -> None:
     """`copy` := the warehouse `live` and the local-state folders `states` (closed) as they are now."""
     shutil.rmtree(copy, ignore_errors=True)
@@ -40,12 +52,7 @@ def keep(live: Path, copy: Path, states: list[Path]) -> None:
         if path.is_dir() or path.name.endswith(_SIDECARS):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix in _SQLITE:
-            _backup(path, target)
-        elif _iceberg_file(path.relative_to(live)):
-            os.link(path, target)
-        else:
-            shutil.copy2(path, target)
+        _put(path, target, path.relative_to(live))
     for state in states:
         if state.exists():
             shutil.copytree(state, copy / "states" / state.name)
@@ -64,13 +71,8 @@ def restore(copy: Path, live: Path, states: list[Path]) -> None:
         target = live / path.relative_to(kept)
         if path.is_dir():
             target.mkdir(parents=True, exist_ok=True)
-        elif path.suffix in _SQLITE:
-            _backup(path, target)
-        elif _iceberg_file(path.relative_to(kept)):
-            if not target.exists():
-                os.link(path, target)
         else:
-            shutil.copy2(path, target)
+            _put(path, target, path.relative_to(kept))
     for state in states:
         shutil.rmtree(state, ignore_errors=True)
         if (copy / "states" / state.name).exists():

@@ -538,19 +538,18 @@ class Scale:
                     store.close()
         lakecopy.restore(kept, Path(self.settings.warehouse), states)  # later measures start from the same lake
         shutil.rmtree(kept, ignore_errors=True)
-        per_view = sorted((m["median"]["seconds"] - o["median"]["seconds"]) / (count - 1)
-                          for o, m in zip(runs["one"]["repeats"], runs["many"]["repeats"], strict=True))  # fmt: skip
-        per_view_cpu = sorted((m["median"]["cpu_seconds"] - o["median"]["cpu_seconds"]) / (count - 1)
-                              for o, m in zip(runs["one"]["repeats"], runs["many"]["repeats"], strict=True))  # fmt: skip
+        pairs = list(zip(runs["one"]["repeats"], runs["many"]["repeats"], strict=True))
+        per_view = [(m["median"]["seconds"] - o["median"]["seconds"]) / (count - 1) for o, m in pairs]  # in repeat order
+        per_view_cpu = [(m["median"]["cpu_seconds"] - o["median"]["cpu_seconds"]) / (count - 1) for o, m in pairs]
         for label in plans:
             medians = [r["median"] for r in runs[label]["repeats"]]
             runs[label]["median"] = _median_batch(medians)
             runs[label]["seconds_spread"] = [min(m["seconds"] for m in medians), max(m["seconds"] for m in medians)]
         median = statistics.median(per_view)
         self.say(f"{count} views: {runs['many']['median']['seconds']}s per 1k-change batch against {runs['one']['median']['seconds']}s "
-                 f"with one: {median * 1000:,.0f} ms per view (repeats {per_view[0] * 1000:,.0f}-{per_view[-1] * 1000:,.0f} ms)")  # fmt: skip
+                 f"with one: {median * 1000:,.0f} ms per view (repeats {min(per_view) * 1000:,.0f}-{max(per_view) * 1000:,.0f} ms)")  # fmt: skip
         return {**runs, "repeats": self.args.view_repeats, "per_view_seconds": round(median, 3),
-                "per_view_seconds_spread": [round(per_view[0], 3), round(per_view[-1], 3)],
+                "per_view_seconds_spread": [round(min(per_view), 3), round(max(per_view), 3)],
                 "per_view_seconds_by_repeat": [round(v, 3) for v in per_view],
                 "per_view_cpu_seconds": round(statistics.median(per_view_cpu), 3)}  # fmt: skip
 

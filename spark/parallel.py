@@ -51,14 +51,11 @@ def concurrently(spark: SparkSession, action: Callable[[str], T], names: Sequenc
 def sql_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
     """Spark SQL `conf` for the queries planned and run inside (the session's values again after).
     Session-wide: only for a step no other thread of the batch runs queries beside."""
-    saved = {key: spark.conf.get(key, None) for key in conf}
+    saved = {key: spark.conf.get(key) for key in conf}
     for key, value in conf.items():
         spark.conf.set(key, value)
     try:
         yield
     finally:
         for key, value in saved.items():
-            if value is None:  # a conf with no value and no default (spark.sql.optimizer.excludedRules)
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+            spark.conf.set(key, value)

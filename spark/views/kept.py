@@ -73,17 +73,18 @@ class KeptPlans:
         self.spark = spark
         self.plans: dict[str, Planned] = {}
         self.reran = 0
+        self._replan = replan_class(spark)  # looked up once: py4j resolves a dotted name per package level
 
     @property
     def available(self) -> bool:
-        return replan_class(self.spark) is not None
+        return self._replan is not None
 
     def run(self, purpose: str, sql: str, inputs: Mapping[str, pa.Table]) -> pa.Table:
         """`sql` over `inputs` (relation name, starting with `MARK` -> its rows): by the plan kept for
         `purpose` when it was made for this SQL and these schemas, else planned (and kept if it can be)."""
         if not self.available:
             return self._planned(self.spark, sql, inputs)[0]
-        replan = replan_class(self.spark)
+        replan = self._replan
         session = planning_session(self.spark)
         marked = {name: rows.append_column(name, pa.nulls(rows.num_rows, pa.bool_())) for name, rows in inputs.items()}
         key = (sql, tuple((name, rows.schema) for name, rows in marked.items()))

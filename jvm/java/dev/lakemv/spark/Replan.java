@@ -21,7 +21,7 @@ import scala.runtime.AbstractPartialFunction;
  * with the marker prefix). {@link #swap} copies the plan with the rows of each marked local scan
  * replaced; every node above a replaced scan is a new node, so no shuffle, subquery result or
  * generated code of an earlier run is reused for the new rows. The plan must be made with the rules
- * that fold a local relation's rows into the plan switched off (see lakemv.spark.views.together).
+ * that fold a local relation's rows into the plan switched off (see lakemv.spark.views.kept).
  */
 public final class Replan {
   private Replan() {}
