@@ -7,9 +7,12 @@ table, not per view and occurrence. Each view's SQL reads its own tags (`Indexed
 sees exactly the rows it would alone. The views' outputs differ in shape: each is one struct column of
 a UNION ALL (NULL in the other views' rows), taken apart again in the driver.
 
-A small recompute (most batches) runs each view's own plan instead, planned once and run again over
-each batch's rows (`lakemv.spark.views.kept`): Spark's fixed cost per query was half of it. The
-one-job recompute is for a large one, or a Spark without lakemv's jar (a cluster).
+A view that gathered fewer than `SMALL_ROWS` rows (most views, most batches) runs its own plan
+instead, planned once and run again over each batch's rows (`lakemv.spark.views.kept`): Spark's fixed
+cost per query was half of it. The one-job recompute is for the views that gathered more, or a Spark
+without lakemv's jar (a cluster). The bound is per view: a hundred views' rows together pass it in
+every batch (100 views, 20k users: 220k rows, which all went to one job that Spark spent 25 s
+analysing).
 """
 
 from __future__ import annotations
@@ -57,18 +60,19 @@ class Gathered(NamedTuple):
 TAG = "_lmv_occurrence"  # which (view, occurrence) of the batch a row of a batch relation was gathered for
 VIEW = "_lmv_view"  # which view of a recompute a row is of
 _RELATIONS = itertools.count()
-# A recompute over fewer gathered rows than this runs as one plan fixed in advance: no adaptive
-# re-planning (each of its shuffle stages would be a job of its own) and one shuffle partition.
-# Tiny inputs gain nothing from either (a 16-view batch's recompute: 2.8 -> 2.0 s here).
+# A view that gathered fewer rows than this runs its kept plan; a one-job recompute over fewer runs
+# as one plan fixed in advance: no adaptive re-planning (each of its shuffle stages would be a job
+# of its own) and one shuffle partition. Tiny inputs gain nothing from either (a 16-view batch's
+# recompute: 2.8 -> 2.0 s here).
 SMALL_ROWS = 200_000
 _SMALL_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 
 
 def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: int = 1) -> list[tuple[pa.Table, float]]:
     """Every prepared view's SQL over the rows it gathered, in `workers` threads side by side (the views
-    dealt among them by the rows they read): each view's kept plan (a small recompute), or one Spark job
-    per thread (see the module docstring). Per view its new rows with their digests, and its share of
-    the seconds (by the rows it read)."""
+    dealt among them by the rows they read): a view that gathered few rows by its kept plan, the others
+    of a thread in one Spark job (see the module docstring). Per view its new rows with their digests,
+    and its share of the seconds (by the rows it read)."""
     clock = time.perf_counter()
     weights = [g.rows_read + 1 for g in views]
     groups: list[list[int]] = [[] for _ in range(max(1, min(workers, len(views))))]
@@ -77,12 +81,19 @@ def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: 
         lightest = loads.index(min(loads))
         groups[lightest].append(index)
         loads[lightest] += weights[index]
-    small = sum(weights) < SMALL_ROWS
-    if small and views[0].view.kept.available:
-        found = concurrently(spark, lambda group: [views[i].view.recompute_kept(views[i]) for i in group], groups)
-    else:
-        with sql_conf(spark, _SMALL_CONF if small else {}):
-            found = concurrently(spark, lambda group: _recompute_group(spark, [views[i] for i in group]), groups)
+    # Each view on its own: a hundred views' rows together pass any bound, each view's seldom does.
+    kept = {i for i, g in enumerate(views) if weights[i] < SMALL_ROWS and g.view.kept.available}
+    rest = sum(w for i, w in enumerate(weights) if i not in kept)
+
+    def run(group: list[int]) -> list[pa.Table]:
+        found = {i: views[i].view.recompute_kept(views[i]) for i in group if i in kept}
+        others = [i for i in group if i not in kept]
+        if others:
+            found.update(zip(others, _recompute_group(spark, [views[i] for i in others]), strict=True))
+        return [found[i] for i in group]
+
+    with sql_conf(spark, _SMALL_CONF if 0 < rest < SMALL_ROWS else {}):
+        found = concurrently(spark, run, groups)
     seconds = time.perf_counter() - clock
     out: list[tuple[pa.Table, float]] = [(pa.table({}), 0.0)] * len(views)
     for group, tables in zip(groups, found, strict=True):
