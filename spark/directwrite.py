@@ -20,11 +20,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.settings import LakeSettings
@@ -41,6 +43,19 @@ _DELETE_SCHEMA = pa.schema(
 )
 
 
+@dataclass(frozen=True)
+class Committed:
+    """What one commit made: its snapshot, the one it followed, and the data file of its rows with
+    the rows as written (the i-th at position i), so the local state can place them without reading
+    the table or the file again."""
+
+    write_id: str
+    snapshot: int
+    parent: int | None
+    path: str | None
+    rows: pa.Table | None
+
+
 class DirectWriter:
     """Commits Arrow rows (and position deletes of the rows they replace) into Iceberg tables of one catalog."""
 
@@ -49,6 +64,7 @@ class DirectWriter:
         self.settings = settings
         self._jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
         self._schemas: dict[tuple[str, int], pa.Schema] = {}
+        self._tables: dict[str, object] = {}  # identifier -> its org.apache.iceberg.Table, kept between commits
         self._catalog = None
         # The classes a commit uses, looked up once: py4j resolves each dotted name anew, a class
         # loader search per package level.
@@ -67,7 +83,18 @@ class DirectWriter:
         self._same_thread = iceberg.relocated.com.google.common.util.concurrent.MoreExecutors.newDirectExecutorService()
 
     def _table(self, identifier: str):  # noqa: ANN202 - a py4j proxy of org.apache.iceberg.Table
-        return self._spark3.loadIcebergTable(self.spark._jsparkSession, identifier)
+        """The table as its catalog has it now. A table loaded before is refreshed: one catalog
+        query, and its metadata file read only when another writer moved it (a load parses it every
+        time; a table with a day of snapshots has a large one)."""
+        table = self._tables.get(identifier)
+        if table is not None:
+            try:
+                table.refresh()
+                return table
+            except Py4JJavaError:  # dropped meanwhile: load it again (or fail as a load does)
+                self._tables.pop(identifier, None)
+        table = self._tables[identifier] = self._spark3.loadIcebergTable(self.spark._jsparkSession, identifier)
+        return table
 
     def supports(self, identifier: str) -> bool:
         """Whether this can write the table: data on the local file system or in the warehouse's object
@@ -111,11 +138,12 @@ class DirectWriter:
         write_id: str,
         validate_from: int | None = None,
         exclusive: bool = False,
-    ) -> None:
+    ) -> Committed | None:
         """Delete the rows at `replaced` (data file, position) and add `rows`, in one commit tagged with
         `write_id`. Fails with a ValidationException (a conflict: retried by the caller) when a data
         file of `replaced` was removed after snapshot `validate_from` (a compaction rewrote it), or,
-        when `exclusive`, when another writer added rows since then (a backfill's publish)."""
+        when `exclusive`, when another writer added rows since then (a backfill's publish). Returns
+        what it committed (None when the table has moved on past it already)."""
         table = self._table(identifier)
         spec, parquet = table.spec(), self._parquet
         append = not replaced and not exclusive and validate_from is None
@@ -128,9 +156,11 @@ class DirectWriter:
             if validate_from is not None:
                 operation = operation.validateFromSnapshot(validate_from)
         operation = operation.scanManifestsWith(self._same_thread).writeManifestsWith(self._same_thread, 1)
+        location, written = None, None
         if rows is not None and rows.num_rows:
             schema = self._arrow_schema(identifier, table)
-            location, size, metrics = self._write(table, rows.select(schema.names).cast(schema), "data", self._metrics_config.forTable(table))
+            written = rows.select(schema.names).cast(schema)
+            location, size, metrics = self._write(table, written, "data", self._metrics_config.forTable(table))
             data = (
                 self._data_files.builder(spec).withPath(location).withFormat(parquet).withFileSizeInBytes(size)
                 .withMetrics(metrics).build()
@@ -139,9 +169,9 @@ class DirectWriter:
         if replaced:
             ordered = sorted(set(replaced))
             deletes = pa.table([pa.array([p for p, _ in ordered]), pa.array([a for _, a in ordered], pa.int64())], schema=_DELETE_SCHEMA)
-            location, size, metrics = self._write(table, deletes, "deletes", self._metrics_config.forPositionDelete())
+            at, size, metrics = self._write(table, deletes, "deletes", self._metrics_config.forPositionDelete())
             delete_file = (
-                self._file_metadata.deleteFileBuilder(spec).ofPositionDeletes().withPath(location)
+                self._file_metadata.deleteFileBuilder(spec).ofPositionDeletes().withPath(at)
                 .withFormat(parquet).withFileSizeInBytes(size).withMetrics(metrics).build()
             )  # fmt: skip
             referenced = self._array_list()
@@ -151,3 +181,8 @@ class DirectWriter:
         if exclusive:
             operation = operation.validateNoConflictingDataFiles()
         operation.set(WRITE_ID, write_id).commit()
+        snapshot = table.currentSnapshot()  # the table refreshes on commit: this one, unless another came after
+        if snapshot is None or snapshot.summary().get(WRITE_ID) != write_id:
+            return None
+        parent = snapshot.parentId()
+        return Committed(write_id, int(snapshot.snapshotId()), None if parent is None else int(parent), location, written)

@@ -32,6 +32,7 @@ from lakemv.core.state.store import Store
 from lakemv.spark.batch.backend import BatchContext, ScanBackend, _by_key
 from lakemv.spark.batch.sync import StoreSync, record_mirrors
 from lakemv.spark.commits import WriteUnit, commit_once
+from lakemv.spark.directwrite import Committed
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.indexed import IndexedView
 from lakemv.spark.views.maintain import ViewMaintainer
@@ -49,6 +50,7 @@ class LocalStateBackend(ScanBackend):
         self.indexed: dict[str, IndexedView] = {}
         self._starts: list[int] = []  # when the last view steps started (epoch micros)
         self._holding = False  # the last unit held its views' keys: more of its batch or backlog follows
+        self._committed: dict[str, Committed | None] = {}  # the unit's direct mirror commits, for `record`
         self.attach()
 
     # ---- the state's upkeep ---------------------------------------------------------------------
@@ -109,7 +111,8 @@ class LocalStateBackend(ScanBackend):
                 rows[table] = list(
                     zip(rows_of(plan.rows, names), plan.rows.column(POSITION).to_pylist(), plan.rows.column(DELETED).to_pylist(), strict=True)
                 )
-        record_mirrors(self.sync, rows, unit.write_id)
+        committed, self._committed = self._committed, {}
+        record_mirrors(self.sync, rows, unit.write_id, committed)
         return True
 
     def close(self) -> None:
@@ -232,7 +235,7 @@ class LocalStateBackend(ScanBackend):
 
         def attempt(retry: bool) -> None:
             base, replaced = sync.places(name, held, unit.write_id, refresh=retry)
-            direct.commit(identifier, rows, replaced, unit.write_id, validate_from=base)
+            self._committed[table] = direct.commit(identifier, rows, replaced, unit.write_id, validate_from=base)
 
         commit_once(ctx.spark, identifier, unit, attempt, f"commit into mirror {table}")
 

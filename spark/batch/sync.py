@@ -31,6 +31,7 @@ from lakemv.core.state.layout import MirrorPart, ViewPart
 from lakemv.core.state.places import Location
 from lakemv.core.state.store import Store
 from lakemv.spark.commits import WRITE_ID
+from lakemv.spark.directwrite import Committed
 
 log = logging.getLogger(__name__)
 _MAX_WALK = 10_000  # snapshots followed back from the current one before giving up (reload)
@@ -209,6 +210,25 @@ class StoreSync:
         record = self.store.record(name)
         return (None if record is None else record.snapshot), [p for p in found if p is not None]
 
+    def follows(self, name: str, committed: Committed | None, write_id: str) -> bool:
+        """Whether `committed` (unit `write_id`'s direct commit to part `name`'s table) directly
+        follows the snapshot the part reflects: nobody else committed in between, so `place` can
+        record it."""
+        if committed is None or committed.write_id != write_id:
+            return False
+        record = self.store.record(name)
+        return record is not None and committed.parent == record.snapshot
+
+    def place(self, name: str, committed: Committed, write_id: str) -> None:
+        """Place the rows `committed` wrote (after the caller applied them: see `follows`) from what it
+        wrote, without reading the table's history or the file back, and record its snapshot."""
+        mirror = name.startswith("mirror:")
+        part = self.store.mirrors[name.split(":", 1)[1]] if mirror else self.store.views[name.split(":", 1)[1]]
+        if part.located and committed.path is not None and committed.rows is not None:
+            key = part.primary_key if mirror else part.key  # type: ignore[union-attr]
+            self.store.locate(name, committed.path, rows_of(committed.rows, key))
+        self.store.set_record(name, part.fingerprint, committed.snapshot, write_id)
+
     def relocate(self, name: str, snapshots: tuple[int, ...]) -> bool:
         """Place the rows the `snapshots` (oldest first) wrote at their positions in the data files
         they added, and forget the files they removed; False when a snapshot or file is gone (the
@@ -296,13 +316,21 @@ def digest_sql(columns: list[str], alias: str) -> str:
     return f"md5(to_json(named_struct({fields})))"
 
 
-def record_mirrors(sync: StoreSync, rows: Mapping[str, list], write_id: str) -> list[str]:
+def record_mirrors(
+    sync: StoreSync, rows: Mapping[str, list], write_id: str, committed: Mapping[str, Committed | None] | None = None
+) -> list[str]:
     """Apply a unit's applied mirror rows to the store and record the snapshots they made, in one
-    transaction; returns the parts that had to be reloaded instead (someone else committed too)."""
+    transaction (placed from the direct commits in `committed` that directly follow what the store
+    reflects); returns the parts that had to be reloaded instead (someone else committed too)."""
     reload = []
     with sync.store.transaction():
         for table, items in rows.items():
             name = f"mirror:{table}"
+            made = (committed or {}).get(table)
+            if sync.follows(name, made, write_id):
+                sync.store.put_rows(table, items)
+                sync.place(name, made, write_id)  # type: ignore[arg-type]
+                continue
             step = sync.advance(name, write_id)
             if step is not None:
                 sync.store.put_rows(table, items)

@@ -36,6 +36,7 @@ from lakemv.core.state.places import Location
 from lakemv.core.state.walk import gather, reach
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
+from lakemv.spark.directwrite import Committed
 from lakemv.spark.views.kept import MARK, KeptPlans
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
 from lakemv.spark.views.together import TAG, VIEW, Gathered, part_schema
@@ -160,7 +161,7 @@ class IndexedView:
             if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
                 return result
             clock = time.perf_counter()
-            self._record(diff, unit)
+            self._record(diff, unit, writing.committed)
             crash_point(f"state:{self.plan.name}", unit.batch_id)
             tail["steps"] = {**result.steps, "state": round(time.perf_counter() - clock, 3)}
         # its own time: its keys and rows, its share of the recompute, its diff and writes (not the others')
@@ -179,9 +180,16 @@ class IndexedView:
         diff was computed against); with `refresh`, after following the table (a compaction)."""
         return self.sync.places(self.name, lambda: self.store.view_locations(self.plan.name, held).values(), unit.write_id, refresh)
 
-    def _record(self, diff: _Diff, unit: WriteUnit) -> None:
+    def _record(self, diff: _Diff, unit: WriteUnit, committed: Committed | None = None) -> None:
         """The unit's digests into the store, where its rows now live, and the snapshot it made; a
-        reload instead when someone else committed to the view meanwhile."""
+        reload instead when someone else committed to the view meanwhile. A direct commit that
+        follows what the store reflects is placed from what it wrote (`StoreSync.place`)."""
+        if self.sync.follows(self.name, committed, unit.write_id):
+            with self.store.transaction():
+                self.store.put_digests(self.plan.name, diff.upserts, diff.deletes, times=diff.times)
+                self.sync.place(self.name, committed, unit.write_id)  # type: ignore[arg-type]
+                self._caught_up()  # in the same transaction: a crash before it leaves the keys pending
+            return
         step = self.sync.advance(self.name, unit.write_id)
         if step is not None:
             with self.store.transaction():

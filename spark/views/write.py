@@ -33,7 +33,7 @@ from lakemv.core.sql.viewsql import (
 )
 from lakemv.core.state.places import Location
 from lakemv.spark.commits import WriteUnit, append_once, commit_once
-from lakemv.spark.directwrite import DirectWriter
+from lakemv.spark.directwrite import Committed, DirectWriter
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.state import read_state
 
@@ -49,6 +49,7 @@ class Writing:
     steps: dict[str, float] = field(default_factory=dict)
     state: ViewState | None = None
     held: int = 0  # keys left alone: their recompute gave several rows
+    committed: Committed | None = None  # the view's direct commit, when this write made it
 
 
 # Where the view rows a diff replaces live: (the view snapshot that was read at, their places); the
@@ -156,7 +157,7 @@ class ViewWriter:
             if retry and self._changed_hands(w.state):  # lost a race, not to this unit's own commit
                 raise _Superseded
             base, replaced = places(retry)  # after a compaction: the rows' new places
-            self.direct.commit(self.table, upserts, replaced, unit.write_id, validate_from=base, exclusive=True)  # type: ignore[union-attr]
+            w.committed = self.direct.commit(self.table, upserts, replaced, unit.write_id, validate_from=base, exclusive=True)  # type: ignore[union-attr]
 
         try:
             commit_once(self.spark, self.table, unit, attempt, f"commit into view {self.plan.name}")
