@@ -243,9 +243,13 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
                 spread = "–".join(f"{x:.2f}" for x in r.get("seconds_spread", []))
                 lines.append(f"| {label} | {r['views']} | {r['build']['seconds']:.1f} | {m['seconds']:.2f} | {spread} | {m['cpu_seconds']:.2f} | "
                              f"{m['spark_jobs']} | {m['iceberg_commits']} |")  # fmt: skip
+            if v["many"].get("verify"):
+                lines += ["", f"After the last repeat's batches: {_verified(v['many']['verify'])}"]
             spread = v.get("per_view_seconds_spread")
             lines += ["", f"One more view adds {v['per_view_seconds'] * 1000:,.0f} ms ({v['per_view_cpu_seconds'] * 1000:,.0f} CPU ms) to a 1k-change batch"
                       + (f" (repeats: {spread[0] * 1000:,.0f}–{spread[1] * 1000:,.0f} ms)." if spread else ".")]  # fmt: skip
+        if scale.get("verify"):
+            lines += ["", f"After every measure: {_verified(scale['verify'])}"]
         cost = scale.get("cost")
         if cost:
             lines += ["", "| cost per key | explain: rows per average key | explain: rows per key a batch reaches | measured | explain: keys per batch | measured | ms per key |",
@@ -269,3 +273,9 @@ def write_report(results: Results, out: Path) -> Path:
 if __name__ == "__main__":
     source = Path(sys.argv[1])
     print(write_report(json.loads(source.read_text(encoding="utf-8")), source.parent))
+
+
+def _verified(verify: dict) -> str:
+    """One sentence on a `verify` of the suite: DuckDB's recomputes against the view tables."""
+    text = f"{verify['matching']} of {verify['views']} views match DuckDB's recompute (`verify`)"
+    return text + ("." if not verify["failed"] else "; " + "; ".join(verify["failed"].values()))

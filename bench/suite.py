@@ -64,9 +64,10 @@ from lakemv.core.planner import plan_view
 from lakemv.core.planner.cost import batch_estimate, key_profile, predict
 from lakemv.core.planner.cost import statistics as mirror_statistics
 from lakemv.core.planner.definitions import load_views
+from lakemv.core.planner.finality import checked_sql
 from lakemv.core.state.store import Store
 from lakemv.duck.query import lake_connection
-from lakemv.duck.verify import duckdb_sql
+from lakemv.duck.verify import consistent_cut, duckdb_sql, verify_view
 from lakemv.spark.batch.runner import VIEW_WORKERS, BatchProcessor
 from lakemv.spark.bulk import lines_frame
 from lakemv.spark.directwrite import DirectWriter
@@ -534,6 +535,8 @@ class Scale:
                            for n, lines in enumerate(recorded)]  # fmt: skip
                 measured = batches[self.args.warmup :]
                 runs[label]["repeats"].append({"opened_seconds": opened["seconds"], "batches": measured, "median": _median_batch(measured)})
+                if label == "many" and repeat == self.args.view_repeats - 1:  # the views as the batches left them
+                    runs["many"]["verify"] = self.verify(plans["many"])
                 if store is not None:
                     store.close()
         lakecopy.restore(kept, Path(self.settings.warehouse), states)  # later measures start from the same lake
@@ -614,7 +617,27 @@ class Scale:
         out["startup"] = self.startup() if "startup" in measures else None
         out["many_views"] = self.many_views() if "views" in measures else None
         out["cost"] = self.costs() if "cost" in measures else None
+        out["verify"] = self.verify([self.plan])
         return out
+
+    def verify(self, plans: list) -> dict[str, Any]:
+        """DuckDB's recompute of each view against its table, as `lakemv verify` does it: what the runs
+        left in the lake must be exact."""
+        failed: dict[str, str] = {}
+        for plan in plans:
+            cut = consistent_cut(self.settings, plan.name, plan.tables)
+            if isinstance(cut, str):
+                failed[plan.name] = f"not verified: {cut}"
+                continue
+            result = verify_view(
+                self.settings, self.sources, plan.name, checked_sql(plan.definition.sql, plan.finality, self.sources), plan.key_names,
+                table_snapshot=cut[0], mirror_snapshots=cut[1], compare=plan.compared,
+            )  # fmt: skip
+            if not result.ok:
+                failed[plan.name] = result.summary()
+        self.say(f"verify: {len(plans) - len(failed)} of {len(plans)} views match DuckDB's recompute"
+                 + "".join(f"\n  {reason}" for reason in failed.values()))  # fmt: skip
+        return {"views": len(plans), "matching": len(plans) - len(failed), "failed": failed}
 
 
 def _resident_bytes() -> int:
