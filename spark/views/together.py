@@ -11,8 +11,8 @@ A view that gathered fewer than `SMALL_ROWS` rows (most views, most batches) run
 instead, planned once and run again over each batch's rows (`lakemv.spark.views.kept`): Spark's fixed
 cost per query was half of it. The one-job recompute is for the views that gathered more, or a Spark
 without lakemv's jar (a cluster). The bound is per view: a hundred views' rows together pass it in
-every batch (100 views, 20k users: 220k rows, which all went to one job that Spark spent 25 s
-analysing).
+every batch (100 views, 20k users: 220k rows, all of them in one job of 22-27 s, most of it Spark's
+analysis of that plan).
 """
 
 from __future__ import annotations
