@@ -270,12 +270,12 @@ def write_report(results: Results, out: Path) -> Path:
     return path
 
 
-if __name__ == "__main__":
-    source = Path(sys.argv[1])
-    print(write_report(json.loads(source.read_text(encoding="utf-8")), source.parent))
-
-
 def _verified(verify: dict) -> str:
     """One sentence on a `verify` of the suite: DuckDB's recomputes against the view tables."""
     text = f"{verify['matching']} of {verify['views']} views match DuckDB's recompute (`verify`)"
     return text + ("." if not verify["failed"] else "; " + "; ".join(verify["failed"].values()))
+
+
+if __name__ == "__main__":
+    source = Path(sys.argv[1])
+    print(write_report(json.loads(source.read_text(encoding="utf-8")), source.parent))
