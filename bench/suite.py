@@ -64,10 +64,9 @@ from lakemv.core.planner import plan_view
 from lakemv.core.planner.cost import batch_estimate, key_profile, predict
 from lakemv.core.planner.cost import statistics as mirror_statistics
 from lakemv.core.planner.definitions import load_views
-from lakemv.core.planner.finality import checked_sql
 from lakemv.core.state.store import Store
 from lakemv.duck.query import lake_connection
-from lakemv.duck.verify import consistent_cut, duckdb_sql, verify_view
+from lakemv.duck.verify import duckdb_sql, verify_plan
 from lakemv.spark.batch.runner import VIEW_WORKERS, BatchProcessor
 from lakemv.spark.bulk import lines_frame
 from lakemv.spark.directwrite import DirectWriter
@@ -625,14 +624,10 @@ class Scale:
         left in the lake must be exact."""
         failed: dict[str, str] = {}
         for plan in plans:
-            cut = consistent_cut(self.settings, plan.name, plan.tables)
-            if isinstance(cut, str):
-                failed[plan.name] = f"not verified: {cut}"
+            result = verify_plan(self.settings, self.sources, plan)
+            if isinstance(result, str):
+                failed[plan.name] = f"not verified: {result}"
                 continue
-            result = verify_view(
-                self.settings, self.sources, plan.name, checked_sql(plan.definition.sql, plan.finality, self.sources), plan.key_names,
-                table_snapshot=cut[0], mirror_snapshots=cut[1], compare=plan.compared,
-            )  # fmt: skip
             if not result.ok:
                 failed[plan.name] = result.summary()
         self.say(f"verify: {len(plans) - len(failed)} of {len(plans)} views match DuckDB's recompute"

@@ -28,6 +28,8 @@ from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
 from lakemv.catalog.viewstate import STATE, ViewState
 from lakemv.core.errors import LakemvError, QueryError
+from lakemv.core.planner import ViewPlan
+from lakemv.core.planner.finality import checked_sql
 from lakemv.core.sql.quote import ansi_ident
 from lakemv.core.types import UTC_MICROS, duckdb_type
 from lakemv.duck.query import lake_connection, metadata_location
@@ -305,3 +307,15 @@ def verify_view(
         seconds=time.perf_counter() - started,
         not_compared=tuple(c for c in columns if c not in key and c not in values),
     )
+
+
+def verify_plan(settings: LakeSettings, sources: Mapping[str, SourceTable], plan: ViewPlan, sample: int = 5) -> VerifyResult | str:
+    """`verify_view` of a planned view at its consistent cut (what `lakemv verify` runs for each view),
+    or why it cannot be verified now (`consistent_cut`'s reason)."""
+    cut = consistent_cut(settings, plan.name, plan.tables)
+    if isinstance(cut, str):
+        return cut
+    return verify_view(
+        settings, sources, plan.name, checked_sql(plan.definition.sql, plan.finality, sources), plan.key_names,
+        table_snapshot=cut[0], mirror_snapshots=cut[1], sample=sample, compare=plan.compared,
+    )  # fmt: skip

@@ -6,8 +6,7 @@ from dataclasses import asdict
 
 from prefect import flow
 
-from lakemv.core.planner.finality import checked_sql
-from lakemv.duck.verify import ViewMismatch, consistent_cut, verify_view
+from lakemv.duck.verify import ViewMismatch, verify_plan
 from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
 
@@ -24,19 +23,12 @@ def verify(view: str | None = None, sample: int = 5, warehouse: str | None = Non
     names = [view] if view else sorted(lake.plans)
     results, failed = {}, None
     for name in names:
-        plan = lake.plan(name)
-        cut = consistent_cut(lake.settings, name, plan.tables)
-        if isinstance(cut, str):
-            report.info(f"{name}: not verified: {cut}", style="yellow")
-            results[name] = {"skipped": cut}
-            continue
-        table_snapshot, mirror_snapshots = cut
         with report.status(f"recomputing {name} with DuckDB..."):
-            result = verify_view(
-                lake.settings, lake.sources, name, checked_sql(plan.definition.sql, plan.finality, lake.sources), plan.key_names,
-                table_snapshot=table_snapshot, mirror_snapshots=mirror_snapshots, sample=sample,
-                compare=plan.compared,
-            )  # fmt: skip
+            result = verify_plan(lake.settings, lake.sources, lake.plan(name), sample)
+        if isinstance(result, str):
+            report.info(f"{name}: not verified: {result}", style="yellow")
+            results[name] = {"skipped": result}
+            continue
         report.info(result.summary(), style=None if result.ok else "red")
         for difference in result.samples:
             report.info(f"  {difference.describe()}", style="red")

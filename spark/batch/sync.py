@@ -222,21 +222,27 @@ class StoreSync:
     def place(self, name: str, committed: Committed, write_id: str) -> None:
         """Place the rows `committed` wrote (after the caller applied them: see `follows`) from what it
         wrote, without reading the table's history or the file back, and record its snapshot."""
-        mirror = name.startswith("mirror:")
-        part = self.store.mirrors[name.split(":", 1)[1]] if mirror else self.store.views[name.split(":", 1)[1]]
+        part, key = self._part(name)
         if part.located and committed.path is not None and committed.rows is not None:
-            key = part.primary_key if mirror else part.key  # type: ignore[union-attr]
             self.store.locate(name, committed.path, rows_of(committed.rows, key))
         self.store.set_record(name, part.fingerprint, committed.snapshot, write_id)
+
+    def _part(self, name: str) -> tuple[MirrorPart | ViewPart, list[str]]:
+        """Part `name` ("mirror:<table>" or "view:<view>") and the columns that key its rows."""
+        kind, table = name.split(":", 1)
+        if kind == "mirror":
+            mirror = self.store.mirrors[table]
+            return mirror, list(mirror.primary_key)
+        view = self.store.views[table]
+        return view, list(view.key)
 
     def relocate(self, name: str, snapshots: tuple[int, ...]) -> bool:
         """Place the rows the `snapshots` (oldest first) wrote at their positions in the data files
         they added, and forget the files they removed; False when a snapshot or file is gone (the
         caller reloads). A no-op for a part that does not keep locations."""
-        part = self.store.mirrors[name.split(":", 1)[1]] if name.startswith("mirror:") else self.store.views[name.split(":", 1)[1]]
+        part, key = self._part(name)
         if not part.located or not snapshots:
             return True
-        key = part.primary_key if name.startswith("mirror:") else part.key  # type: ignore[union-attr]
         identifier = self.identifier(name)
         try:
             for snapshot in snapshots:
