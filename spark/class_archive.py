@@ -9,9 +9,10 @@ setup uses; `lakemv.ops.class_archive` builds it.
 
 The JVM validates an archive before it uses it (another JVM build or another class path: it starts
 without it, a slower start and nothing else; its note about that is switched off). The archive's
-name carries a key of what it was made for (the `java` binary, PySpark's version, the names and sizes
-of the jars Spark loads itself), so a changed setup looks for, and `make setup` builds, a new one
-and removes the old.
+name carries a key of what it was made for (the `java` binary, PySpark's version, the names, sizes
+and modification times of the jars Spark loads itself: the JVM refuses an archive when a jar's size
+or time differs, e.g. lakemv's own jar compiled again at the same size), so a changed setup looks
+for, and `make setup` builds, a new one and removes the old.
 
 """
 
@@ -38,7 +39,7 @@ def _key(settings: LakeSettings) -> str:
         real = Path(java).resolve()
         parts.append(f"{real}:{real.stat().st_size}:{real.stat().st_mtime_ns}")
     for jar in sorted(settings.jars_dir.glob("*.jar")):
-        parts.append(f"{jar.name}:{jar.stat().st_size}")
+        parts.append(f"{jar.name}:{jar.stat().st_size}:{jar.stat().st_mtime_ns}")  # the JVM checks both
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

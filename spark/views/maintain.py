@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import replace
 
 import pyarrow as pa
+import pyspark
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import StructField, StructType
@@ -36,6 +38,9 @@ from lakemv.spark.views.state import changed_rows_sql, live_at_sql, mirror_snaps
 from lakemv.spark.views.write import ViewWriter, Writing
 
 FINGERPRINT = "lakemv.view.fingerprint"
+# A digest of what the table's columns were analysed from (`ViewMaintainer._analysed`): a process
+# that finds it equal skips Spark's analysis of the view at start-up.
+ANALYSED = "lakemv.view.analysed"
 
 
 def _signature(schema: StructType) -> list[tuple[str, str]]:
@@ -90,19 +95,36 @@ class ViewMaintainer(ViewWriter):
             writer = self.spark.createDataFrame([], struct).writeTo(name).using("iceberg")
             for key, value in TABLE_PROPERTIES.items():
                 writer = writer.tableProperty(key, value)
+            if name == self.table:
+                writer = writer.tableProperty(ANALYSED, self._analysed(schema))
             writer.createOrReplace() if replace else writer.create()
+
+    def _analysed(self, schema: StructType) -> str:
+        """What the view's columns `schema` were analysed from: its recompute over the mirrors as they
+        are declared now, in this Spark version (`ANALYSED`)."""
+        declared = {t: self.sources[t].model_dump(mode="json") for t in sorted(self.plan.tables)}
+        live = {t: live_rows_sql(self.names, self.sources[t]) for t in self.plan.tables}  # (not a backfill's snapshots)
+        text = json.dumps([recompute_sql(self.plan, live), declared, pyspark.__version__, _signature(schema)], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def prepare(self, properties: Mapping[str, str] | None = None) -> bool:
         """Create or reshape the view's tables; True when the table holds this definition's rows.
-        `properties`: the view table's, when the caller has just read them (it exists)."""
-        schema = self.recompute().schema  # analysis only, no job
+        `properties`: the view table's, when the caller has just read them (it exists).
+
+        Spark's analysis of the view's recompute (the first one in a process: ~0.5 s) is skipped when
+        the table says its columns were analysed from this recompute (`ANALYSED`)."""
         if properties is None and not self._exists(self.table):
-            self._create(schema, replace=False)
+            self._create(self.recompute().schema, replace=False)
             return False
-        if _signature(self.spark.table(self.table).schema) != _signature(schema):
-            self._create(schema, replace=True)
-            return False
-        return (properties if properties is not None else self._properties()).get(FINGERPRINT) == self.plan.fingerprint
+        properties = properties if properties is not None else self._properties()
+        stored = self.spark.table(self.table).schema
+        if properties.get(ANALYSED) != self._analysed(stored):
+            schema = self.recompute().schema  # analysis only, no job
+            if _signature(stored) != _signature(schema):
+                self._create(schema, replace=True)
+                return False
+            self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{ANALYSED}'='{self._analysed(schema)}')")
+        return properties.get(FINGERPRINT) == self.plan.fingerprint
 
     def ensure(self) -> ViewResult | None:
         """Create the view's tables if needed and build the view when it is new or its SQL changed.

@@ -14,6 +14,7 @@ from lakemv.duck.verify import verify_view
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.views.kept import KeptPlans
+from lakemv.spark.views.maintain import ANALYSED, ViewMaintainer
 from lakemv.workload.shapes import SCANNED, SHAPES, shape_view
 from tests.cdc import at, dbz, user
 from tests.integration.test_view_properties import assert_views_are_fresh
@@ -130,7 +131,7 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, tmp_path, 
         assert_duckdb_agrees(lake, [m.plan for m in processor.maintainers])
 
 
-def test_a_changed_definition_rebuilds_the_view_and_an_unchanged_one_is_left_alone(lake):
+def test_a_changed_definition_rebuilds_the_view_and_an_unchanged_one_is_left_alone(lake, monkeypatch):
     def processor_for(sql: str) -> BatchProcessor:
         plan = plan_view(parse_view(f"-- @key: username\n{sql}", "fans"), lake.sources)
         return BatchProcessor(lake.spark, lake.names, lake.sources, [plan])
@@ -154,9 +155,19 @@ def test_a_changed_definition_rebuilds_the_view_and_an_unchanged_one_is_left_alo
     third = processor_for("SELECT s.username, count(*) AS stars, max(s.repo_name) AS last_repo FROM stars s GROUP BY s.username")
     assert lake.spark.table(third.maintainers[0].table).columns == ["username", "stars", "last_repo"]
     assert_fresh(third)
-    # The same definition again (formatted differently): nothing to do.
+    # The same definition again (formatted differently): nothing to do, and Spark does not analyse the
+    # view again (the table says its columns were analysed from this recompute).
+    analysed = []
+    recompute = ViewMaintainer.recompute
+    monkeypatch.setattr(ViewMaintainer, "recompute", lambda self: analysed.append(self.plan.name) or recompute(self))
     again = processor_for("select s.username, count(*) as stars, max(s.repo_name) as last_repo\nfrom stars s group by s.username")
-    assert again.built == []
+    assert again.built == [] and analysed == []
+    # A table whose analysis record is gone (made by an older lakemv) is analysed once, and recorded.
+    lake.spark.sql(f"ALTER TABLE {again.maintainers[0].table} UNSET TBLPROPERTIES ('{ANALYSED}')")
+    assert processor_for("SELECT s.username, count(*) AS stars, max(s.repo_name) AS last_repo FROM stars s GROUP BY s.username").built == []
+    assert analysed == ["fans"]
+    assert processor_for("SELECT s.username, count(*) AS stars, max(s.repo_name) AS last_repo FROM stars s GROUP BY s.username").built == []
+    assert analysed == ["fans"]
 
 
 def test_a_null_group_is_a_view_row_maintained_like_any_other(lake):

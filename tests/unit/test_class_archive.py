@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lakemv.catalog.settings import LakeSettings
@@ -36,6 +37,16 @@ def test_changed_jars_name_another_archive(tmp_path: Path):
     assert archive_path(settings) != before
     (settings.jars_dir / "delta-spark-y.jar").write_bytes(b"a bigger jar than before")
     assert archive_path(settings).name.startswith("lakemv-") and archive_path(settings) != before
+
+
+def test_a_jar_written_again_at_the_same_size_names_another_archive(tmp_path: Path):
+    """The JVM refuses an archive when a jar's time changed too (lakemv's own jar compiled again)."""
+    settings = _settings(tmp_path)
+    before = archive_path(settings)
+    jar = settings.jars_dir / "iceberg-spark-runtime-x.jar"
+    stat = jar.stat()
+    os.utime(jar, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert jar.stat().st_size == stat.st_size and archive_path(settings) != before
 
 
 def test_driver_options_carry_the_archive_and_the_users_options(tmp_path: Path):
