@@ -57,6 +57,18 @@ def summary(results: Results) -> list[dict[str, Any]]:
     if all(s["catch_up"] for s in scales):
         add("catch-up throughput", f"≥ {targets['catch_up_events_per_second']:,} events/s",
             {_users(s): s["catch_up"]["events_per_second"] for s in scales}, lambda v: v >= targets["catch_up_events_per_second"], "events/s")
+    if all(s.get("catch_up_rebuilt") for s in scales):
+        add("catch-up throughput, the local state rebuilt from the tables first", f"≥ {targets['catch_up_events_per_second']:,} events/s",
+            {_users(s): s["catch_up_rebuilt"]["events_per_second"] for s in scales}, lambda v: v >= targets["catch_up_events_per_second"], "events/s")
+    if all(s.get("sustain") for s in scales):
+        rows.append({"measure": "highest rate ingest sustains (p99 within target, not growing)", "target": "reported", "unit": "events/s", "met": None,
+                     "values": {_users(s): s["sustain"]["highest_sustained_events_per_second"] for s in scales}})  # fmt: skip
+    if fastest is not None:
+        rows.append({"measure": f"batch p99 at {fastest:,} events/s", "target": "reported", "unit": "s", "met": None,
+                     "values": {_users(s): (_freshness(s, fastest) or {}).get("batch_p99_seconds") for s in scales}})  # fmt: skip
+    if all(s.get("driver_memory") for s in scales):
+        rows.append({"measure": "driver memory (peak resident, Python + JVM) per 1M users", "target": "reported", "unit": "MiB", "met": None,
+                     "values": {_users(s): s["driver_memory"]["peak_bytes_per_million_users"] / 2**20 for s in scales}})  # fmt: skip
     for s in scales:
         if s["users"] != top or not s["batches"] or not s["full_recompute"]:
             continue
@@ -213,13 +225,22 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
             f"{full['duckdb_best']['seconds'] / one['seconds']:.2f}× faster, {full['duckdb_best']['cpu_seconds'] / one['cpu_seconds']:.2f}× cheaper |",
             ]
         if scale["freshness"]:
-            lines += ["", "| freshness | offered events/s | events measured | p50 s | p99 s | max s | batches | mean events/batch |", "|---|---|---|---|---|---|---|---|"]
+            lines += ["", "| freshness | offered events/s | seconds | events measured | p50 s | p99 s | max s | steady | batches | mean events/batch | batch p50 s | batch p99 s |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for f in scale["freshness"]:
             batches = f["batches"]
             mean = sum(x["events"] for x in batches) / len(batches) if batches else 0
             flag = f" ({f['events_not_visible']:,} never visible: lower bounds)" if f["events_not_visible"] else ""
-            lines.append(f"| {f['rate']:,} events/s{flag} | {f['offered_events_per_second']:,} | {f['events_measured']:,} | "
-                         f"{_fmt(f['p50_seconds'])} | {_fmt(f['p99_seconds'])} | {_fmt(f['max_seconds'])} | {len(batches)} | {mean:,.0f} |")  # fmt: skip
+            steady = {True: "yes", False: "**no**"}.get(f.get("steady"), "—")
+            lines.append(f"| {f['rate']:,} events/s{flag} | {f['offered_events_per_second']:,} | {f['seconds']:.0f} | {f['events_measured']:,} | "
+                         f"{_fmt(f['p50_seconds'])} | {_fmt(f['p99_seconds'])} | {_fmt(f['max_seconds'])} | {steady} | {len(batches)} | {mean:,.0f} | "
+                         f"{_fmt(f.get('batch_p50_seconds'))} | {_fmt(f.get('batch_p99_seconds'))} |")  # fmt: skip
+        ramp = scale.get("sustain")
+        if ramp:
+            highest = ramp["highest_sustained_events_per_second"]
+            lines += ["", f"Rate ramp (×1.5 every {ramp['step_seconds']:.0f} s; sustained: p99 ≤ the target and not growing): "
+                      + ", ".join(f"{st['rate']:,} events/s p99 {_fmt(st['p99_seconds'])} s {'ok' if st['sustained'] else '**not**'}" for st in ramp["steps"])
+                      + f". **Highest sustained: {f'{highest:,} events/s' if highest else 'none'}**."]  # fmt: skip
         single = scale.get("single_changes")
         if single:
             lines += ["", f"Single changes (one new star every 5 s into a running, idle ingest): visible after "
@@ -228,10 +249,18 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
         if start:
             lines += ["", "Start-up of `lakemv ingest --once` on this lake (its state in place, one new file): "
                       + ", ".join(f"{r['to_first_batch_seconds']:.2f} s to the first batch ({r['seconds']:.1f} s in all)" for r in start["runs"]) + "."]
-        c = scale["catch_up"]
-        if c:
-            lines += ["", f"Catch-up: {c['events']:,} backlog events drained in {c['seconds']:.1f} s = **{c['events_per_second']:,} events/s** "
-                      f"({len(c['units'])} units, {c['cpu_seconds']:.0f} CPU s)."]  # fmt: skip
+        for label, c in (("Catch-up", scale["catch_up"]), ("Catch-up with the local state rebuilt from the tables first", scale.get("catch_up_rebuilt"))):
+            if c:
+                ready = f"; ready to drain after {c['ready_seconds']:.1f} s" if c.get("ready_seconds") is not None else ""
+                p99 = f"; units p50 {_fmt(c['unit_p50_seconds'])} s, p99 {_fmt(c['unit_p99_seconds'])} s" if c.get("unit_p99_seconds") is not None else ""
+                lines += ["", f"{label}: {c['events']:,} backlog events drained in {c['seconds']:.1f} s = **{c['events_per_second']:,} events/s** "
+                          f"({len(c['units'])} units, {c['cpu_seconds']:.0f} CPU s{ready}{p99})."]  # fmt: skip
+        memory = scale.get("driver_memory")
+        if memory:
+            lines += ["", f"Driver memory at the end of this scale: peak resident {memory['python_peak_bytes'] / 2**20:,.0f} MiB (Python) + "
+                      f"{memory['jvm_peak_bytes'] / 2**20:,.0f} MiB (JVM), = {memory['peak_bytes_per_million_users'] / 2**20:,.0f} MiB per 1M users; "
+                      f"JVM heap in use {memory['jvm_heap_used_bytes'] / 2**20:,.0f} of {memory['jvm_heap_max_bytes'] / 2**20:,.0f} MiB "
+                      "(peaks are since the process started: a later scale's include the earlier ones)."]  # fmt: skip
         v = scale.get("many_views")
         if v:
             lines += ["", f"Many views: the same recorded 1k-change batches replayed on the lake restored before each of {v.get('repeats', 1)} repeats "

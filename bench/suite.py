@@ -11,10 +11,14 @@ measures, on that one lake and in this order:
    of the view (written to an Iceberg table) and a DuckDB full recompute (written to Parquet);
 2. fixed overhead: a batch of no lines, a batch of events already applied, a batch touching one table;
 3. fan-out: the description of the most-starred repository edited (one event, every stargazer's row);
-4. freshness: events written to the landing zone at a steady 1k and 2k events/s while `ingest` runs
-   continuously (the feed starts once ingest is ready); p50 / p99 of (time the change is visible in
-   user_profile - event time); then single changes, one new star every 5 s, into an idle ingest;
-5. catch-up: events per second draining a backlog of 1M change events;
+4. freshness: events written to the landing zone at a steady 1k and 2k events/s for 10 minutes while
+   `ingest` runs continuously (the feed starts once ingest is ready); p50 / p99 of (time the change
+   is visible in user_profile - event time), the batches' p50 / p99, and whether latency grows over the
+   run; then single changes, one new star every 5 s, into an idle ingest; then (`sustain`) a rate that
+   grows by half every minute from 1k events/s: the highest rate whose p99 stays within the target
+   without growing;
+5. catch-up: events per second draining a backlog of 1M change events, with the stream's local state in
+   place, then another backlog with the state deleted first (rebuilt from the tables, then drained);
 6. start-up: `lakemv ingest --once` (the real command) on this lake with its state in place, given one
    new file: seconds until its first batch starts;
 7. many views: 1k-change batches maintaining `--views` views of mixed shapes (the shipped views, the
@@ -24,7 +28,7 @@ measures, on that one lake and in this order:
    COST_SHAPES, against 1k-change batches maintaining them (keys reached, rows the state read).
 
 Setting up each scale also measures the local state: its load from the tables, its size on disk and
-the driver memory it takes.
+the driver memory it takes; each scale ends with the driver's peak memory (Python and JVM).
 
 Cost is wall seconds and CPU seconds (this process plus its JVM, so Python parsing, Spark and DuckDB
 all count). Writes bench/results/suite-<time>/ with results.json, report.md and PNG plots.
@@ -57,7 +61,7 @@ from bench import lakecopy
 from bench.report import write_report
 from lakemv.catalog.declarations import load_sources
 from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
-from lakemv.catalog.streams import checkpoint_dir, planned_files
+from lakemv.catalog.streams import checkpoint_dir, planned_files, state_path
 from lakemv.catalog.tables import TableNames
 from lakemv.core.batch.result import BatchResult
 from lakemv.core.planner import plan_view
@@ -79,7 +83,7 @@ from lakemv.workload.shapes import copies, shape_view
 
 RESULTS = Path(__file__).with_name("results")
 LAKEMV = PROJECT_ROOT / ".venv" / "bin" / "lakemv"
-MEASURES = ("batches", "full", "freshness", "catch-up", "startup", "views", "cost")
+MEASURES = ("batches", "full", "freshness", "sustain", "catch-up", "startup", "views", "cost")
 # Views whose cost per key `lakemv explain` predicts, set against measured batches (the cost measure).
 COST_SHAPES = ("repo_fans", "latest_prs")
 VIEW = "user_profile"
@@ -334,28 +338,57 @@ class Scale:
     def freshness(self, rate: int) -> dict[str, Any]:
         """A steady feed of `rate` events/s: files every 0.5 s, the first `--freshness-warmup` s not measured."""
         tick, warmup, seconds = 0.5, self.args.freshness_warmup, self.args.freshness_seconds
+        landing = self._stream(self.root / f"landing-{rate}")
         probe = self.workload.change_round(100)
         ratio = count(probe) / 100  # events per operation (noise, two-event operations)
         ticks = [self.workload.change_round(max(1, round(rate * tick / ratio))) for _ in range(int((warmup + seconds) / tick))]
-        return {"rate": rate, **self._visibility(self.root / f"landing-{rate}", ticks, tick, warmup, f"freshness at {rate:,} events/s")}
+        return {"rate": rate, **self._visibility(landing, ticks, tick, warmup, f"freshness at {rate:,} events/s")}
+
+    def _stream(self, landing: Path) -> Path:
+        """The stream of `landing` with its local state in place: made by an unmeasured `ingest --once` of
+        100 changes when new. A new stream's state is loaded from the tables, and not knowing what its
+        views had pending, it diffs each whole once (lakemv.spark.views.indexed `catch_up_once`):
+        that is the catch-up-with-a-rebuild measure's, not a steady stream's."""
+        if not state_path(self.settings, checkpoint_dir(self.settings, landing)).exists():
+            self._write(landing, self.workload.change_round(100), "init", random.Random(6))
+            run_ingest(self.spark, self.settings, self.sources, landing, once=True, views=[self.plan])
+        return landing
 
     def single_changes(self) -> dict[str, Any]:
         """One change at a time into an idle, running ingest (a new star every 5 s): how soon each shows."""
+        landing = self._stream(self.root / "landing-single")
         ticks = [self.workload.operate("star_create", 1) for _ in range(self.args.single_changes)]
-        out = self._visibility(self.root / "landing-single", ticks, 5.0, 0.0, "single changes")
+        out = self._visibility(landing, ticks, 5.0, 0.0, "single changes")
         return {**out, "median_seconds": out["p50_seconds"]}
 
-    def _visibility(self, landing: Path, ticks: list[Events], tick: float, warmup: float, label: str) -> dict[str, Any]:
+    def _visibility(
+        self, landing: Path, ticks: list[Events], tick: float, warmup: float, label: str,
+        steps: list[int] | None = None, give_up: float | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         """Run ingest continuously on `landing` and, once it is ready (its store loaded), write one file
         per table every `tick` seconds from `ticks`; per event: when the batch that carried it
-        committed user_profile, minus the event time."""
+        committed user_profile, minus the event time. `steps` numbers each tick's step (a ramp of
+        rates); with `give_up`, the feed stops once a file it wrote has waited that long unseen (the
+        rate is not sustained: more would only grow the backlog)."""
         seconds = len(ticks) * tick - warmup
         offered = sum(count(t) for t in ticks) / (len(ticks) * tick)
-        fed: dict[str, tuple[float, int]] = {}  # file name -> (event time, events)
+        fed: dict[str, tuple[float, int, int]] = {}  # file name -> (event time, events, step)
         seen: dict[int, float] = {}  # batch id -> when its last unit committed
         batches: list[dict[str, Any]] = []
         rng = random.Random(len(ticks))
         feeding_done, ready = threading.Event(), threading.Event()
+        checkpoint = checkpoint_dir(self.settings, landing)
+        visible: dict[str, float] = {}
+        looked: set[int] = set()
+        gave_up: list[int] = []  # the step the feed stopped in
+
+        def look() -> None:
+            """Files the committed batches carried, and when they became visible."""
+            for batch_id, at in sorted(seen.items()):
+                if batch_id not in looked:
+                    looked.add(batch_id)
+                    for uri in planned_files(checkpoint, batch_id):
+                        visible.setdefault(uri.rsplit("/", 1)[-1], at)
 
         def feed() -> None:
             ready.wait()
@@ -363,12 +396,18 @@ class Scale:
             for number, events in enumerate(ticks):
                 time.sleep(max(0.0, start + number * tick - time.time()))
                 now = time.time()
+                if give_up is not None:
+                    look()
+                    waiting = [at for name, (at, _, _) in fed.items() if name not in visible]
+                    if waiting and now - min(waiting) > give_up:
+                        gave_up.append(steps[number] if steps else 0)
+                        break
                 for table_events in events.values():
                     for event in table_events:
                         event["source"]["ts_ms"] = int(now * 1000)
                         event["ts_ms"] = int(now * 1000)
                 for name, n in self._write(landing, events, f"t{number:05d}", rng):
-                    fed[name] = (now, n)
+                    fed[name] = (now, n, steps[number] if steps else 0)
             feeding_done.set()
 
         def on_batch(result: BatchResult) -> None:
@@ -397,13 +436,9 @@ class Scale:
         feeder = threading.Thread(target=feed, daemon=True)
         feeder.start()
         feeder.join()
-        checkpoint = checkpoint_dir(self.settings, landing)
         deadline = time.time() + self.args.drain_seconds
-        visible: dict[str, float] = {}
         while time.time() < deadline and not errors:
-            for batch_id, at in list(seen.items()):
-                for uri in planned_files(checkpoint, batch_id):
-                    visible.setdefault(uri.rsplit("/", 1)[-1], at)
+            look()
             if len(visible) >= len(fed):
                 break
             time.sleep(0.5)
@@ -411,9 +446,9 @@ class Scale:
         for query in self.spark.streams.active:
             query.stop()
         runner.join(timeout=300)
-        first = min(t for t, _ in fed.values())
+        first = min(t for t, _, _ in fed.values())
         latencies, unseen = [], 0
-        for name, (at, n) in fed.items():
+        for name, (at, n, _) in fed.items():
             if at - first < warmup:
                 continue
             if name in visible:
@@ -423,53 +458,104 @@ class Scale:
                 unseen += n
         p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
         measured_events = len(latencies)
-        self.say(f"{label}: p50 {p50:.2f}s, p99 {p99:.2f}s, max {max(latencies):.2f}s over {measured_events:,} events"
+        durations = [b["seconds"] for b in batches]
+        self.say(f"{label}: p50 {_s(p50)}, p99 {_s(p99)}, max {_s(max(latencies, default=None))} over {measured_events:,} events; "
+                 f"batches p50 {_s(percentile(durations, 0.5))}, p99 {_s(percentile(durations, 0.99))}"
                  + (f" ({unseen:,} not visible after the {self.args.drain_seconds:.0f}s drain: lower bounds)" if unseen else ""))  # fmt: skip
         return {
             "offered_events_per_second": round(offered, 1), "seconds": seconds, "warmup_seconds": warmup,
             "trigger_seconds": self.args.trigger_seconds, "events_measured": measured_events, "events_not_visible": unseen,
-            "p50_seconds": round(p50, 3) if p50 is not None else None, "p99_seconds": round(p99, 3) if p99 is not None else None,
-            "max_seconds": round(max(latencies), 3) if latencies else None,
+            "p50_seconds": _round(p50), "p99_seconds": _round(p99), "max_seconds": _round(max(latencies, default=None)),
+            "batch_p50_seconds": _round(percentile(durations, 0.5)), "batch_p99_seconds": _round(percentile(durations, 0.99)),
+            "steady": steady([(at - first, visible.get(name, stopped) - at) for name, (at, _, _) in fed.items() if at - first >= warmup]),
+            "gave_up_in_step": gave_up[0] if gave_up else None,
             "batches": [{**b, "at": round(b["at"] - first, 3)} for b in batches],
-            "file_latencies": sorted((round(at - first, 3), round(visible.get(name, stopped) - at, 3), n) for name, (at, n) in fed.items()),
+            "file_latencies": sorted((round(at - first, 3), round(visible.get(name, stopped) - at, 3), n, step)
+                                     for name, (at, n, step) in fed.items()),
             "error": repr(errors[0]) if errors else None,
         }  # fmt: skip
 
+    def sustain(self) -> dict[str, Any]:
+        """The highest rate ingest sustains: a feed whose rate grows by half every `--sustain-step-seconds`
+        from `--sustain-from` events/s; a step is sustained when its events' p99 latency is within the
+        p99 target and does not grow across the step. The feed stops once a file waits twice that target."""
+        tick, step_seconds, target = 0.5, self.args.sustain_step_seconds, TARGETS["freshness_p99_seconds"]
+        landing = self._stream(self.root / "landing-sustain")
+        probe = self.workload.change_round(100)
+        ratio = count(probe) / 100
+        rates = [round(self.args.sustain_from * 1.5**i) for i in range(self.args.sustain_steps)]
+        ticks, steps = [], []
+        for number, rate in enumerate(rates):
+            for _ in range(int(step_seconds / tick)):
+                ticks.append(self.workload.change_round(max(1, round(rate * tick / ratio))))
+                steps.append(number)
+        out = self._visibility(landing, ticks, tick, 0.0, f"ramp from {rates[0]:,} events/s",
+                               steps=steps, give_up=2 * target)  # fmt: skip
+        per_step = []
+        for number, rate in enumerate(rates):
+            latencies = [(at, lag) for at, lag, n, step in out["file_latencies"] for _ in range(n) if step == number]
+            if not latencies:
+                break
+            p99 = percentile([lag for _, lag in latencies], 0.99)
+            files = [(at, lag) for at, lag, _, step in out["file_latencies"] if step == number]
+            ok = p99 is not None and p99 <= target and steady(files) and out["gave_up_in_step"] != number
+            per_step.append({"rate": rate, "events": len(latencies), "p50_seconds": _round(percentile([lag for _, lag in latencies], 0.5)),
+                             "p99_seconds": _round(p99), "sustained": ok})  # fmt: skip
+        sustained = [s["rate"] for s in per_step if s["sustained"]]
+        highest = None
+        for s in per_step:  # the highest of the first run of sustained steps (a later one only after a failed one is luck)
+            if not s["sustained"]:
+                break
+            highest = s["rate"]
+        judged = ", ".join(f"{step['rate']:,} {'ok' if step['sustained'] else 'not'}" for step in per_step)
+        self.say(f"sustained rate: {highest if highest is not None else 'none'} events/s (steps: {judged})")
+        return {"highest_sustained_events_per_second": highest, "steps": per_step, "sustained_rates": sustained,
+                "step_seconds": step_seconds, **{k: v for k, v in out.items() if k not in ("file_latencies",)}}  # fmt: skip
+
     # ---- 5: catch-up ---------------------------------------------------------------------------
-    def catch_up(self) -> dict[str, Any]:
-        landing, target = self.root / "backlog", self.args.backlog_events
-        rng, total, number = random.Random(7), 0, 0
+    def catch_up(self, rebuild: bool = False) -> dict[str, Any]:
+        """Drain a backlog of `--backlog-events` change events with `ingest --once`; with `rebuild`, a
+        second backlog into the same stream with its local state deleted first (a driver on a blank
+        disk): the processor loads the state from the tables, then drains."""
+        landing, target, prefix = self._stream(self.root / "backlog"), self.args.backlog_events, "r" if rebuild else "b"
+        state = state_path(self.settings, checkpoint_dir(self.settings, landing)).parent
+        rng, total, number = random.Random(8 if rebuild else 7), 0, 0
         with self.console.status(f"writing a backlog of {target:,} change events...") as status:
             while total < target:
                 events = self.workload.change_round(min(50_000, max(1, int((target - total) / 1.15))))
-                total += sum(n for _, n in self._write(landing, events, f"b{number:05d}", rng, files=3))
+                total += sum(n for _, n in self._write(landing, events, f"{prefix}{number:05d}", rng, files=3))
                 number += 1
                 status.update(f"writing a backlog of change events: {total:,} / {target:,}")
+        if rebuild:
+            shutil.rmtree(state, ignore_errors=True)
         units: list[dict[str, Any]] = []
+        began, ready_at = time.perf_counter(), []
 
         def on_batch(result: BatchResult) -> None:
             view = result.views.get(VIEW)
             units.append({"batch_id": result.batch_id, "chunk": result.chunk, "events": result.events, "seconds": round(result.seconds, 3),
                           "view_seconds": round(view.seconds, 3) if view else 0.0, "keys": view.keys if view else 0})  # fmt: skip
 
-        self.say(f"draining a backlog of {total:,} events...")
+        label = "catch-up, the state rebuilt first" if rebuild else "catch-up"
+        self.say(f"{label}: draining a backlog of {total:,} events...")
         result, figures = self.meter.measure(
-            "catch-up", lambda: run_ingest(self.spark, self.settings, self.sources, landing, once=True, views=[self.plan], on_batch=on_batch),
+            label, lambda: run_ingest(self.spark, self.settings, self.sources, landing, once=True, views=[self.plan], on_batch=on_batch,
+                                      on_ready=lambda: ready_at.append(time.perf_counter() - began)),
             commits=False,
         )  # fmt: skip
         rate = result.events / figures["seconds"]
-        self.say(f"catch-up: {result.events:,} events in {figures['seconds']:.0f}s = {rate:,.0f} events/s over {len(units)} units")
-        return {**figures, "events": result.events, "events_per_second": round(rate), "units": units}
+        durations = [u["seconds"] for u in units]
+        self.say(f"{label}: {result.events:,} events in {figures['seconds']:.0f}s = {rate:,.0f} events/s over {len(units)} units "
+                 f"(ready after {ready_at[0] if ready_at else 0:.1f}s; units p99 {_s(percentile(durations, 0.99))})")  # fmt: skip
+        return {**figures, "events": result.events, "events_per_second": round(rate), "units": units, "ready_seconds": _round(ready_at[0] if ready_at else None),
+                "unit_p50_seconds": _round(percentile(durations, 0.5)), "unit_p99_seconds": _round(percentile(durations, 0.99))}  # fmt: skip
 
     # ---- start-up ------------------------------------------------------------------------------
     def startup(self) -> dict[str, Any]:
         """`lakemv ingest --once` as a user runs it, on this lake with its state in place (the catch-up
         measure's checkpoint), given one new file: seconds from exec until its first batch starts
         (the first batch line's arrival less the batch's own seconds), and the whole run."""
-        landing = self.root / "backlog"
-        if not (checkpoint_dir(self.settings, landing) / "lakemv-state").exists():  # no catch-up run: make the checkpoint
-            self._write(landing, self.workload.change_round(100), "s-init", random.Random(1))
-            run_ingest(self.spark, self.settings, self.sources, landing, once=True, views=[self.plan])
+        landing = self._stream(self.root / "backlog")
         env = {**os.environ, "LAKEMV_CATALOG_NAME": self.settings.catalog_name, "LAKEMV_WAREHOUSE": str(self.settings.warehouse),
                "COLUMNS": "1000"}  # fmt: skip - one batch line per batch
         env.pop("PREFECT_API_URL", None)
@@ -612,12 +698,28 @@ class Scale:
         out["full_recompute"] = self.full_recomputes() if "full" in measures else None
         out["freshness"] = [self.freshness(rate) for rate in self.args.rates] if "freshness" in measures else []
         out["single_changes"] = self.single_changes() if "freshness" in measures else None
+        out["sustain"] = self.sustain() if "sustain" in measures else None
         out["catch_up"] = self.catch_up() if "catch-up" in measures else None
+        out["catch_up_rebuilt"] = self.catch_up(rebuild=True) if "catch-up" in measures else None
         out["startup"] = self.startup() if "startup" in measures else None
         out["many_views"] = self.many_views() if "views" in measures else None
         out["cost"] = self.costs() if "cost" in measures else None
         out["verify"] = self.verify([self.plan])
+        out["driver_memory"] = self.driver_memory()
         return out
+
+    def driver_memory(self) -> dict[str, Any]:
+        """The driver's peak resident memory so far (this Python process and its JVM, each its high-water
+        mark since it started: a later scale's includes the earlier ones), the JVM's heap in use now,
+        and their peak per million users."""
+        jvm = self.spark.sparkContext._jvm
+        heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
+        python, java = _peak_resident(os.getpid()), _peak_resident(self.meter.jvm_pid)
+        figures = {"python_peak_bytes": python, "jvm_peak_bytes": java, "jvm_heap_used_bytes": int(heap.getUsed()),
+                   "jvm_heap_max_bytes": int(heap.getMax()), "peak_bytes_per_million_users": round((python + java) * 1_000_000 / self.users)}  # fmt: skip
+        self.say(f"driver memory: peak {python / 2**20:,.0f} MiB Python + {java / 2**20:,.0f} MiB JVM "
+                 f"(heap in use {figures['jvm_heap_used_bytes'] / 2**20:,.0f} of {figures['jvm_heap_max_bytes'] / 2**20:,.0f} MiB)")  # fmt: skip
+        return figures
 
     def verify(self, plans: list) -> dict[str, Any]:
         """DuckDB's recompute of each view against its table, as `lakemv verify` does it: what the runs
@@ -633,6 +735,30 @@ class Scale:
         self.say(f"verify: {len(plans) - len(failed)} of {len(plans)} views match DuckDB's recompute"
                  + "".join(f"\n  {reason}" for reason in failed.values()))  # fmt: skip
         return {"views": len(plans), "matching": len(plans) - len(failed), "failed": failed}
+
+
+def _peak_resident(pid: int) -> int:
+    """A process's peak resident memory (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status", encoding="utf-8") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def steady(files: list[tuple[float, float]]) -> bool:
+    """Whether latencies (time fed, latency) do not grow over a run: the median of its last third is
+    at most 1.5x the first third's plus one second (a backlog that grows makes each file wait longer)."""
+    ordered = [lag for _, lag in sorted(files)]
+    if len(ordered) < 3:
+        return True
+    third = len(ordered) // 3
+    return statistics.median(ordered[-third:]) <= 1.5 * statistics.median(ordered[:third]) + 1.0
 
 
 def _resident_bytes() -> int:
@@ -660,7 +786,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="change batches before the measured ones")
     parser.add_argument("--repeat", type=int, default=3, help="measured 1k-change batches and full recomputes")
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 2000], help="freshness feed rates, events/s")
-    parser.add_argument("--freshness-seconds", type=float, default=60.0)
+    parser.add_argument("--freshness-seconds", type=float, default=600.0, help="measured seconds of each steady feed (after the warm-up)")
+    parser.add_argument("--sustain-from", type=int, default=1000, help="the rate ramp's first step, events/s (x1.5 per step)")
+    parser.add_argument("--sustain-steps", type=int, default=6, help="steps of the rate ramp")
+    parser.add_argument("--sustain-step-seconds", type=float, default=60.0, help="seconds of each step of the rate ramp")
     parser.add_argument("--freshness-warmup", type=float, default=15.0)
     parser.add_argument("--single-changes", type=int, default=6, help="single changes, 5 s apart, into an idle ingest")
     parser.add_argument("--drain-seconds", type=float, default=120.0, help="after the feed stops, wait this long for the last files")
@@ -680,6 +809,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.freshness_seconds, args.freshness_warmup, args.backlog_events, args.repeat = 20.0, 5.0, 100_000, 2
+        args.sustain_step_seconds, args.sustain_steps = 15.0, min(args.sustain_steps, 4)
         args.fan_out_stars = min(args.fan_out_stars, max(args.users) // 10)
         args.views, args.view_repeats = args.views or 16, min(args.view_repeats, 3)
     args.views = args.views or 100

@@ -1,0 +1,47 @@
+"""The bench's judgement of a run (steady latencies, a ramp's highest sustained rate) and its report of
+the figures a run records: pure functions over results, no Spark."""
+
+from bench.report import markdown, summary
+from bench.suite import TARGETS, steady
+
+
+def test_latencies_that_grow_over_a_run_are_not_steady():
+    assert steady([(t, 2.0 + (t % 3) * 0.1) for t in range(30)])
+    assert not steady([(t, 1.0 + t) for t in range(30)])  # each file waits longer: a backlog builds
+    assert steady([(0, 1.0), (1, 50.0)])  # too few to judge
+
+
+def _scale(users: int) -> dict:
+    freshness = {
+        "rate": 2000, "offered_events_per_second": 2001.0, "seconds": 600.0, "events_measured": 1_200_000, "events_not_visible": 0,
+        "p50_seconds": 2.5, "p99_seconds": 7.0, "max_seconds": 9.0, "batch_p50_seconds": 1.1, "batch_p99_seconds": 3.4, "steady": False,
+        "batches": [{"events": 1000}], "file_latencies": [(1.0, 2.0, 10, 0)],
+    }  # fmt: skip
+    catch_up = {"events": 100_000, "seconds": 10.0, "events_per_second": 10_000, "units": [{}], "cpu_seconds": 15.0,
+                "ready_seconds": 4.0, "unit_p50_seconds": 4.0, "unit_p99_seconds": 6.0}  # fmt: skip
+    return {
+        "users": users,
+        "setup": {"snapshot_events": 1000, "load_seconds": 1.0, "mirror_rows": {"users": 10}, "view_rows": 10, "build": {"seconds": 1.0}},
+        "batches": None, "full_recompute": None, "freshness": [freshness], "single_changes": None, "startup": None,
+        "sustain": {"highest_sustained_events_per_second": 2250, "step_seconds": 60.0,
+                    "steps": [{"rate": 1000, "p99_seconds": 2.0, "sustained": True}, {"rate": 2250, "p99_seconds": 8.0, "sustained": True},
+                              {"rate": 3375, "p99_seconds": 30.0, "sustained": False}]},
+        "catch_up": catch_up, "catch_up_rebuilt": {**catch_up, "events_per_second": 8_000, "ready_seconds": 12.0},
+        "driver_memory": {"python_peak_bytes": 2 * 2**30, "jvm_peak_bytes": 3 * 2**30, "jvm_heap_used_bytes": 2**30,
+                          "jvm_heap_max_bytes": 4 * 2**30, "peak_bytes_per_million_users": 5 * 2**30},
+    }  # fmt: skip
+
+
+def test_the_report_shows_the_sustained_rate_both_catch_ups_batch_p99_and_driver_memory():
+    results = {"targets": TARGETS, "scales": [_scale(1_000_000)], "started": "s", "finished": "f", "command": "c",
+               "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "python": "3", "spark": "4", "duckdb": "1", "os": "linux"}}  # fmt: skip
+    rows = {row["measure"]: row for row in summary(results)}
+    assert rows["highest rate ingest sustains (p99 within target, not growing)"]["values"] == {"1M": 2250}
+    assert rows["catch-up throughput, the local state rebuilt from the tables first"]["values"] == {"1M": 8_000}
+    assert rows["batch p99 at 2,000 events/s"]["values"] == {"1M": 3.4}
+    assert rows["driver memory (peak resident, Python + JVM) per 1M users"]["values"] == {"1M": 5 * 1024}
+    text = markdown(results, [])
+    assert "**Highest sustained: 2,250 events/s**" in text and "3,375 events/s p99 30.00 s **not**" in text
+    assert "ready to drain after 12.0 s" in text and "units p50 4.00 s, p99 6.00 s" in text
+    assert "| 2,000 events/s | 2,001.0 | 600 | 1,200,000 | 2.50 | 7.00 | 9.00 | **no** |" in text
+    assert "= 5,120 MiB per 1M users" in text
