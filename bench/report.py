@@ -197,6 +197,8 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
             + f"; `user_profile` {setup['view_rows']:,} rows, built in {setup['build']['seconds']} s.",
             "",
         ]
+        for key, error in (scale.get("errors") or {}).items():
+            lines += [f"**{key} failed**: `{error.strip().splitlines()[-1] if error.strip() else error}`", ""]
         if b:
             lines += ["| batch | events | view keys | wall s | CPU s | view step s | Spark jobs | Iceberg commits |", "|---|---|---|---|---|---|---|---|"]
             named = [(f"1k-change batch {i + 1}", x) for i, x in enumerate(b["one_k"])] + [

@@ -692,18 +692,31 @@ class Scale:
         return figures
 
     def run(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"users": self.users, "setup": self.load()}
+        """Every chosen measure in turn; one that fails is recorded with its error and the others still
+        run (a long run keeps what it measured)."""
+        out: dict[str, Any] = {"users": self.users, "setup": self.load(), "errors": {}}
         measures = self.args.measures
-        out["batches"] = self.batches() if "batches" in measures else None
-        out["full_recompute"] = self.full_recomputes() if "full" in measures else None
-        out["freshness"] = [self.freshness(rate) for rate in self.args.rates] if "freshness" in measures else []
-        out["single_changes"] = self.single_changes() if "freshness" in measures else None
-        out["sustain"] = self.sustain() if "sustain" in measures else None
-        out["catch_up"] = self.catch_up() if "catch-up" in measures else None
-        out["catch_up_rebuilt"] = self.catch_up(rebuild=True) if "catch-up" in measures else None
-        out["startup"] = self.startup() if "startup" in measures else None
-        out["many_views"] = self.many_views() if "views" in measures else None
-        out["cost"] = self.costs() if "cost" in measures else None
+        steps: list[tuple[str, str, Callable[[], Any], Any]] = [
+            ("batches", "batches", self.batches, None),
+            ("full", "full_recompute", self.full_recomputes, None),
+            ("freshness", "freshness", lambda: [self.freshness(rate) for rate in self.args.rates], []),
+            ("freshness", "single_changes", self.single_changes, None),
+            ("sustain", "sustain", self.sustain, None),
+            ("catch-up", "catch_up", self.catch_up, None),
+            ("catch-up", "catch_up_rebuilt", lambda: self.catch_up(rebuild=True), None),
+            ("startup", "startup", self.startup, None),
+            ("views", "many_views", self.many_views, None),
+            ("cost", "cost", self.costs, None),
+        ]
+        for measure, key, step, empty in steps:
+            out[key] = empty
+            if measure not in measures:
+                continue
+            try:
+                out[key] = step()
+            except Exception as exc:  # noqa: BLE001 - recorded in the results, the run goes on
+                out["errors"][key] = f"{type(exc).__name__}: {str(exc)[-2000:]}"
+                self.say(f"{key} failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
         out["verify"] = self.verify([self.plan])
         out["driver_memory"] = self.driver_memory()
         return out

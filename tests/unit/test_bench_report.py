@@ -27,6 +27,7 @@ def _scale(users: int) -> dict:
                     "steps": [{"rate": 1000, "p99_seconds": 2.0, "sustained": True}, {"rate": 2250, "p99_seconds": 8.0, "sustained": True},
                               {"rate": 3375, "p99_seconds": 30.0, "sustained": False}]},
         "catch_up": catch_up, "catch_up_rebuilt": {**catch_up, "events_per_second": 8_000, "ready_seconds": 12.0},
+        "errors": {"startup": "RuntimeError: lakemv ingest --once failed or ran no batch:\ninternal error: it broke"},
         "driver_memory": {"python_peak_bytes": 2 * 2**30, "jvm_peak_bytes": 3 * 2**30, "jvm_heap_used_bytes": 2**30,
                           "jvm_heap_max_bytes": 4 * 2**30, "peak_bytes_per_million_users": 5 * 2**30},
     }  # fmt: skip
@@ -45,3 +46,4 @@ def test_the_report_shows_the_sustained_rate_both_catch_ups_batch_p99_and_driver
     assert "ready to drain after 12.0 s" in text and "units p50 4.00 s, p99 6.00 s" in text
     assert "| 2,000 events/s | 2,001.0 | 600 | 1,200,000 | 2.50 | 7.00 | 9.00 | **no** |" in text
     assert "= 5,120 MiB per 1M users" in text
+    assert "**startup failed**: `internal error: it broke`" in text  # a failed measure is reported, the others kept
