@@ -37,8 +37,9 @@ def summary(results: Results) -> list[dict[str, Any]]:
     targets, scales = results["targets"], results["scales"]
     rows: list[dict[str, Any]] = []
 
-    def add(name: str, target: str, values: dict[str, float | None], met: Callable[[float], bool], unit: str = "") -> None:
-        judged = [met(v) for v in values.values() if v is not None]
+    def add(name: str, target: str, values: dict[str, float | None], met: Callable[[float], bool] | None, unit: str = "") -> None:
+        """A row; `met` None: a figure reported, with no target to meet."""
+        judged = [met(v) for v in values.values() if v is not None] if met is not None else []
         rows.append({"measure": name, "target": target, "values": values, "unit": unit, "met": all(judged) if judged else None})
 
     top = max(s["users"] for s in scales)
@@ -61,14 +62,13 @@ def summary(results: Results) -> list[dict[str, Any]]:
         add("catch-up throughput, the local state rebuilt from the tables first", f"≥ {targets['catch_up_events_per_second']:,} events/s",
             {_users(s): s["catch_up_rebuilt"]["events_per_second"] for s in scales}, lambda v: v >= targets["catch_up_events_per_second"], "events/s")
     if all(s.get("sustain") for s in scales):
-        rows.append({"measure": "highest rate ingest sustains (p99 within target, not growing)", "target": "reported", "unit": "events/s", "met": None,
-                     "values": {_users(s): s["sustain"]["highest_sustained_events_per_second"] for s in scales}})  # fmt: skip
+        add("highest rate ingest sustains (p99 within target, not growing)", "reported",
+            {_users(s): s["sustain"]["highest_sustained_events_per_second"] for s in scales}, None, "events/s")
     if fastest is not None:
-        rows.append({"measure": f"batch p99 at {fastest:,} events/s", "target": "reported", "unit": "s", "met": None,
-                     "values": {_users(s): (_freshness(s, fastest) or {}).get("batch_p99_seconds") for s in scales}})  # fmt: skip
+        add(f"batch p99 at {fastest:,} events/s", "reported", {_users(s): (_freshness(s, fastest) or {}).get("batch_p99_seconds") for s in scales}, None, "s")
     if all(s.get("driver_memory") for s in scales):
-        rows.append({"measure": "driver memory (peak resident, Python + JVM) per 1M users", "target": "reported", "unit": "MiB", "met": None,
-                     "values": {_users(s): s["driver_memory"]["peak_bytes_per_million_users"] / 2**20 for s in scales}})  # fmt: skip
+        add("driver memory (peak resident, Python + JVM) per 1M users", "reported",
+            {_users(s): s["driver_memory"]["peak_bytes_per_million_users"] / 2**20 for s in scales}, None, "MiB")
     for s in scales:
         if s["users"] != top or not s["batches"] or not s["full_recompute"]:
             continue

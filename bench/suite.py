@@ -339,10 +339,13 @@ class Scale:
         """A steady feed of `rate` events/s: files every 0.5 s, the first `--freshness-warmup` s not measured."""
         tick, warmup, seconds = 0.5, self.args.freshness_warmup, self.args.freshness_seconds
         landing = self._stream(self.root / f"landing-{rate}")
-        probe = self.workload.change_round(100)
-        ratio = count(probe) / 100  # events per operation (noise, two-event operations)
-        ticks = [self.workload.change_round(max(1, round(rate * tick / ratio))) for _ in range(int((warmup + seconds) / tick))]
+        ticks = self._ticks([rate], int((warmup + seconds) / tick), tick)
         return {"rate": rate, **self._visibility(landing, ticks, tick, warmup, f"freshness at {rate:,} events/s")}
+
+    def _ticks(self, rates: list[int], per_rate: int, tick: float) -> list[Events]:
+        """For each of `rates` (events/s) in turn, `per_rate` change rounds, one per `tick` seconds."""
+        ratio = count(self.workload.change_round(100)) / 100  # events per operation (noise, two-event operations)
+        return [self.workload.change_round(max(1, round(rate * tick / ratio))) for rate in rates for _ in range(per_rate)]
 
     def _stream(self, landing: Path) -> Path:
         """The stream of `landing` with its local state in place: made by an unmeasured `ingest --once` of
@@ -481,27 +484,21 @@ class Scale:
         p99 target and does not grow across the step. The feed stops once a file waits twice that target."""
         tick, step_seconds, target = 0.5, self.args.sustain_step_seconds, TARGETS["freshness_p99_seconds"]
         landing = self._stream(self.root / "landing-sustain")
-        probe = self.workload.change_round(100)
-        ratio = count(probe) / 100
         rates = [round(self.args.sustain_from * 1.5**i) for i in range(self.args.sustain_steps)]
-        ticks, steps = [], []
-        for number, rate in enumerate(rates):
-            for _ in range(int(step_seconds / tick)):
-                ticks.append(self.workload.change_round(max(1, round(rate * tick / ratio))))
-                steps.append(number)
+        per_rate = int(step_seconds / tick)
+        ticks = self._ticks(rates, per_rate, tick)
+        steps = [number for number in range(len(rates)) for _ in range(per_rate)]
         out = self._visibility(landing, ticks, tick, 0.0, f"ramp from {rates[0]:,} events/s",
                                steps=steps, give_up=2 * target)  # fmt: skip
         per_step = []
         for number, rate in enumerate(rates):
-            latencies = [(at, lag) for at, lag, n, step in out["file_latencies"] for _ in range(n) if step == number]
-            if not latencies:
+            files = [(at, lag, n) for at, lag, n, step in out["file_latencies"] if step == number]
+            lags = [lag for _, lag, n in files for _ in range(n)]  # per event
+            if not lags:
                 break
-            p99 = percentile([lag for _, lag in latencies], 0.99)
-            files = [(at, lag) for at, lag, _, step in out["file_latencies"] if step == number]
-            ok = p99 is not None and p99 <= target and steady(files) and out["gave_up_in_step"] != number
-            per_step.append({"rate": rate, "events": len(latencies), "p50_seconds": _round(percentile([lag for _, lag in latencies], 0.5)),
-                             "p99_seconds": _round(p99), "sustained": ok})  # fmt: skip
-        sustained = [s["rate"] for s in per_step if s["sustained"]]
+            p99 = percentile(lags, 0.99)
+            ok = p99 is not None and p99 <= target and steady([(at, lag) for at, lag, _ in files]) and out["gave_up_in_step"] != number
+            per_step.append({"rate": rate, "events": len(lags), "p50_seconds": _round(percentile(lags, 0.5)), "p99_seconds": _round(p99), "sustained": ok})
         highest = None
         for s in per_step:  # the highest of the first run of sustained steps (a later one only after a failed one is luck)
             if not s["sustained"]:
@@ -509,8 +506,7 @@ class Scale:
             highest = s["rate"]
         judged = ", ".join(f"{step['rate']:,} {'ok' if step['sustained'] else 'not'}" for step in per_step)
         self.say(f"sustained rate: {highest if highest is not None else 'none'} events/s (steps: {judged})")
-        return {"highest_sustained_events_per_second": highest, "steps": per_step, "sustained_rates": sustained,
-                "step_seconds": step_seconds, **{k: v for k, v in out.items() if k not in ("file_latencies",)}}  # fmt: skip
+        return {"highest_sustained_events_per_second": highest, "steps": per_step, "step_seconds": step_seconds, **{k: v for k, v in out.items() if k not in ("file_latencies",)}}  # fmt: skip
 
     # ---- 5: catch-up ---------------------------------------------------------------------------
     def catch_up(self, rebuild: bool = False) -> dict[str, Any]:

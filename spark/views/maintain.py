@@ -118,12 +118,13 @@ class ViewMaintainer(ViewWriter):
             return False
         properties = properties if properties is not None else self._properties()
         stored = self.spark.table(self.table).schema
-        if properties.get(ANALYSED) != self._analysed(stored):
+        analysed = self._analysed(stored)  # what the table's columns are, if this recompute gives them
+        if properties.get(ANALYSED) != analysed:
             schema = self.recompute().schema  # analysis only, no job
             if _signature(stored) != _signature(schema):
                 self._create(schema, replace=True)
                 return False
-            self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{ANALYSED}'='{self._analysed(schema)}')")
+            self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{ANALYSED}'='{analysed}')")
         return properties.get(FINGERPRINT) == self.plan.fingerprint
 
     def ensure(self) -> ViewResult | None:
