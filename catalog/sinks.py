@@ -1,7 +1,8 @@
 """The data products a lake declares, and how far each has got - read by the publisher
 (`lakemv.spark.sinks.products`) and by `lakemv status`, which needs no Spark for it.
 
-A sink publishes its view's change feed (`<catalog>.views.<view>__changes`) snapshot by snapshot. Its
+A sink publishes its view's change feed (`<catalog>.views.<view>__changes`: its rows of the feeds
+table, lakemv.core.sql.feedsql) snapshot by snapshot of that table. Its
 progress is kept where it delivers, in the same atomic step: a Kafka sink's in a record of the progress
 topic `<prefix>._sinks` (written in the transaction that holds the messages), a Delta sink's in the
 Delta table's own log (the `txnVersion` of its last MERGE under the sink's `txnAppId`).
@@ -21,6 +22,7 @@ from lakemv.catalog.tables import TableNames
 from lakemv.core.errors import ConfigError
 from lakemv.core.planner import ViewPlan
 from lakemv.core.planner.definitions import SINK_KINDS
+from lakemv.core.sql.feedsql import VIEWS_PROPERTY, feed_column, views_of
 from lakemv.core.values import plain
 
 
@@ -88,16 +90,16 @@ def product_bootstrap(settings: LakeSettings, sinks: Sequence[Sink]) -> str | No
 
 # ---- the change feed's history ------------------------------------------------------------------
 def feed_history(settings: LakeSettings, view: str) -> list[FeedSnapshot]:
-    """The feed table's current snapshot and its ancestors, oldest first (pyiceberg: no Spark job)."""
-    names = TableNames(settings.catalog_name)
-    identifier = names.view_changes(view).split(".", 1)[1]
-    table = pyiceberg_catalog(settings).load_table(identifier)
+    """The feeds table's current snapshot and its ancestors, oldest first (pyiceberg: no Spark job);
+    an append counts for `view` when it holds rows of it (its summary names it)."""
+    table = pyiceberg_catalog(settings).load_table(_feeds(settings))
     snapshots = {s.snapshot_id: s for s in table.metadata.snapshots}
     current = table.metadata.current_snapshot_id
     chain = []
     while current is not None and current in snapshots:
         s = snapshots[current]
-        append = s.summary is None or s.summary.operation.value == "append"
+        summary = s.summary
+        append = summary is not None and summary.operation.value == "append" and view in views_of({VIEWS_PROPERTY: summary[VIEWS_PROPERTY] or ""})
         chain.append(FeedSnapshot(s.snapshot_id, s.parent_snapshot_id, s.sequence_number or 0, s.timestamp_ms, append))
         current = s.parent_snapshot_id
     return chain[::-1]
@@ -105,11 +107,11 @@ def feed_history(settings: LakeSettings, view: str) -> list[FeedSnapshot]:
 
 def pending(history: Sequence[FeedSnapshot], progress: Progress | None) -> tuple[list[FeedSnapshot], bool]:
     """(appends to deliver after `progress`, in order; whether the whole view must be published instead).
-    `progress` with no snapshot means "published while the feed had none"."""
+    `progress` with no snapshot means "published while the feed had none of the view's"."""
     if progress is None:
         return [], True
     if progress.snapshot_id is None:
-        return [], bool(history)
+        return [], any(s.append for s in history)
     ids = [s.snapshot_id for s in history]
     if progress.snapshot_id not in ids:
         return [], True
@@ -118,16 +120,15 @@ def pending(history: Sequence[FeedSnapshot], progress: Progress | None) -> tuple
 
 
 def feed_uuid(settings: LakeSettings, view: str) -> str:
-    """The feed table's UUID: a feed dropped and created again is another feed."""
-    identifier = TableNames(settings.catalog_name).view_changes(view).split(".", 1)[1]
-    return str(pyiceberg_catalog(settings).load_table(identifier).metadata.table_uuid)
+    """The feed of `view`: the feeds table's UUID and its column's field id (a view whose columns
+    changed has a new column, and a feeds table created again is another table)."""
+    table = pyiceberg_catalog(settings).load_table(_feeds(settings))
+    field = table.schema().find_field(feed_column(view))
+    return f"{table.metadata.table_uuid}:{field.field_id}"
 
 
-def snapshot_options(snapshot: FeedSnapshot) -> str:
-    """The Iceberg read options (SQL `WITH (...)`) of the rows one append snapshot added."""
-    if snapshot.parent_id is None:
-        return f"'snapshot-id' = '{snapshot.snapshot_id}'"
-    return f"'start-snapshot-id' = '{snapshot.parent_id}', 'end-snapshot-id' = '{snapshot.snapshot_id}'"
+def _feeds(settings: LakeSettings) -> str:
+    return TableNames(settings.catalog_name).feeds.split(".", 1)[1]
 
 
 # ---- Kafka: messages, and the progress topic ----------------------------------------------------

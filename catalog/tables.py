@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.core.errors import ConfigError
+from lakemv.core.sql.feedsql import FEEDS
 from lakemv.core.sql.quote import q
 from lakemv.core.types import arrow_type, spark_ddl
 
@@ -68,8 +69,14 @@ class TableNames:
         return f"{self.catalog}.{VIEW_NAMESPACE}.{name}"
 
     def view_changes(self, name: str) -> str:
-        """The change feed of a view: one row per upserted or deleted view row, per batch."""
+        """The change feed of a view: one row per upserted or deleted view row, per batch (an Iceberg
+        view over `feeds`, lakemv.core.sql.feedsql)."""
         return f"{self.catalog}.{VIEW_NAMESPACE}.{name}{CHANGES_SUFFIX}"
+
+    @property
+    def feeds(self) -> str:
+        """Every view's change feed, in one table (lakemv.core.sql.feedsql)."""
+        return f"{self.catalog}.{OPS_NAMESPACE}.{FEEDS}"
 
     @property
     def dead_letters(self) -> str:

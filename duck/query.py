@@ -13,12 +13,14 @@ import duckdb
 import duckdb_extensions
 import pyarrow as pa
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.types import StructType
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.lake import pyiceberg_catalog
 from lakemv.catalog.settings import LakeSettings
-from lakemv.catalog.tables import BOOKKEEPING_NAMES, DELETED, MIRROR_NAMESPACE, VIEW_NAMESPACE
+from lakemv.catalog.tables import BOOKKEEPING_NAMES, CHANGES_SUFFIX, DELETED, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
 from lakemv.core.errors import QueryError
+from lakemv.core.sql.feedsql import FEEDS, ROW, feed_column, feed_view_sql
 from lakemv.core.sql.quote import ansi_ident, ansi_string
 
 
@@ -61,7 +63,7 @@ def metadata_location(settings: LakeSettings, namespace: str, table: str) -> str
 
 
 def view_tables(settings: LakeSettings) -> dict[str, str]:
-    """Materialized views (and their `__changes` feeds) in the lake: name -> current metadata file."""
+    """Materialized views in the lake: name -> current metadata file (their change feeds: `feed_views`)."""
     catalog = pyiceberg_catalog(settings)
     try:
         identifiers = catalog.list_tables(VIEW_NAMESPACE)
@@ -76,6 +78,20 @@ def view_tables(settings: LakeSettings) -> dict[str, str]:
     return found
 
 
+def feed_views(settings: LakeSettings) -> tuple[str | None, dict[str, list[str]]]:
+    """The feeds table's current metadata file (None: none yet), and each view it holds a feed of ->
+    the view's key columns (its struct column's fields before `row`, lakemv.core.sql.feedsql)."""
+    try:
+        table = pyiceberg_catalog(settings).load_table((OPS_NAMESPACE, FEEDS))
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None, {}
+    views = {}
+    for field in table.schema().fields:
+        if field.name.startswith(feed_column("")) and isinstance(field.field_type, StructType):
+            views[field.name[len(feed_column("")) :]] = [f.name for f in field.field_type.fields if f.name != ROW]
+    return table.metadata_location, views
+
+
 def lake_connection(
     settings: LakeSettings, sources: Mapping[str, SourceTable], snapshots: Mapping[str, int | None] | None = None
 ) -> duckdb.DuckDBPyConnection:
@@ -85,9 +101,14 @@ def lake_connection(
     """
     con = connect_duckdb(settings=settings)
     for name, location in sorted(view_tables(settings).items()):
-        if name in sources:
-            continue  # a source's mirror wins; view names are checked against sources when planned
+        if name in sources or name.endswith(CHANGES_SUFFIX):
+            continue  # a source's mirror wins (view names are checked against sources when planned); a feed table of an older lakemv: replaced below
         con.execute(f"CREATE VIEW {ansi_ident(name)} AS SELECT * FROM iceberg_scan({ansi_string(location)})")
+    feeds, keyed = feed_views(settings)
+    if feeds is not None:  # each view's feed: its rows of the one feeds table, under the name it always had
+        con.execute(f"CREATE VIEW _lmv_feeds AS SELECT * FROM iceberg_scan({ansi_string(feeds)})")
+        for view, key in sorted(keyed.items()):
+            con.execute(f"CREATE VIEW {ansi_ident(view + CHANGES_SUFFIX)} AS {feed_view_sql(view, key, '_lmv_feeds', dialect='duckdb')}")
     for source in sources.values():
         location = metadata_location(settings, MIRROR_NAMESPACE, source.name)
         if location is None:
@@ -116,7 +137,7 @@ def run_query(settings: LakeSettings, sources: Mapping[str, SourceTable], sql: s
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0]
         if isinstance(exc, duckdb.CatalogException) and "does not exist" in first:
-            tables = ", ".join(sorted(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()))
+            tables = ", ".join(sorted(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall() if not r[0].startswith("_lmv")))
             first += f" (tables in the lake: {tables or 'none yet - run lakemv ingest'})"
         raise QueryError(first) from None
     finally:

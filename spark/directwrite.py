@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -129,6 +129,27 @@ class DirectWriter:
         else:
             metrics = self._parquet_util.fileMetrics(table.io().newInputFile(location), config)
         return location, fs.get_file_info(path).size, metrics
+
+    def append_files(self, identifier: str, parts: Sequence[pa.Table], write_id: str, properties: Mapping[str, str] | None = None) -> int:
+        """Append `parts` as one Parquet file each, in one commit tagged with `write_id` (and
+        `properties`). A part may hold a subset of the table's columns (by name): readers read the
+        others as NULL. Returns the snapshot made."""
+        table = self._table(identifier)
+        spec, schema, config = table.spec(), self._arrow_schema(identifier, table), self._metrics_config.forTable(table)
+        operation = table.newAppend().scanManifestsWith(self._same_thread).writeManifestsWith(self._same_thread, 1)
+        for rows in parts:
+            subset = pa.schema([schema.field(name) for name in rows.column_names])
+            location, size, metrics = self._write(table, rows.cast(subset), "data", config)
+            data = (
+                self._data_files.builder(spec).withPath(location).withFormat(self._parquet).withFileSizeInBytes(size)
+                .withMetrics(metrics).build()
+            )  # fmt: skip
+            operation = operation.appendFile(data)
+        operation = operation.set(WRITE_ID, write_id)
+        for key, value in (properties or {}).items():
+            operation = operation.set(key, value)
+        operation.commit()
+        return int(table.currentSnapshot().snapshotId())
 
     def commit(
         self,

@@ -5,7 +5,7 @@ derived from these, `lakemv.spark.tables`).
   write of a unit, so a row there means every table the unit touches is done: a replay that finds its
   write id in the ledger has nothing left to do. `lakemv status` reads it for each view's last batch,
   refresh time and lag.
-* Each view's change feed: `FEED` after the view's key columns.
+* Every view's change feed: one table, `lakemv.core.sql.feedsql`.
 * The dead letters `lake.lakemv.dead_letters`: every line that could not be applied, with its reason.
   Nothing is dropped.
 """
@@ -55,16 +55,6 @@ DEAD_LETTERS = pa.schema(
         ("failed_at", _TS),
     ]
 )
-# A view's change feed `<view>__changes`: the view's key columns, then these. `row` is the view's row
-# (NULL on delete) and takes the view's row type; `op` is 'upsert' or 'delete'.
-FEED = (
-    ("op", pa.string()),
-    ("row", None),
-    ("batch_id", pa.int64()),
-    ("source_position", pa.int64()),
-    ("changed_at", _TS),
-)
-FEED_COLUMNS = tuple(name for name, _ in FEED)
 MAX_RAW_CHARS = 1 << 20  # a 10 MB line keeps its first MiB; raw_chars records the full length
 
 

@@ -11,9 +11,7 @@ from collections.abc import Collection, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from lakemv.core.batch.records import FEED
 from lakemv.core.sql.viewsql import DIFF_OP
 
 Key = TypeVar("Key", bound=Hashable)
@@ -52,17 +50,3 @@ def content_diff(
     return pa.Table.from_pylist(upserts + deletes, schema=pa.schema(fields))
 
 
-def feed_rows(plan_columns: Sequence[str], key_names: Sequence[str], diff: pa.Table, batch_id: int | None, position: int | None, now_micros: int) -> pa.Table:
-    """The change-feed rows of a diff (`content_diff`'s shape), as `feed_insert_sql` writes them:
-    key columns, op, the new row as a struct (NULL on delete), batch id, source position, time."""
-    count = diff.num_rows
-    deleted = pc.equal(diff.column(DIFF_OP), "delete").combine_chunks()
-    row = pa.StructArray.from_arrays(
-        [diff.column(c).combine_chunks() for c in plan_columns], names=list(plan_columns), mask=deleted
-    )
-    per_row = {"op": diff.column(DIFF_OP), "row": row}
-    per_batch = {"batch_id": batch_id, "source_position": position, "changed_at": now_micros}
-    columns = {k: diff.column(k) for k in key_names}
-    for name, kind in FEED:  # in the records' order and types
-        columns[name] = per_row[name] if name in per_row else pa.array([per_batch[name]] * count, kind)
-    return pa.table(columns)

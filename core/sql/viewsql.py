@@ -7,7 +7,7 @@
   the link equalities. With no keys (a backfill) each CTE is just the live table.
 * `diff_sql`: recomputed rows full-outer-joined with the view table's rows for the same keys; keeps
   only rows whose content changed (`upsert`) and keys that no longer produce a row (`delete`).
-* `merge_sql` / `feed_insert_sql`: apply a materialised diff to the view table and its change feed.
+* `merge_sql`: apply a materialised diff to the view table (its change feed: lakemv.core.sql.feedsql).
 
 Every statement is a sqlglot tree rendered in Spark's dialect. The pieces it is built from are SQL
 text made elsewhere - the planner's expressions over `_lmv_self` and its view body, the live rows of a
@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
-from lakemv.core.batch.records import FEED_COLUMNS
 from lakemv.core.planner import OCCURRENCE, KeyColumn, ViewPlan, over
 from lakemv.core.planner.finality import final_rows
 from lakemv.core.planner.sqltools import spark_tree as _tree
@@ -239,22 +238,3 @@ def merge_sql(plan: ViewPlan, view_table: str, diff: str, prefilter: str | None 
     return merge.sql(dialect=DIALECT)
 
 
-def feed_insert_sql(plan: ViewPlan, feed_table: str, diff: str, batch_id: int | None, position: int | None) -> str:
-    """Append a diff to the change feed: key, op, the new row (NULL on delete), batch id, position."""
-    op = _mark("s", DIFF_OP)
-    fields = [exp.alias_(_col("s", c), _name(c)) for c in plan.columns]  # struct(s.c AS c, ...): named as the view's columns
-    upsert = exp.EQ(this=op.copy(), expression=exp.Literal.string("upsert"))
-
-    def number(value: int | None) -> exp.Expression:
-        return exp.cast(exp.Null() if value is None else exp.Literal.number(int(value)), "BIGINT")
-
-    values = {
-        "op": op,
-        "row": exp.Case().when(upsert, exp.Struct(expressions=fields)),
-        "batch_id": number(batch_id),
-        "source_position": number(position),
-        "changed_at": exp.CurrentTimestamp(),
-    }
-    select = [_col("s", k) for k in plan.key_names] + [exp.alias_(values[name], name) for name in FEED_COLUMNS]
-    query = exp.select(*select).from_(relation(diff, "s"))
-    return exp.insert(query, exp.to_table(feed_table, dialect=DIALECT)).sql(dialect=DIALECT)

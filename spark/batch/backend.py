@@ -33,6 +33,7 @@ from lakemv.spark.commits import WriteUnit, append_once
 from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.mirror import matching_rows, merge_changes, stored_rows
 from lakemv.spark.parallel import concurrently
+from lakemv.spark.views.feeds import Feeds
 from lakemv.spark.views.maintain import ViewMaintainer
 
 
@@ -51,6 +52,7 @@ class BatchContext:
     needs: dict[str, list[Need] | None]  # per event source, which events views may read again
     view_workers: int
     watermarks: Callable[[], dict[str, int | None]]
+    feeds: Feeds  # every view's change feed, one table
 
     def declared(self, source: SourceTable) -> pa.Schema:
         """A source's declared columns as the mirror types them."""

@@ -24,6 +24,7 @@ from lakemv.core.cdc.changeset import change_values
 from lakemv.core.cdc.effects import CHANGED
 from lakemv.core.cdc.events import lowest
 from lakemv.core.planner.retention import horizon, settles
+from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.quote import q
 from lakemv.core.state.codec import rows_of, to_arrow
 from lakemv.core.state.layout import ViewPart, mirror_parts, route
@@ -278,7 +279,14 @@ class LocalStateBackend(ScanBackend):
             return {}
         spark, workers = self.ctx.spark, self.ctx.view_workers
         computed = dict(zip(gathered, recompute_together(spark, list(gathered.values()), min(workers, spark.sparkContext.defaultParallelism)), strict=True))
-        finished = concurrently(spark, lambda name: gathered[name].view.finish(gathered[name], *computed[name]), list(gathered), workers)
+        diffed = dict(zip(gathered, concurrently(spark, lambda name: gathered[name].view.diff(gathered[name], *computed[name]), list(gathered), workers),
+                          strict=True))  # fmt: skip
+        parts = {name: d.feed for name, d in diffed.items() if d.feed is not None}
+        if parts:  # every view's feed rows in one commit, before any view's (a crash in between: the replay finds them)
+            unit = next(iter(gathered.values())).writing.unit
+            self.ctx.feeds.append(self.ctx.direct, parts, unit)  # type: ignore[arg-type]
+            crash_point("feeds", unit.batch_id)
+        finished = concurrently(spark, lambda name: gathered[name].view.finish(gathered[name], diffed[name], name in parts), list(gathered), workers)
         return dict(zip(gathered, finished, strict=True))
 
     def release(self) -> None:

@@ -56,6 +56,7 @@ from lakemv.spark.mirror import (
 )
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.tables import ensure_dead_letters, ensure_ledger
+from lakemv.spark.views.feeds import Feeds
 from lakemv.spark.views.maintain import ViewMaintainer
 
 # Views the store serves are maintained side by side, this many at once by default (LAKEMV_VIEW_WORKERS).
@@ -113,7 +114,8 @@ class BatchProcessor:
                 self.sources[table] = evolved_source(spark, names, self.sources[table])
 
         concurrently(spark, ensure, [names.dead_letters, names.ledger, *self.sources], view_workers)
-        self.maintainers = [ViewMaintainer(spark, names, self.sources, plan) for plan in views]
+        feeds = Feeds(spark, names)
+        self.maintainers = [ViewMaintainer(spark, names, self.sources, plan, feeds) for plan in views]
         # Per event source, the newest event time admitted: its watermark trails it by the lateness.
         self.clocks: dict[str, int | None] = event_clocks(spark, names, self.sources)
         self._pinned: tuple[tuple[str, int], dict[str, int | None]] | None = None  # a batch's watermarks
@@ -122,7 +124,7 @@ class BatchProcessor:
         appends = {names.ledger, names.dead_letters} if direct is not None and direct.supports(names.ledger) else set()
         self.context = BatchContext(
             spark, names, self.sources, self.maintainers, journal, direct, appends, {table for plan in views for table in plan.tables},
-            {t: source_needs(t, views) for t in self.clocks}, view_workers, self.watermarks,
+            {t: source_needs(t, views) for t in self.clocks}, view_workers, self.watermarks, feeds,
         )  # fmt: skip
         by_name = {m.plan.name: m for m in self.maintainers}
         ensured = concurrently(spark, lambda name: by_name[name].ensure(), list(by_name), view_workers)

@@ -9,12 +9,13 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.settings import LakeSettings
-from lakemv.catalog.sinks import DeltaProgress, FeedSnapshot, Sink, snapshot_options
+from lakemv.catalog.sinks import DeltaProgress, FeedSnapshot, Sink
 from lakemv.catalog.storage import location
 from lakemv.catalog.tables import TableNames
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.quote import q
 from lakemv.core.sql.viewsql import DIFF_OP
+from lakemv.spark.views.feeds import snapshot_rows
 
 
 class DeltaSinks(DeltaProgress):
@@ -59,13 +60,17 @@ class DeltaSinks(DeltaProgress):
             conf.unset("spark.databricks.delta.write.txnVersion")
 
     def deliver_snapshot(self, sink: Sink, snapshot: FeedSnapshot) -> int:
-        feed = self.names.view_changes(sink.view)
-        options = snapshot_options(snapshot)
-        keys = ", ".join(f"{q(k)}" for k in sink.key)
-        values = ", ".join(f"row.{q(c)} AS {q(c)}" for c in sink.columns if c not in sink.key)
-        select = f"SELECT op AS {DIFF_OP}, {keys}{', ' + values if values else ''} FROM {feed} WITH ({options})"
-        count = self.spark.sql(f"SELECT count(*) FROM ({select})").first()[0]
-        self._merge(sink, select, snapshot.sequence, delete_missing=False)
+        relation = f"_lmv_feed_{sink.view}"
+        rows = snapshot_rows(self.spark, self.names, sink.view, sink.key, snapshot.parent_id, snapshot.snapshot_id)
+        rows.createOrReplaceTempView(relation)
+        try:
+            keys = ", ".join(f"{q(k)}" for k in sink.key)
+            values = ", ".join(f"row.{q(c)} AS {q(c)}" for c in sink.columns if c not in sink.key)
+            select = f"SELECT op AS {DIFF_OP}, {keys}{', ' + values if values else ''} FROM {relation}"
+            count = self.spark.sql(f"SELECT count(*) FROM ({select})").first()[0]
+            self._merge(sink, select, snapshot.sequence, delete_missing=False)
+        finally:
+            self.spark.catalog.dropTempView(relation)
         return int(count)
 
     def resync(self, sink: Sink, at: FeedSnapshot | None) -> int:

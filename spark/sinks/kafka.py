@@ -15,17 +15,12 @@ from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.sinks import FeedSnapshot, KafkaProgress, Progress, Sink, message_key, message_value
 from lakemv.catalog.tables import TableNames
 from lakemv.core.runtime.faults import crash_point
-from lakemv.core.sql.quote import q
+from lakemv.spark.views.feeds import snapshot_rows
 
 
 def feed_changes(spark: SparkSession, names: TableNames, sink: Sink, snapshot: FeedSnapshot) -> pa.Table:
-    """The feed rows (key columns, `op`, `row`) one append snapshot added."""
-    reader = spark.read.format("iceberg")
-    if snapshot.parent_id is None:
-        reader = reader.option("snapshot-id", str(snapshot.snapshot_id))
-    else:
-        reader = reader.option("start-snapshot-id", str(snapshot.parent_id)).option("end-snapshot-id", str(snapshot.snapshot_id))
-    return reader.load(names.view_changes(sink.view)).select(*[q(k) for k in sink.key], "op", "row").toArrow()
+    """The feed rows of the sink's view (key columns, `op`, `row`) one append snapshot added."""
+    return snapshot_rows(spark, names, sink.view, sink.key, snapshot.parent_id, snapshot.snapshot_id).toArrow()
 
 
 class KafkaSinks(KafkaProgress):

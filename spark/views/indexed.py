@@ -143,15 +143,27 @@ class IndexedView:
         steps["rows"] = time.perf_counter() - clock
         return Gathered(self, ordered, rows, choice, Writing(len(keys), position, unit, started, steps, state))
 
-    def finish(self, gathered: Gathered, new: pa.Table, seconds: float) -> ViewResult:
+    def diff(self, gathered: Gathered, new: pa.Table, seconds: float) -> Diffed:
         """Diff the view's recomputed rows (`new`, computed in `seconds`: its share of the batch's
-        recompute) against the stored digests and write what changed."""
-        began = clock = time.perf_counter()
-        writing, keys, unit, steps = gathered.writing, gathered.keys, gathered.writing.unit, gathered.writing.steps
+        recompute) against the stored digests; with its feed rows when its writes are direct commits
+        (the batch commits every view's feed rows in one, `lakemv.spark.views.feeds`)."""
+        clock = time.perf_counter()
+        steps = gathered.writing.steps
         steps["recompute"] = seconds
-        diff = self._diff(new, keys)
+        diff = self._diff(new, gathered.keys)
         steps["diff"] = time.perf_counter() - clock
+        direct = self.maintainer.direct is not None and diff.rows.num_rows > 0
+        feed = self.maintainer.feed_part(diff.rows, gathered.writing) if direct else None
+        return Diffed(diff, feed, seconds, time.perf_counter() - clock)
+
+    def finish(self, gathered: Gathered, diffed: Diffed, fed: bool) -> ViewResult:
+        """Write what `diff` found changed: into the view (and its feed, unless `fed`: the batch's
+        one feed commit holds its rows), then its digests into the store."""
+        began = time.perf_counter()
+        diff, seconds = diffed.diff, diffed.seconds
+        writing, keys, unit, steps = gathered.writing, gathered.keys, gathered.writing.unit, gathered.writing.steps
         writing.held = len(diff.duplicated)
+        writing.fed = fed
         tail = {"rows_read": gathered.rows_read, "plan": INCREMENTAL, "reason": gathered.choice.reason}
         if diff.rows.num_rows == 0:
             self._caught_up()
@@ -165,7 +177,7 @@ class IndexedView:
             crash_point(f"state:{self.plan.name}", unit.batch_id)
             tail["steps"] = {**result.steps, "state": round(time.perf_counter() - clock, 3)}
         # its own time: its keys and rows, its share of the recompute, its diff and writes (not the others')
-        seconds = steps["keys"] + steps["rows"] + seconds + (time.perf_counter() - began)
+        seconds = steps["keys"] + steps["rows"] + seconds + diffed.diff_seconds + (time.perf_counter() - began)
         self._measured(INCREMENTAL, lambda: len(keys), seconds - steps["keys"])
         return replace(result, seconds=seconds, **tail)
 
@@ -323,6 +335,16 @@ class IndexedView:
             stamps = new.column(self.settle).cast(pa.timestamp("us")).cast(pa.int64()).to_pylist()
             times = [stamps[i] for i in changed]
         return _Diff(diff, held, [(new_keys[i], digests[i]) for i in changed], times, gone, duplicated)
+
+
+class Diffed(NamedTuple):
+    """A view's diff of a batch (`IndexedView.diff`), its feed rows (None: written with the view), and
+    its seconds: its share of the recompute, then its diff."""
+
+    diff: _Diff
+    feed: pa.Table | None
+    seconds: float
+    diff_seconds: float
 
 
 class _Diff(NamedTuple):

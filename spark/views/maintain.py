@@ -18,7 +18,6 @@ from dataclasses import replace
 import pyarrow as pa
 import pyspark
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import StructField, StructType
 
 from lakemv.catalog.declarations import SourceTable
@@ -26,7 +25,6 @@ from lakemv.catalog.tables import TABLE_PROPERTIES, TableNames, live_rows_sql
 from lakemv.catalog.viewstate import STATE, ViewState
 from lakemv.core.batch import choice as cost_choice
 from lakemv.core.batch.choice import INCREMENTAL, WHOLE, Choice, Costs
-from lakemv.core.batch.records import FEED
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import ViewPlan
 from lakemv.core.planner.finality import finalizing_sql
@@ -34,6 +32,7 @@ from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.viewsql import affected_key_queries, recompute_sql
 from lakemv.spark.commits import WriteUnit, tagged
 from lakemv.spark.parallel import concurrently
+from lakemv.spark.views.feeds import Feeds
 from lakemv.spark.views.state import changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
 from lakemv.spark.views.write import ViewWriter, Writing
 
@@ -50,13 +49,14 @@ def _signature(schema: StructType) -> list[tuple[str, str]]:
 class ViewMaintainer(ViewWriter):
     """Keeps one view table (and its change feed) equal to its SQL over the live mirrors."""
 
-    def __init__(self, spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable], plan: ViewPlan):
+    def __init__(self, spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable], plan: ViewPlan, feeds: Feeds | None = None):
         self.spark = spark
         self.names = names
         self.sources = sources
         self.plan = plan
         self.table = names.view(plan.name)
-        self.feed = names.view_changes(plan.name)
+        self.feeds = feeds if feeds is not None else Feeds(spark, names)  # shared by a processor's views
+        self.feed = names.feeds  # where this view's feed rows go (a backfill: its branch of it)
         self.live = {t: live_rows_sql(names, sources[t]) for t in plan.tables}
         self.on_main = True  # writes the view's main branch, which a backfill may pause
         self._temp = f"_lmv_{plan.name}"
@@ -71,7 +71,7 @@ class ViewMaintainer(ViewWriter):
         if snapshots is not None:
             other.live = {t: live_at_sql(self.names, self.sources[t], snapshots[t]) for t in self.plan.tables}
         if branch is not None:
-            other.table, other.feed = f"{self.table}.branch_{branch}", f"{self.feed}.branch_{branch}"
+            other.table, other.feed = f"{self.table}.branch_{branch}", f"{self.names.feeds}.branch_{branch}"
             other.on_main = False
             other.direct = None  # direct commits go to a table's main branch
         return other
@@ -88,16 +88,14 @@ class ViewMaintainer(ViewWriter):
         return {r["key"]: r["value"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {self.table}").collect()}
 
     def _create(self, schema: StructType, replace: bool) -> None:
+        """The view's table (replaced when `replace`), and its column of the change feeds (a new one)."""
         nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
-        key_fields = [StructField(k, schema[k].dataType, True) for k in self.plan.key_names]
-        feed = StructType([*key_fields, *(StructField(n, nullable if t is None else from_arrow_type(t), True) for n, t in FEED)])
-        for name, struct in ((self.table, nullable), (self.feed, feed)):
-            writer = self.spark.createDataFrame([], struct).writeTo(name).using("iceberg")
-            for key, value in TABLE_PROPERTIES.items():
-                writer = writer.tableProperty(key, value)
-            if name == self.table:
-                writer = writer.tableProperty(ANALYSED, self._analysed(schema))
-            writer.createOrReplace() if replace else writer.create()
+        writer = self.spark.createDataFrame([], nullable).writeTo(self.table).using("iceberg")
+        for key, value in TABLE_PROPERTIES.items():
+            writer = writer.tableProperty(key, value)
+        writer = writer.tableProperty(ANALYSED, self._analysed(schema))
+        writer.createOrReplace() if replace else writer.create()
+        self.feeds.prepare(self.plan.name, schema, tuple(self.plan.key_names), reshape=True)
 
     def _analysed(self, schema: StructType) -> str:
         """What the view's columns `schema` were analysed from: its recompute over the mirrors as they
@@ -125,6 +123,7 @@ class ViewMaintainer(ViewWriter):
                 self._create(schema, replace=True)
                 return False
             self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{ANALYSED}'='{analysed}')")
+        self.feeds.prepare(self.plan.name, stored, tuple(self.plan.key_names), reshape=False)  # (a lake whose feeds predate the shared table)
         return properties.get(FINGERPRINT) == self.plan.fingerprint
 
     def ensure(self) -> ViewResult | None:

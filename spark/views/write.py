@@ -19,22 +19,23 @@ from lakemv.catalog.viewstate import ViewState
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.runtime.faults import crash_point
-from lakemv.core.sql.diff import content_diff, duplicated_keys, feed_rows
+from lakemv.core.sql.diff import content_diff, duplicated_keys
+from lakemv.core.sql.feedsql import feed_part
 from lakemv.core.sql.quote import key_columns, key_filter
 from lakemv.core.sql.viewsql import (
     DIFF_OP,
     Watermarks,
     diff_sql,
-    feed_insert_sql,
     filtered_ctes,
     merge_sql,
     old_rows_sql,
     rows_sql,
 )
 from lakemv.core.state.places import Location
-from lakemv.spark.commits import WriteUnit, append_once, commit_once
+from lakemv.spark.commits import WriteUnit, commit_once
 from lakemv.spark.directwrite import Committed, DirectWriter
 from lakemv.spark.parallel import concurrently
+from lakemv.spark.views.feeds import Feeds
 from lakemv.spark.views.state import read_state
 
 
@@ -50,6 +51,7 @@ class Writing:
     state: ViewState | None = None
     held: int = 0  # keys left alone: their recompute gave several rows
     committed: Committed | None = None  # the view's direct commit, when this write made it
+    fed: bool = False  # its feed rows are committed already (with every view's of the batch, lakemv.spark.views.feeds)
 
 
 # Where the view rows a diff replaces live: (the view snapshot that was read at, their places); the
@@ -68,7 +70,8 @@ class ViewWriter:
     plan: ViewPlan
     live: Mapping[str, str]
     table: str
-    feed: str
+    feed: str  # the table its feed rows go to: the feeds, or a backfill's branch of them
+    feeds: Feeds
     on_main: bool
     _temp: str
     direct: DirectWriter | None
@@ -111,8 +114,8 @@ class ViewWriter:
             diff.createOrReplaceTempView(relation)
             try:
                 clock = time.perf_counter()
-                feed = feed_insert_sql(self.plan, self.feed, relation, unit.batch_id, position)
-                append_once(self.spark, self.feed, unit, lambda: self.spark.sql(feed))
+                plan = self.plan
+                self.feeds.insert(plan.name, tuple(plan.columns), tuple(plan.key_names), relation, DIFF_OP, unit, unit.batch_id, position, self.feed)
                 steps["feed"] = time.perf_counter() - clock
                 crash_point(f"feed:{self.plan.name}", unit.batch_id)
                 clock = time.perf_counter()
@@ -143,13 +146,17 @@ class ViewWriter:
         """Whether a backfill paused or published the view since the batch read its state."""
         return state is not None and self.on_main and read_state(self.spark, self.table).raw != state.raw
 
+    def feed_part(self, rows: pa.Table, w: Writing) -> pa.Table:
+        """The view's feed rows of a diff (`content_diff`'s shape), as its data file of the feeds holds them."""
+        return feed_part(self.plan.name, self.plan.columns, self.plan.key_names, rows, w.unit.batch_id, w.position, time.time_ns() // 1000, DIFF_OP)
+
     def _write_direct(self, rows: pa.Table, counts: Mapping[str, int], places: Placement, w: Writing) -> ViewResult:
         unit, steps = w.unit, w.steps
-        clock = time.perf_counter()
-        feed = feed_rows(self.plan.columns, self.plan.key_names, rows, unit.batch_id, w.position, time.time_ns() // 1000)
-        append_once(self.spark, self.feed, unit, lambda: self.direct.commit(self.feed, feed, (), unit.write_id))  # type: ignore[union-attr]
-        steps["feed"] = time.perf_counter() - clock
-        crash_point(f"feed:{self.plan.name}", unit.batch_id)
+        if not w.fed:  # written alone: its feed rows in a commit of their own (a batch commits every view's in one)
+            clock = time.perf_counter()
+            self.feeds.append(self.direct, {self.plan.name: self.feed_part(rows, w)}, unit)  # type: ignore[arg-type]
+            steps["feed"] = time.perf_counter() - clock
+            crash_point(f"feed:{self.plan.name}", unit.batch_id)
         clock = time.perf_counter()
         upserts = rows.filter(pc.equal(rows.column(DIFF_OP), "upsert")).select(list(self.plan.columns))
 

@@ -21,7 +21,7 @@ from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
 from lakemv.core.values import plain
-from lakemv.duck.query import connect_duckdb, metadata_location
+from lakemv.duck.query import connect_duckdb, lake_connection, metadata_location
 from lakemv.workload.postgres import _from_postgres
 from tests.conftest import LAKEMV
 
@@ -131,7 +131,13 @@ def _key_json(settings: LakeSettings, view: str, row: Row) -> str:
 
 def feed_events(settings: LakeSettings, view: str) -> dict[str, list[Row | None]]:
     """The change feed, per key in commit order: the upserted row, or None for a delete."""
-    rows = iceberg_rows(settings, VIEW_NAMESPACE, f"{view}__changes")
+    con = lake_connection(settings, {})  # the view's rows of the one feeds table, as lakemv's DuckDB reads them
+    try:
+        relation = con.execute(f'SELECT * FROM "{view}__changes"')
+        names = [d[0] for d in relation.description]
+        rows = [dict(zip(names, row, strict=True)) for row in relation.fetchall()]
+    finally:
+        con.close()
     rows.sort(key=lambda r: (r["changed_at"], r["batch_id"] if r["batch_id"] is not None else -1))
     events: dict[str, list[Row | None]] = defaultdict(list)
     for r in rows:

@@ -20,7 +20,7 @@ KIND_POINTS = (
     "mirror:stars",
     "state:mirrors",
     "keys:user_profile",
-    "feed:repo_summary",
+    "feeds",
     "view:user_profile",
     "state:repo_summary",
     "ledger",

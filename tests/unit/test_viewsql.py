@@ -9,10 +9,10 @@ import sqlglot
 from lakemv.catalog.settings import LakeSettings
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views
+from lakemv.core.sql.feedsql import feed_insert_sql
 from lakemv.core.sql.viewsql import (
     affected_keys_sql,
     diff_sql,
-    feed_insert_sql,
     merge_sql,
     old_rows_sql,
     recompute_sql,
@@ -51,7 +51,7 @@ def test_every_statement_reads_back_as_itself(sources):
             old_rows_sql(plan, "lake.views.v", "_keys"),
             affected_keys_sql(plan, live, deltas),
             merge_sql(plan, "lake.views.v", "_diff"),
-            feed_insert_sql(plan, "lake.views.v__changes", "_diff", 3, None),
+            feed_insert_sql(plan.name, plan.columns, plan.key_names, "lake.lakemv.changes", "_diff", "_lmv_diff", 3, None),
         ]
         for sql in statements:
             assert sql and _round_trip(sql) == sql, f"{plan.name}: {sql}"

@@ -1,0 +1,194 @@
+"""Every view's change feed in one Iceberg table (`lakemv.core.sql.feedsql`): the table, each view's
+column and read path, and a unit's feed rows of every view in one commit.
+
+A view's struct column is added when the view is created and replaced when its columns change (the
+column dropped and added again: a new field id, so its old rows leave the read path); its read path
+`<catalog>.views.<view>__changes` is an Iceberg view replaced with it. Schema changes of the shared
+table are serialised in this process (the views are prepared side by side) and retried when another
+writer (a backfill preparing a view) committed in between.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+
+import pyarrow as pa
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
+
+from lakemv.catalog.tables import CHANGES_SUFFIX, TableNames, tblproperties_sql
+from lakemv.core.sql.feedsql import (
+    ROW,
+    SHARED,
+    VIEWS_PROPERTY,
+    feed_column,
+    feed_insert_sql,
+    feed_view_sql,
+    views_of,
+    views_property,
+)
+from lakemv.core.sql.quote import q, spark_string
+from lakemv.core.types import spark_ddl
+from lakemv.spark.commits import WRITE_ID, WriteUnit
+from lakemv.spark.directwrite import DirectWriter
+
+_SCHEMA_TRIES = 5
+
+
+class Feeds:
+    """The shared change-feed table of one catalog."""
+
+    def __init__(self, spark: SparkSession, names: TableNames):
+        self.spark = spark
+        self.names = names
+        self.table = names.feeds
+        self._lock = threading.Lock()  # schema changes
+        self._inserting = threading.Lock()  # Spark inserts (their snapshot property is the session's)
+        self._columns: dict[str, object] | None = None  # the table's columns as last read or changed here
+        self._paths: set[str] | None = None  # views with a read path
+
+    # ---- the table and each view's column ----------------------------------------------------------
+    def ensure(self) -> None:
+        columns = ", ".join(f"{q(f.name)} {spark_ddl(f.type)}" for f in SHARED)
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.table} ({columns}) USING iceberg TBLPROPERTIES ({tblproperties_sql()})")
+
+    def _struct(self, view_schema: StructType, key_names: tuple[str, ...]) -> StructType:
+        row = StructType([StructField(f.name, f.dataType, True) for f in view_schema.fields])
+        return StructType([*(StructField(k, view_schema[k].dataType, True) for k in key_names), StructField(ROW, row, True)])
+
+    def prepare(self, view: str, view_schema: StructType, key_names: tuple[str, ...], reshape: bool) -> None:
+        """Give `view` its struct column for `view_schema` (a new one when `reshape`, or when its type
+        differs: a new field id) and its read path `<view>__changes`."""
+        wanted = self._struct(view_schema, key_names)
+        column = feed_column(view)
+        with self._lock:
+            for attempt in range(_SCHEMA_TRIES):
+                columns = self._read_columns() if self._columns is None or attempt else self._columns
+                present = column in columns
+                if present and not reshape and _same(columns[column], wanted):
+                    break
+                try:
+                    if present:
+                        self.spark.sql(f"ALTER TABLE {self.table} DROP COLUMN {q(column)}")
+                        columns.pop(column)
+                        reshape = False
+                    ddl = self.spark._jsparkSession.parseDataType(wanted.json()).sql()  # type: ignore[union-attr] - field names quoted
+                    self.spark.sql(f"ALTER TABLE {self.table} ADD COLUMN {q(column)} {ddl}")
+                    columns[column] = wanted
+                    self._read_paths().discard(view)
+                    break
+                except AnalysisException:
+                    raise
+                except Exception:  # another writer moved the table's metadata in between: read it again
+                    if attempt == _SCHEMA_TRIES - 1:
+                        raise
+            if view not in self._read_paths():
+                self._replace_view(view, key_names)
+
+    def _read_columns(self) -> dict[str, object]:
+        self.ensure()
+        self._columns = {f.name: f.dataType for f in self.spark.table(self.table).schema.fields}
+        return self._columns
+
+    def _read_paths(self) -> set[str]:
+        """The views whose `__changes` read path exists (an Iceberg view), read once."""
+        if self._paths is None:
+            namespace = self.names.view_changes("x").rsplit(".", 1)[0]
+            names = {r["viewName"] for r in self.spark.sql(f"SHOW VIEWS IN {namespace}").collect()}
+            self._paths = {n[: -len(CHANGES_SUFFIX)] for n in names if n.endswith(CHANGES_SUFFIX)}
+        return self._paths
+
+    def _replace_view(self, view: str, key_names: tuple[str, ...]) -> None:
+        changes = self.names.view_changes(view)
+        create = f"CREATE OR REPLACE VIEW {changes} AS {feed_view_sql(view, key_names, self.table)}"
+        try:
+            self.spark.sql(create)
+        except AnalysisException:
+            if not self.spark.catalog.tableExists(changes):
+                raise
+            # The feed table of a lakemv before the shared one: its rows are not carried over (a
+            # sink of the view publishes the whole view once instead).
+            self.spark.sql(f"DROP TABLE {changes}")
+            self.spark.sql(create)
+        self._read_paths().add(view)
+
+    # ---- a unit's feed rows ------------------------------------------------------------------------
+    def append(self, direct: DirectWriter, parts: Mapping[str, pa.Table], unit: WriteUnit) -> None:
+        """Every view's feed rows of the unit (`parts`: view -> `feedsql.feed_part` rows), one data file
+        per view, in one commit (once per unit and view: a replay finds them by its write id)."""
+        parts = {view: rows for view, rows in parts.items() if rows.num_rows}
+
+        def commit(views: set[str]) -> None:
+            direct.append_files(self.table, [parts[v] for v in sorted(views)], unit.write_id, {VIEWS_PROPERTY: views_property(views)})
+
+        self._once(self.table, unit, set(parts), commit, f"append the change feeds of {len(parts)} views")
+
+    def insert(self, view: str, plan_columns: tuple[str, ...], key_names: tuple[str, ...], diff: str, op_column: str,
+               unit: WriteUnit, batch_id: int | None, position: int | None, table: str | None = None) -> None:  # fmt: skip
+        """One view's feed rows from a Spark relation `diff`, by Spark SQL (a table in an object store, a
+        backfill's branch `table`): a commit of its own, found again on a replay by the unit's write
+        id and the view it names."""
+        target = table or self.table
+        sql = feed_insert_sql(view, plan_columns, key_names, target, diff, op_column, batch_id, position)
+        key = f"spark.sql.iceberg.snapshot-property.{VIEWS_PROPERTY}"
+
+        def commit(views: set[str]) -> None:
+            with self._inserting:  # the property is the session's: one view's insert at a time
+                self.spark.conf.set(key, views_property(views))
+                try:
+                    self.spark.sql(sql)
+                finally:
+                    self.spark.conf.unset(key)
+
+        self._once(target, unit, {view}, commit, f"append the change feed of {view}")
+
+    def _once(self, table: str, unit: WriteUnit, views: set[str], commit: Callable[[set[str]], object], what: str) -> None:
+        """`commit` the feed rows of `views` not committed by the unit yet: all of them on a first
+        attempt; on a replay, or after an attempt whose outcome is not known, those the table lacks."""
+        if not views:
+            return
+        first = True
+
+        def attempt() -> None:
+            nonlocal first
+            left = views - self.committed(unit.write_id, table) if unit.replay or not first else views
+            first = False
+            if left:
+                commit(left)
+
+        unit.retries.run(what, attempt)
+
+    def committed(self, write_id: str, table: str | None = None) -> frozenset[str]:
+        """The views whose feed rows the unit `write_id` appended to `table` already."""
+        rows = self.spark.sql(
+            f"SELECT summary[{spark_string(VIEWS_PROPERTY)}] AS views FROM {(table or self.table).split('.branch_')[0]}.snapshots "
+            f"WHERE summary[{spark_string(WRITE_ID)}] = {spark_string(write_id)}"
+        ).collect()
+        return frozenset(v for r in rows for v in views_of({VIEWS_PROPERTY: r["views"] or ""}))
+
+
+def snapshot_rows(spark: SparkSession, names: TableNames, view: str, key_names: tuple[str, ...], parent: int | None, snapshot: int) -> DataFrame:
+    """The feed rows of `view` (key columns, `op`, `row`) that feed snapshot `snapshot` added (its
+    parent `parent`): an incremental read of the feeds, pruned to the view's data files."""
+    reader = spark.read.format("iceberg")
+    if parent is None:
+        reader = reader.option("snapshot-id", str(snapshot))
+    else:
+        reader = reader.option("start-snapshot-id", str(parent)).option("end-snapshot-id", str(snapshot))
+    struct = F.col(q(feed_column(view)))
+    rows = reader.load(names.feeds).where((F.col("view") == view) & struct.isNotNull())
+    return rows.select(*[struct.getField(k).alias(k) for k in key_names], F.col("op"), struct.getField(ROW).alias(ROW))
+
+
+def _same(a, b) -> bool:  # noqa: ANN001 - Spark DataTypes
+    """The same struct, nullability aside."""
+
+    def plain(t):  # noqa: ANN001, ANN202
+        if isinstance(t, StructType):
+            return tuple((f.name, plain(f.dataType)) for f in t.fields)
+        return t.simpleString()
+
+    return plain(a) == plain(b)
