@@ -7,6 +7,7 @@ change only if its position is newer than the stored one, so the same rule holds
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -68,8 +69,10 @@ def check_landing(landing: Path) -> None:
         raise ConfigError("the landing path is a file, not a directory of <table>/ folders", str(landing))
 
 
+@functools.lru_cache(maxsize=4096)
 def table_of(file_path: str) -> str:
-    """The source table a landing file belongs to: the name of its parent folder."""
+    """The source table a landing file belongs to: the name of its parent folder (every line of a
+    file asks: remembered per file)."""
     return PurePosixPath(local_path(file_path)).parent.name
 
 

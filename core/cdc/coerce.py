@@ -21,7 +21,7 @@ from typing import Any
 
 from lakemv.catalog.declarations import ENCODINGS, Column
 from lakemv.core.errors import EnvelopeError
-from lakemv.core.types import int_range
+from lakemv.core.types import TYPES, int_range
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ONE_MICRO = timedelta(microseconds=1)
@@ -33,6 +33,7 @@ _LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
 
 
 MICROS_PER_DAY = 86_400_000_000
+_INT_RANGES = {kind: bounds for kind in TYPES if (bounds := int_range(kind)) is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,18 +176,17 @@ def coerce(column: Column, value: Any, wire: Wire | None = None) -> Any:
     if value is None:
         return None
     kind = column.type
-    encoding = column.wire_encoding
-    if wire is not None and wire.encoding in ENCODINGS.get(kind, ()):
-        encoding = wire.encoding  # type: ignore[assignment]
     if kind == "string":
         if isinstance(value, str):
             return value
         raise _fail(column, value)
-    if (bounds := int_range(kind)) is not None:
-        low, high = bounds
-        if _is_int(value) and low <= value <= high:
+    if (bounds := _INT_RANGES.get(kind)) is not None:
+        if isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]:
             return value
         raise _fail(column, value)
+    encoding = column.wire_encoding
+    if wire is not None and wire.encoding in ENCODINGS.get(kind, ()):
+        encoding = wire.encoding  # type: ignore[assignment]
     if kind == "double":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)

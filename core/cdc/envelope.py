@@ -15,8 +15,11 @@ or of the create half of a primary-key change) is never data: the column is name
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.core.cdc.coerce import MAX_MICROS, Wire, coerce
@@ -25,6 +28,9 @@ from lakemv.core.cdc.unavailable import is_placeholder
 from lakemv.core.errors import EnvelopeError
 from lakemv.core.types import LOGICAL
 
+# orjson reads an integer beyond 64 bits as a float (inexact): a line with 19 digits in a row, which
+# any such integer has, is read by the standard library, which keeps it exact.
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
 OPS = ("c", "r", "u", "d")  # and "t", a TRUNCATE (see Truncate)
 # Connect logical types -> the encoding they mean (lakemv.core.types.LOGICAL) and the type they are.
 LOGICAL_TYPES = {name: encoding for name, (_, encoding) in LOGICAL.items()}
@@ -133,6 +139,11 @@ def json_line(text: str | None) -> Any:
         return Skip("tombstone (null value)")
     if not text.strip():
         return Skip("blank line")
+    if _LONG_DIGITS.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass  # what orjson refuses (NaN, an escaped lone surrogate) is read, or refused, as the standard library does
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -210,8 +221,8 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip | Tru
                 unavailable.append(column.name)
                 continue
         values[column.name] = coerce(column, value, wire)
-    row = tuple(values.get(name) for name in source.column_names)
     names = source.column_names
+    row = tuple(values.get(name) for name in names)
     unknown = absent = ()
     if len(image) != len(names) or not all(name in image for name in names):
         unknown = tuple((k, None if is_placeholder(v) else _sample(v, wires.get(k))) for k, v in image.items() if k not in names)

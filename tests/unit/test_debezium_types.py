@@ -297,6 +297,16 @@ def test_decimal_38_digits_decodes_exactly():
     assert change.row == (1, Decimal("9" * 36 + ".99"))
 
 
+@pytest.mark.parametrize("number", [10**37 - 1, -(2**63) - 1, 2**64])
+def test_an_integer_beyond_64_bits_in_a_json_number_is_read_exactly(number):
+    """The fast JSON reader takes such an integer for a float; the line is read exactly instead."""
+    wide = SourceTable.model_validate(
+        {"name": "t", "primary_key": ["id"], "columns": [{"name": "id", "type": "bigint"}, {"name": "amount", "type": "decimal(38,0)"}]}
+    )
+    change = parse_envelope(envelope(after={"id": 1, "amount": number}, fields=None), wide)
+    assert change.row == (1, Decimal(number))
+
+
 @pytest.mark.parametrize("value", ["not base64!", True, [1], "NaN"])
 def test_malformed_decimals_are_dead_letters(value):
     with pytest.raises(EnvelopeError, match=r"column 'amount': expected DECIMAL\(12,2\)"):
