@@ -127,7 +127,9 @@ class BatchProcessor:
             {t: source_needs(t, views) for t in self.clocks}, view_workers, self.watermarks, feeds,
         )  # fmt: skip
         by_name = {m.plan.name: m for m in self.maintainers}
-        ensured = concurrently(spark, lambda name: by_name[name].ensure(), list(by_name), view_workers)
+        with feeds.together():  # the views' feed columns in one schema change
+            tables = dict(zip(by_name, concurrently(spark, lambda name: by_name[name].ensure_tables(), list(by_name), view_workers), strict=True))
+        ensured = concurrently(spark, lambda name: by_name[name].fill(tables[name]), list(by_name), view_workers)
         self.built = [r for r in ensured if r is not None]
         self.backend = choose_backend(self.context, store)
         self.backend.in_step([r.view for r in self.built if not r.paused])

@@ -11,7 +11,8 @@ writer (a backfill preparing a view) committed in between.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException
@@ -48,6 +49,7 @@ class Feeds:
         self._lock = threading.Lock()  # schema changes
         self._inserting = threading.Lock()  # Spark inserts (their snapshot property is the session's)
         self._columns: dict[str, object] | None = None  # the table's columns as last read or changed here
+        self._gathered: dict[str, tuple[StructType, tuple[str, ...], bool]] | None = None  # inside together()
         self._paths: set[str] | None = None  # views with a read path
 
     # ---- the table and each view's column ----------------------------------------------------------
@@ -61,30 +63,59 @@ class Feeds:
 
     def prepare(self, view: str, view_schema: StructType, key_names: tuple[str, ...], reshape: bool) -> None:
         """Give `view` its struct column for `view_schema` (a new one when `reshape`, or when its type
-        differs: a new field id) and its read path `<view>__changes`."""
+        differs: a new field id) and its read path `<view>__changes`. Inside `together()`, noted and
+        made with the other views' on leaving it."""
         wanted = self._struct(view_schema, key_names)
-        column = feed_column(view)
         with self._lock:
-            for attempt in range(_SCHEMA_TRIES):
-                columns = self._read_columns() if self._columns is None or attempt else self._columns
-                present = column in columns
-                if present and not reshape and _same(columns[column], wanted):
-                    break
-                try:
-                    if present:
-                        self.spark.sql(f"ALTER TABLE {self.table} DROP COLUMN {q(column)}")
-                        columns.pop(column)
-                        reshape = False
-                    ddl = self.spark._jsparkSession.parseDataType(wanted.json()).sql()  # type: ignore[union-attr] - field names quoted
-                    self.spark.sql(f"ALTER TABLE {self.table} ADD COLUMN {q(column)} {ddl}")
-                    columns[column] = wanted
-                    self._read_paths().discard(view)
-                    break
-                except AnalysisException:
+            if self._gathered is not None:
+                self._gathered[view] = (wanted, key_names, reshape)
+                return
+            self._change({view: (wanted, key_names, reshape)})
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """Views prepared inside get their columns in one schema change of the table (one dropping
+        the columns of views whose type changed, one adding), not one each: the table's metadata
+        keeps every schema it ever had, and a hundred views' one at a time made it 2.8 MB."""
+        with self._lock:
+            self._gathered = {}
+        try:
+            yield
+            with self._lock:
+                gathered, self._gathered = self._gathered, None
+                self._change(gathered)
+        finally:
+            self._gathered = None
+
+    def _change(self, wanted: Mapping[str, tuple[StructType, tuple[str, ...], bool]]) -> None:
+        """Columns for `wanted` (view -> (struct, key names, reshape)) and their read paths; retried
+        when another writer (a backfill preparing a view) changed the table in between."""
+        if not wanted:
+            return
+        for attempt in range(_SCHEMA_TRIES):
+            columns = self._read_columns() if self._columns is None or attempt else self._columns
+            stale = {v for v, (struct, _, reshape) in wanted.items() if feed_column(v) in columns and (reshape or not _same(columns[feed_column(v)], struct))}
+            missing = {v for v in wanted if feed_column(v) not in columns} | stale
+            try:
+                if stale:
+                    self.spark.sql(f"ALTER TABLE {self.table} DROP COLUMNS ({', '.join(q(feed_column(v)) for v in sorted(stale))})")
+                    for view in stale:
+                        columns.pop(feed_column(view))
+                    wanted = {v: (struct, keys, reshape and v not in stale) for v, (struct, keys, reshape) in wanted.items()}  # (dropped)
+                if missing:
+                    parse = self.spark._jsparkSession.parseDataType  # type: ignore[union-attr]
+                    added = ", ".join(f"{q(feed_column(v))} {parse(wanted[v][0].json()).sql()}" for v in sorted(missing))  # field names quoted
+                    self.spark.sql(f"ALTER TABLE {self.table} ADD COLUMNS ({added})")
+                    for view in missing:
+                        columns[feed_column(view)] = wanted[view][0]
+                        self._read_paths().discard(view)
+                break
+            except AnalysisException:
+                raise
+            except Exception:  # another writer moved the table's metadata in between: read it again
+                if attempt == _SCHEMA_TRIES - 1:
                     raise
-                except Exception:  # another writer moved the table's metadata in between: read it again
-                    if attempt == _SCHEMA_TRIES - 1:
-                        raise
+        for view, (_, key_names, _) in sorted(wanted.items()):
             if view not in self._read_paths():
                 self._replace_view(view, key_names)
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyspark
@@ -44,6 +44,15 @@ ANALYSED = "lakemv.view.analysed"
 
 def _signature(schema: StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+@dataclass(frozen=True)
+class Ensured:
+    """What `ViewMaintainer.ensure_tables` found: the view's state, and whether its table holds this
+    definition's rows (`prepare`; a paused view is left as it is)."""
+
+    state: ViewState
+    current: bool
 
 
 class ViewMaintainer(ViewWriter):
@@ -126,16 +135,21 @@ class ViewMaintainer(ViewWriter):
         self.feeds.prepare(self.plan.name, stored, tuple(self.plan.key_names), reshape=False)  # (a lake whose feeds predate the shared table)
         return properties.get(FINGERPRINT) == self.plan.fingerprint
 
-    def ensure(self) -> ViewResult | None:
-        """Create the view's tables if needed and build the view when it is new or its SQL changed.
-
-        A view a backfill holds is left alone; one a backfill has just published is caught up.
-        """
+    def ensure_tables(self) -> Ensured:
+        """The view's tables as its definition needs them, before `fill` (with the other views' inside
+        `Feeds.together`, which makes their feed columns on leaving it). A view a backfill holds is left alone."""
         properties = self._properties() if self._exists(self.table) else None  # (one catalog read for state and fingerprint)
         state = ViewState.parse((properties or {}).get(STATE))
         if state.state == "paused":
+            return Ensured(state, current=True)
+        return Ensured(state, current=self.prepare(properties))
+
+    def fill(self, ensured: Ensured) -> ViewResult | None:
+        """The view built when it is new or its SQL changed; caught up when a backfill has just published it."""
+        state = ensured.state
+        if state.state == "paused":
             return ViewResult(self.plan.name, 0, paused=True, note=f"paused by {state.by}")
-        if not self.prepare(properties):  # new, or its SQL changed: a rebuild covers any pending catch-up
+        if not ensured.current:  # new, or its SQL changed: a rebuild covers any pending catch-up
             result = self.rebuild(prepared=True)
             if state.state == "resume":
                 write_state(self.spark, self.table, ViewState())
