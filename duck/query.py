@@ -93,18 +93,19 @@ def feed_views(settings: LakeSettings) -> tuple[str | None, dict[str, list[str]]
 
 
 def lake_connection(
-    settings: LakeSettings, sources: Mapping[str, SourceTable], snapshots: Mapping[str, int | None] | None = None
+    settings: LakeSettings, sources: Mapping[str, SourceTable], snapshots: Mapping[str, int | None] | None = None, views: bool = True
 ) -> duckdb.DuckDBPyConnection:
-    """DuckDB connection where every ingested source and every view is a view named after it.
+    """DuckDB connection where every ingested source and every view (and its feed) is a view named after it.
 
-    `snapshots` pins sources to a snapshot id (None: the table was still empty then).
+    `snapshots` pins sources to a snapshot id (None: the table was still empty then). Without `views`,
+    the sources only (a view recomputed from them: DuckDB reads each table's metadata to define its view).
     """
     con = connect_duckdb(settings=settings)
-    for name, location in sorted(view_tables(settings).items()):
+    for name, location in sorted(view_tables(settings).items() if views else ()):
         if name in sources or name.endswith(CHANGES_SUFFIX):
             continue  # a source's mirror wins (view names are checked against sources when planned); a feed table of an older lakemv: replaced below
         con.execute(f"CREATE VIEW {ansi_ident(name)} AS SELECT * FROM iceberg_scan({ansi_string(location)})")
-    feeds, keyed = feed_views(settings)
+    feeds, keyed = feed_views(settings) if views else (None, {})
     if feeds is not None:  # each view's feed: its rows of the one feeds table, under the name it always had
         con.execute(f"CREATE VIEW _lmv_feeds AS SELECT * FROM iceberg_scan({ansi_string(feeds)})")
         for view, key in sorted(keyed.items()):

@@ -266,7 +266,7 @@ def verify_view(
     location = metadata_location(settings, VIEW_NAMESPACE, view)
     if location is None:
         raise QueryError(f"view {view} has no table yet: run lakemv ingest (it builds new views)")
-    con = lake_connection(settings, sources, snapshots=mirror_snapshots)
+    con = lake_connection(settings, sources, snapshots=mirror_snapshots, views=False)  # (the view's SQL reads sources only)
     try:
         scan = f"iceberg_scan('{location}'" + (f", snapshot_from_id => {int(table_snapshot)})" if table_snapshot else ")")
         con.execute(f"CREATE TEMP TABLE actual AS SELECT * FROM {scan}")
