@@ -15,7 +15,6 @@ or of the create half of a primary-key change) is never data: the column is name
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +27,22 @@ from lakemv.core.cdc.unavailable import is_placeholder
 from lakemv.core.errors import EnvelopeError
 from lakemv.core.types import LOGICAL
 
-# orjson reads an integer beyond 64 bits as a float (inexact): a line with 19 digits in a row, which
-# any such integer has, is read by the standard library, which keeps it exact.
-_LONG_DIGITS = re.compile(r"[0-9]{19}")
+# orjson reads an integer beyond 64 bits as a float (inexact): a line whose payload holds a whole
+# float outside that range is read again by the standard library, which keeps such an integer exact.
+_INT64_LOW, _UINT64_END = -(2**63), 2**64
+
+
+def _maybe_inexact(value: Any) -> bool:
+    kind = value.__class__
+    if kind is float:
+        return value.is_integer() and not _INT64_LOW < value < _UINT64_END  # (a float at the edge may be one just past it, rounded)
+    if kind is dict:
+        return any(_maybe_inexact(v) for v in value.values())
+    if kind is list:
+        return any(_maybe_inexact(v) for v in value)
+    return False
+
+
 OPS = ("c", "r", "u", "d")  # and "t", a TRUNCATE (see Truncate)
 # Connect logical types -> the encoding they mean (lakemv.core.types.LOGICAL) and the type they are.
 LOGICAL_TYPES = {name: encoding for name, (_, encoding) in LOGICAL.items()}
@@ -139,11 +151,15 @@ def json_line(text: str | None) -> Any:
         return Skip("tombstone (null value)")
     if not text.strip():
         return Skip("blank line")
-    if _LONG_DIGITS.search(text) is None:
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass  # what orjson refuses (NaN, an escaped lone surrogate) is read, or refused, as the standard library does
+    try:
+        value = orjson.loads(text)
+        payload = value.get("payload", value) if value.__class__ is dict else value  # (a Connect schema is not data)
+        if not _maybe_inexact(payload):
+            return value
+    except orjson.JSONDecodeError:
+        pass  # what orjson refuses (NaN, an escaped lone surrogate) is read, or refused, as the standard library does
+    except RecursionError:
+        pass
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
