@@ -22,7 +22,7 @@ from lakemv.catalog.tables import TableNames
 from lakemv.core.errors import ConfigError
 from lakemv.core.planner import ViewPlan
 from lakemv.core.planner.definitions import SINK_KINDS
-from lakemv.core.sql.feedsql import VIEWS_PROPERTY, feed_column, views_of
+from lakemv.core.sql.feedsql import feed_column, views_of
 from lakemv.core.values import plain
 
 
@@ -89,20 +89,28 @@ def product_bootstrap(settings: LakeSettings, sinks: Sequence[Sink]) -> str | No
 
 
 # ---- the change feed's history ------------------------------------------------------------------
-def feed_history(settings: LakeSettings, view: str) -> list[FeedSnapshot]:
-    """The feeds table's current snapshot and its ancestors, oldest first (pyiceberg: no Spark job);
-    an append counts for `view` when it holds rows of it (its summary names it)."""
+def feed_histories(settings: LakeSettings, views: Iterable[str]) -> dict[str, list[FeedSnapshot]]:
+    """Per view, the feeds table's current snapshot and its ancestors, oldest first, from one read of
+    the table (pyiceberg: no Spark job); an append counts for a view when it holds rows of it (its
+    summary names it)."""
     table = pyiceberg_catalog(settings).load_table(_feeds(settings))
     snapshots = {s.snapshot_id: s for s in table.metadata.snapshots}
     current = table.metadata.current_snapshot_id
     chain = []
     while current is not None and current in snapshots:
-        s = snapshots[current]
-        summary = s.summary
-        append = summary is not None and summary.operation.value == "append" and view in views_of({VIEWS_PROPERTY: summary[VIEWS_PROPERTY] or ""})
-        chain.append(FeedSnapshot(s.snapshot_id, s.parent_snapshot_id, s.sequence_number or 0, s.timestamp_ms, append))
-        current = s.parent_snapshot_id
-    return chain[::-1]
+        chain.append(snapshots[current])
+        current = snapshots[current].parent_snapshot_id
+    chain.reverse()
+    appended = [views_of(s.summary) if s.summary is not None and s.summary.operation.value == "append" else frozenset() for s in chain]
+    return {
+        view: [FeedSnapshot(s.snapshot_id, s.parent_snapshot_id, s.sequence_number or 0, s.timestamp_ms, view in held) for s, held in zip(chain, appended, strict=True)]
+        for view in views
+    }  # fmt: skip
+
+
+def feed_history(settings: LakeSettings, view: str) -> list[FeedSnapshot]:
+    """`feed_histories` of one view."""
+    return feed_histories(settings, [view])[view]
 
 
 def pending(history: Sequence[FeedSnapshot], progress: Progress | None) -> tuple[list[FeedSnapshot], bool]:
@@ -267,10 +275,13 @@ def sink_lags(settings: LakeSettings, sinks: Sequence[Sink]) -> list[SinkLag]:
     kafka = KafkaProgress(settings, product_bootstrap(settings, sinks))
     delta = DeltaProgress(settings)
     kafka_progress: dict[str, Progress | None] | None = None
+    histories: dict[str, list[FeedSnapshot]] = {}
     found = []
     for sink in sinks:
         try:
-            history = feed_history(settings, sink.view)
+            if not histories:  # one read of the feeds table for every sink
+                histories = feed_histories(settings, {s.view for s in sinks})
+            history = histories[sink.view]
             if sink.kind == "kafka":
                 if kafka_progress is None:  # one read of the progress topic for every Kafka sink
                     kafka_progress = kafka.progress([s for s in sinks if s.kind == "kafka"])

@@ -130,26 +130,30 @@ class DirectWriter:
             metrics = self._parquet_util.fileMetrics(table.io().newInputFile(location), config)
         return location, fs.get_file_info(path).size, metrics
 
-    def append_files(self, identifier: str, parts: Sequence[pa.Table], write_id: str, properties: Mapping[str, str] | None = None) -> int:
+    def _data_file(self, table, rows: pa.Table, config):  # noqa: ANN001, ANN202 - Java objects
+        """`rows` written as a Parquet data file of `table` (its metrics per `config`): (its location,
+        Iceberg's DataFile of it)."""
+        location, size, metrics = self._write(table, rows, "data", config)
+        data = (
+            self._data_files.builder(table.spec()).withPath(location).withFormat(self._parquet).withFileSizeInBytes(size)
+            .withMetrics(metrics).build()
+        )  # fmt: skip
+        return location, data
+
+    def append_files(self, identifier: str, parts: Sequence[pa.Table], write_id: str, properties: Mapping[str, str] | None = None) -> None:
         """Append `parts` as one Parquet file each, in one commit tagged with `write_id` (and
         `properties`). A part may hold a subset of the table's columns (by name): readers read the
-        others as NULL. Returns the snapshot made."""
+        others as NULL."""
         table = self._table(identifier)
-        spec, schema, config = table.spec(), self._arrow_schema(identifier, table), self._metrics_config.forTable(table)
+        schema, config = self._arrow_schema(identifier, table), self._metrics_config.forTable(table)
         operation = table.newAppend().scanManifestsWith(self._same_thread).writeManifestsWith(self._same_thread, 1)
         for rows in parts:
             subset = pa.schema([schema.field(name) for name in rows.column_names])
-            location, size, metrics = self._write(table, rows.cast(subset), "data", config)
-            data = (
-                self._data_files.builder(spec).withPath(location).withFormat(self._parquet).withFileSizeInBytes(size)
-                .withMetrics(metrics).build()
-            )  # fmt: skip
-            operation = operation.appendFile(data)
+            operation = operation.appendFile(self._data_file(table, rows.cast(subset), config)[1])
         operation = operation.set(WRITE_ID, write_id)
         for key, value in (properties or {}).items():
             operation = operation.set(key, value)
         operation.commit()
-        return int(table.currentSnapshot().snapshotId())
 
     def commit(
         self,
@@ -181,11 +185,7 @@ class DirectWriter:
         if rows is not None and rows.num_rows:
             schema = self._arrow_schema(identifier, table)
             written = rows.select(schema.names).cast(schema)
-            location, size, metrics = self._write(table, written, "data", self._metrics_config.forTable(table))
-            data = (
-                self._data_files.builder(spec).withPath(location).withFormat(parquet).withFileSizeInBytes(size)
-                .withMetrics(metrics).build()
-            )  # fmt: skip
+            location, data = self._data_file(table, written, self._metrics_config.forTable(table))
             operation = operation.appendFile(data) if append else operation.addRows(data)
         if replaced:
             ordered = sorted(set(replaced))

@@ -39,11 +39,6 @@ def feed_column(view: str) -> str:
     return f"v_{view}"
 
 
-def feed_type(key: Sequence[pa.Field], row: pa.StructType) -> pa.StructType:
-    """The type of a view's struct column: its key columns, then `row` (the view's columns)."""
-    return pa.struct([*(f.with_nullable(True) for f in key), pa.field(ROW, row)])
-
-
 def views_of(summary: Mapping[str, str] | None) -> frozenset[str]:
     """The views a feed commit holds rows of, from its snapshot summary."""
     text = (summary or {}).get(VIEWS_PROPERTY) or ""

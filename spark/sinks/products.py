@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.settings import LakeSettings
-from lakemv.catalog.sinks import FeedSnapshot, Progress, Sink, declared_sinks, feed_history, pending, product_bootstrap
+from lakemv.catalog.sinks import FeedSnapshot, Progress, Sink, declared_sinks, feed_histories, pending, product_bootstrap
 from lakemv.core.planner import ViewPlan
 from lakemv.spark.session import use_catalog
 from lakemv.spark.sinks.delta import DeltaSinks
@@ -72,7 +72,7 @@ class Publisher:
         Without `resync`, a sink that would publish its whole view waits (at start-up, the batch a crash
         cut short may still be replayed: the view is only whole after it)."""
         done = []
-        histories: dict[str, list[FeedSnapshot]] = {}  # one catalog read per view, however many sinks it has
+        histories: dict[str, list[FeedSnapshot]] = {}  # every sink's view's, from one read of the feeds table
         for sink in self.sinks:
             started = time.perf_counter()
             delivery = Delivery(sink.id)
@@ -80,8 +80,8 @@ class Publisher:
                 target = self.kafka if sink.kind == "kafka" else self.delta
                 if sink.kind == "delta":
                     self.delta.ensure(sink)
-                if sink.view not in histories:
-                    histories[sink.view] = feed_history(self.settings, sink.view)
+                if not histories:
+                    histories = feed_histories(self.settings, {s.view for s in self.sinks})
                 history = histories[sink.view]
                 progress = self._progress_of(sink, history)
                 todo, whole = pending(history, progress)

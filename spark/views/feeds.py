@@ -158,12 +158,12 @@ class Feeds:
         self._once(self.table, unit, set(parts), commit, f"append the change feeds of {len(parts)} views")
 
     def insert(self, view: str, plan_columns: tuple[str, ...], key_names: tuple[str, ...], diff: str, op_column: str,
-               unit: WriteUnit, batch_id: int | None, position: int | None, table: str | None = None) -> None:  # fmt: skip
+               unit: WriteUnit, position: int | None, table: str | None = None) -> None:  # fmt: skip
         """One view's feed rows from a Spark relation `diff`, by Spark SQL (a table in an object store, a
         backfill's branch `table`): a commit of its own, found again on a replay by the unit's write
         id and the view it names."""
         target = table or self.table
-        sql = feed_insert_sql(view, plan_columns, key_names, target, diff, op_column, batch_id, position)
+        sql = feed_insert_sql(view, plan_columns, key_names, target, diff, op_column, unit.batch_id, position)
         key = f"spark.sql.iceberg.snapshot-property.{VIEWS_PROPERTY}"
 
         def commit(views: set[str]) -> None:
@@ -195,10 +195,9 @@ class Feeds:
     def committed(self, write_id: str, table: str | None = None) -> frozenset[str]:
         """The views whose feed rows the unit `write_id` appended to `table` already."""
         rows = self.spark.sql(
-            f"SELECT summary[{spark_string(VIEWS_PROPERTY)}] AS views FROM {(table or self.table).split('.branch_')[0]}.snapshots "
-            f"WHERE summary[{spark_string(WRITE_ID)}] = {spark_string(write_id)}"
+            f"SELECT summary FROM {(table or self.table).split('.branch_')[0]}.snapshots WHERE summary[{spark_string(WRITE_ID)}] = {spark_string(write_id)}"
         ).collect()
-        return frozenset(v for r in rows for v in views_of({VIEWS_PROPERTY: r["views"] or ""}))
+        return frozenset(v for r in rows for v in views_of(r["summary"]))
 
 
 def snapshot_rows(spark: SparkSession, names: TableNames, view: str, key_names: tuple[str, ...], parent: int | None, snapshot: int) -> DataFrame:

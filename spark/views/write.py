@@ -115,7 +115,7 @@ class ViewWriter:
             try:
                 clock = time.perf_counter()
                 plan = self.plan
-                self.feeds.insert(plan.name, tuple(plan.columns), tuple(plan.key_names), relation, DIFF_OP, unit, unit.batch_id, position, self.feed)
+                self.feeds.insert(plan.name, tuple(plan.columns), tuple(plan.key_names), relation, DIFF_OP, unit, position, self.feed)
                 steps["feed"] = time.perf_counter() - clock
                 crash_point(f"feed:{self.plan.name}", unit.batch_id)
                 clock = time.perf_counter()
