@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 import pyarrow as pa
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -137,7 +138,7 @@ class Feeds:
         create = f"CREATE OR REPLACE VIEW {changes} AS {feed_view_sql(view, key_names, self.table)}"
         try:
             self.spark.sql(create)
-        except AnalysisException:
+        except (AnalysisException, Py4JJavaError):  # Iceberg's AlreadyExistsException comes unconverted
             if not self.spark.catalog.tableExists(changes):
                 raise
             # The feed table of a lakemv before the shared one: its rows are not carried over (a

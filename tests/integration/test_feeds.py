@@ -108,3 +108,18 @@ def test_views_prepared_together_get_their_feed_columns_in_one_schema_change(lak
     assert _schemas(lake) == before + 1
     for plan in plans:
         assert lake.spark.table(lake.names.view_changes(plan.name)).count() == 0  # read paths in place
+
+
+def test_a_lake_from_before_the_shared_feeds_loses_its_per_view_feed_tables_to_read_paths(lake, tmp_path):
+    """A lakemv before the shared table kept a table `<view>__changes` per view: the first ingest
+    drops it (Iceberg refuses a view of the same name) and the view's feed reads from the shared table."""
+    plan = plan_view(parse_view("-- @key: username\nSELECT s.username, count(*) AS stars FROM stars s GROUP BY s.username", "old_fans"), lake.sources)
+    feed = lake.names.view_changes(plan.name)
+    lake.spark.sql(f"CREATE TABLE {feed} (username STRING, op STRING, batch_id BIGINT) USING iceberg")
+    lake.spark.sql(f"INSERT INTO {feed} VALUES ('ann', 'upsert', 1)")
+    processor = _processor(lake, tmp_path, [plan])
+    workload = GitHubWorkload(WorkloadConfig(users=20, seed=3, rounds=1), lake.sources)
+    for batch_id, round_events in enumerate(workload.rounds()):
+        processor.process_lines(batch_id, [(json.dumps(e), f"file:///l/{t}/r{batch_id}.json") for t, es in round_events.items() for e in es])
+    rows = lake.spark.table(feed)
+    assert "row" in rows.columns and rows.count() == lake.spark.table(lake.names.view(plan.name)).count() > 0
