@@ -37,7 +37,7 @@ from lakemv.core.state.walk import gather, reach
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
 from lakemv.spark.directwrite import Committed
-from lakemv.spark.views.kept import MARK, KeptPlans
+from lakemv.spark.views.kept import MARK, KeptPlans, Run
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
 from lakemv.spark.views.together import TAG, VIEW, Gathered, part_schema
 
@@ -261,9 +261,9 @@ class IndexedView:
         found = self.kept.run("keys", f"SELECT DISTINCT {select} FROM {relation} AS a", {relation: rows})
         return set(rows_of(found, self.plan.key_names))
 
-    def recompute_kept(self, gathered: Gathered) -> pa.Table:
-        """This view's SQL over the rows it gathered, alone, by its kept plan (`lakemv.spark.views.kept`):
-        its new rows with their digests."""
+    def kept_run(self, gathered: Gathered) -> Run:
+        """This view's SQL over the rows it gathered, alone, as its kept plan runs it
+        (`lakemv.spark.views.kept.run_kept`); `recomputed` reads its new rows out of the result."""
         inputs: dict[str, pa.Table] = {}
         sources: dict[int, tuple[str, int | None]] = {}
         for occ in self.plan.occurrences:
@@ -274,7 +274,12 @@ class IndexedView:
         if keys is not None:
             keyed = f"{MARK}{self.plan.name}_keys"
             inputs[keyed] = keys
-        return pa.Table.from_struct_array(self.kept.run("recompute", self.branch(sources, keyed, 0, 1), inputs).column(1))
+        return (self.kept, "recompute", self.branch(sources, keyed, 0, 1), inputs)
+
+    @staticmethod
+    def recomputed(result: pa.Table) -> pa.Table:
+        """The new rows, with their digests, of a run of `kept_run`."""
+        return pa.Table.from_struct_array(result.column(1))
 
     def keys_read(self, gathered: Gathered) -> pa.Table | None:
         """The keys as a relation for the recompute, when its anchor's rows are a superset of the keys'

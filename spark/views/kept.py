@@ -13,20 +13,27 @@ next batch's rows with lakemv's JVM helper (`jvm/java/dev/lakemv/spark/Replan.ja
   users); each later run copies it with each marked scan reading the new rows, so every node above one is
   new: no shuffle output, subquery result or generated code of an earlier run stands for other rows;
 - a plan with any other leaf (a VALUES list, a folded branch, a scan of an RDD) is not kept, nor is one
-  whose SQL or input schemas changed (a time-bounded view's watermarks are literals in its SQL).
+  whose SQL or input schemas changed (a time-bounded view's watermarks are literals in its SQL);
+- the kept plans of a batch's views run in one Spark job (`run_kept`): their RDDs side by side in one
+  union, each plan's rows back to Python as Arrow. One job per view cost a hundred views' batch a
+  hundred jobs; one UNION ALL of their SQL was no better (its rows as wide as all the views' columns
+  together, too wide for Spark's generated code, and its plan took seconds to make).
 
 Without lakemv's jar in the driver (a Spark cluster: see lakemv.spark.session) every run is planned.
 """
 
 from __future__ import annotations
 
+import json
+import struct
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import pyarrow as pa
 from py4j.java_gateway import JavaClass
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
 
 MARK = "_lmv_in_"  # the prefix of an input's marker column (and its relation's name)
 PLANNED_CONF = {
@@ -82,26 +89,35 @@ class KeptPlans:
     def run(self, purpose: str, sql: str, inputs: Mapping[str, pa.Table]) -> pa.Table:
         """`sql` over `inputs` (relation name, starting with `MARK` -> its rows): by the plan kept for
         `purpose` when it was made for this SQL and these schemas, else planned (and kept if it can be)."""
-        if not self.available:
-            return self._planned(self.spark, sql, inputs)[0]
-        replan = self._replan
+        return run_kept(self.spark, [(self, purpose, sql, inputs)])[0]
+
+    def _marked(self, inputs: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
+        return {name: rows.append_column(name, pa.nulls(rows.num_rows, pa.bool_())) for name, rows in inputs.items()}
+
+    def _swapped(self, purpose: str, sql: str, marked: Mapping[str, pa.Table]) -> object | None:
+        """The plan kept for `purpose`, reading `marked`'s rows: ready to run; None when there is none
+        for this SQL and these schemas, or the rows are too many for a local relation."""
         session = planning_session(self.spark)
-        marked = {name: rows.append_column(name, pa.nulls(rows.num_rows, pa.bool_())) for name, rows in inputs.items()}
         key = (sql, tuple((name, rows.schema) for name, rows in marked.items()))
         kept = self.plans.get(purpose)
-        if kept is not None and kept.key == key:
-            rows = session.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
-            for name, table in marked.items():
-                local = replan.localRows(session.createDataFrame(table)._jdf)
-                if local is None:  # too large to be a local relation: planned anew
-                    break
-                rows.put(name, local)
-            else:
-                self.reran += 1
-                return DataFrame(replan.frame(session._jsparkSession, replan.swap(kept.plan, MARK, rows)), session).toArrow()
-        result, plan = self._planned(session, sql, marked)
-        if replan.marked(plan, MARK):  # kept without the rows it was planned with (a view's are many)
-            self.plans[purpose] = Planned(key, replan.strip(plan, MARK))
+        if kept is None or kept.key != key:
+            return None
+        rows = session.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
+        for name, table in marked.items():
+            local = self._replan.localRows(session.createDataFrame(table)._jdf)
+            if local is None:  # too large to be a local relation: planned anew
+                return None
+            rows.put(name, local)
+        self.reran += 1
+        return self._replan.swap(kept.plan, MARK, rows)
+
+    def _plan(self, purpose: str, sql: str, marked: Mapping[str, pa.Table]) -> pa.Table:
+        """`sql` over `marked` planned now; its plan kept without the rows it was planned with (a view's
+        are many) when every leaf reads a marked input."""
+        result, plan = self._planned(planning_session(self.spark), sql, marked)
+        key = (sql, tuple((name, rows.schema) for name, rows in marked.items()))
+        if self._replan.marked(plan, MARK):
+            self.plans[purpose] = Planned(key, self._replan.strip(plan, MARK))
         else:
             self.plans.pop(purpose, None)
         return result
@@ -118,3 +134,55 @@ class KeptPlans:
         finally:
             for name in inputs:
                 session.catalog.dropTempView(name)
+
+
+Run = tuple[KeptPlans, str, str, Mapping[str, pa.Table]]  # (whose plans, purpose, SQL, inputs) as KeptPlans.run takes them
+
+
+def run_kept(spark: SparkSession, runs: Sequence[Run]) -> list[pa.Table]:
+    """Each run's result as `KeptPlans.run` computes it; every run that has a kept plan for its SQL and
+    inputs runs in one Spark job with the others (`Replan.collectArrow`: the plans side by side, their
+    rows back as Arrow), each one planned now in a query of its own."""
+    found: list[pa.Table | None] = [None] * len(runs)
+    ready: list[tuple[int, object]] = []
+    for index, (kept, purpose, sql, inputs) in enumerate(runs):
+        if not kept.available:
+            found[index] = kept._planned(spark, sql, inputs)[0]
+            continue
+        marked = kept._marked(inputs)
+        plan = kept._swapped(purpose, sql, marked)
+        if plan is None:
+            found[index] = kept._plan(purpose, sql, marked)
+        else:
+            ready.append((index, plan))
+    if ready:
+        session = planning_session(spark)
+        plans = session.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+        for _, plan in ready:
+            plans.add(plan)
+        collected = replan_class(spark).collectArrow(session._jsparkSession, plans)  # type: ignore[union-attr]
+        for (index, _), table in zip(ready, _framed(collected, session), strict=True):
+            found[index] = table
+    return found  # type: ignore[return-value]
+
+
+def _framed(data: bytes, session: SparkSession) -> list[pa.Table]:
+    """The tables `Replan.collectArrow` framed (see there), each as `DataFrame.toArrow` makes it."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    large = session._jconf.arrowUseLargeVarTypes()  # type: ignore[attr-defined]
+    tables, at = [], 0
+
+    def take() -> bytes:
+        nonlocal at
+        (length,) = struct.unpack_from(">i", data, at)
+        at += 4 + length
+        return data[at - length : at]
+
+    while at < len(data):
+        schema = to_arrow_schema(StructType.fromJson(json.loads(take())), error_on_duplicated_field_names_in_struct=True, prefers_large_types=large)
+        (streams,) = struct.unpack_from(">i", data, at)
+        at += 4
+        batches = [batch for _ in range(streams) for batch in pa.ipc.open_stream(take())]
+        tables.append(pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table())
+    return tables

@@ -9,10 +9,11 @@ a UNION ALL (NULL in the other views' rows), taken apart again in the driver.
 
 A view that gathered fewer than `SMALL_ROWS` rows (most views, most batches) runs its own plan
 instead, planned once and run again over each batch's rows (`lakemv.spark.views.kept`): Spark's fixed
-cost per query was half of it. The one-job recompute is for the views that gathered more, or a Spark
-without lakemv's jar (a cluster). The bound is per view: a hundred views' rows together pass it in
-every batch (100 views, 20k users: 220k rows, all of them in one job of 22-27 s, most of it Spark's
-analysis of that plan).
+cost per query was half of it. The kept plans a thread runs go to Spark together, as one job
+(`lakemv.spark.views.kept.run_kept`). The one-job recompute above is for the views that gathered
+more, or a Spark without lakemv's jar (a cluster). The bound is per view: a hundred views' rows
+together pass it in every batch (100 views, 20k users: 220k rows, all of them in one UNION ALL job
+of 22-27 s, most of it Spark's analysis of that plan).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from lakemv.core.state.codec import Values, to_arrow
 from lakemv.core.state.layout import MirrorPart
 from lakemv.core.types import arrow_type
 from lakemv.spark.parallel import concurrently, sql_conf
+from lakemv.spark.views.kept import run_kept
 from lakemv.spark.views.write import Writing
 
 if TYPE_CHECKING:
@@ -70,8 +72,8 @@ _SMALL_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partiti
 
 def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: int = 1) -> list[tuple[pa.Table, float]]:
     """Every prepared view's SQL over the rows it gathered, in `workers` threads side by side (the views
-    dealt among them by the rows they read): a view that gathered few rows by its kept plan, the others
-    of a thread in one Spark job (see the module docstring). Per view its new rows with their digests,
+    dealt among them by the rows they read): the views of a thread that gathered few rows by their kept
+    plans, all in one Spark job, the others in one planned job (see the module docstring). Per view its new rows with their digests,
     and its share of the seconds (by the rows it read)."""
     clock = time.perf_counter()
     weights = [g.rows_read + 1 for g in views]
@@ -86,7 +88,9 @@ def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: 
     rest = sum(w for i, w in enumerate(weights) if i not in kept)
 
     def run(group: list[int]) -> list[pa.Table]:
-        found = {i: views[i].view.recompute_kept(views[i]) for i in group if i in kept}
+        mine = [i for i in group if i in kept]  # their kept plans in one Spark job
+        ran = run_kept(spark, [views[i].view.kept_run(views[i]) for i in mine])
+        found = {i: views[i].view.recomputed(table) for i, table in zip(mine, ran, strict=True)}
         others = [i for i in group if i not in kept]
         if others:
             found.update(zip(others, _recompute_group(spark, [views[i] for i in others]), strict=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from lakemv.spark.views.kept import MARK, KeptPlans, planning_session, replan_class
+from lakemv.spark.views.kept import MARK, KeptPlans, planning_session, replan_class, run_kept
 
 USERS, STARS = f"{MARK}users", f"{MARK}stars"
 SQL = (  # a join, an aggregate (a shuffle) and an uncorrelated subquery, all over the batch's rows
@@ -69,3 +69,34 @@ def test_kept_plans_are_made_in_a_session_of_their_own(spark):
     assert session is planning_session(spark) and session is not spark
     assert session.conf.get("spark.sql.adaptive.enabled") == "false"
     assert spark.conf.get("spark.sql.adaptive.enabled") != "false"  # the pipeline's own session is left as it was
+
+
+def test_kept_plans_run_together_in_one_spark_job_each_as_planned_anew(spark):
+    """A batch's kept plans go to Spark as one job (run_kept), each query's rows as its own plan
+    computes them: an aggregate over a join, a projection of other types, one with no rows."""
+    queries = [
+        (KeptPlans(spark), SQL),
+        (KeptPlans(spark), f"SELECT s.repo, count(*) AS fans, max(u.name) AS last FROM {STARS} s JOIN {USERS} u ON u.name = s.name GROUP BY s.repo"),
+        (KeptPlans(spark), f"SELECT name, length(name) * 1.5D AS size, CAST(NULL AS ARRAY<INT>) AS nothing FROM {USERS} WHERE name <> 'bob'"),
+    ]
+    batches = [
+        {USERS: _users("ann", "bob"), STARS: _stars(("ann", "lake"))},
+        {USERS: _users("ann", "cy"), STARS: _stars(("ann", "lake"), ("cy", "lake"), ("cy", "pond"))},
+        {USERS: _users("bob"), STARS: _stars()},
+    ]
+    tracker = spark.sparkContext.statusTracker()
+    for number, inputs in enumerate(batches):
+        group = f"run_kept_{number}"
+        spark.sparkContext.setJobGroup(group, "kept plans together")
+        try:
+            got = run_kept(spark, [(kept, "recompute", sql, inputs) for kept, sql in queries])
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        for (kept, sql), table in zip(queries, got, strict=True):
+            assert sorted(table.to_pylist(), key=str) == _planned_anew(spark, sql, inputs), (number, sql)
+            assert kept.reran == number
+        if number:  # every query had a kept plan: one job (and the first query's subquery, run as the plan starts)
+            assert len(tracker.getJobIdsForGroup(group)) == 2, tracker.getJobIdsForGroup(group)
+    assert got[0].to_pylist() == [{"name": "bob", "stars": 0, "all_stars": 0}]  # bob alone, without stars
+    assert got[1].num_rows == got[2].num_rows == 0  # no rows, and the schema they would have
+    assert got[2].schema.field("nothing").type == pa.list_(pa.int32()) and got[2].schema.field("size").type == pa.float64()

@@ -1,6 +1,16 @@
 package dev.lakemv.spark;
 
+import java.io.ByteArrayOutputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
+import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
@@ -8,9 +18,16 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.LocalTableScanExec;
+import org.apache.spark.sql.execution.SQLExecution$;
 import org.apache.spark.sql.execution.SparkPlan;
+import org.apache.spark.sql.execution.arrow.ArrowConverters$;
+import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.StructType;
 import scala.collection.Iterator;
 import scala.collection.immutable.Seq;
+import scala.Tuple2;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractFunction0;
 import scala.runtime.AbstractPartialFunction;
 
 /**
@@ -116,8 +133,96 @@ public final class Replan {
         });
   }
 
-  /** A DataFrame of what `plan` computes (a scan of its RDD: collecting it runs the plan). */
-  public static Dataset<?> frame(SparkSession session, SparkPlan plan) {
-    return session.internalCreateDataFrame(plan.execute(), plan.schema(), false);
+  /**
+   * What each of `plans` computes, in one Spark job: the plans' RDDs side by side in one union,
+   * read by one task (each task of a union's stage would deserialize every plan's lineage), each
+   * plan's rows as Arrow IPC streams. Framed for one transfer to Python, per plan in order: its
+   * schema as JSON, then its streams (none when it has no rows); every string and stream is a
+   * big-endian int length and its bytes, and a plan's streams are preceded by their count.
+   */
+  public static byte[] collectArrow(SparkSession session, List<SparkPlan> plans) {
+    SQLConf conf = session.sessionState().conf();
+    String zone = conf.sessionLocalTimeZone();
+    boolean large = conf.arrowUseLargeVarTypes();
+    long records = conf.arrowMaxRecordsPerBatch();
+    List<JavaRDD<Tuple2<Integer, byte[]>>> parts = new ArrayList<>();
+    for (int i = 0; i < plans.size(); i++) {
+      SparkPlan plan = plans.get(i);
+      parts.add(plan.execute().toJavaRDD().mapPartitions(new ToArrow(i, plan.schema(), zone, large, records)));
+    }
+    JavaSparkContext context = JavaSparkContext.fromSparkContext(session.sparkContext());
+    @SuppressWarnings("unchecked")
+    JavaRDD<Tuple2<Integer, byte[]>>[] all = parts.toArray(new JavaRDD[0]);
+    List<Tuple2<Integer, byte[]>> found =
+        SQLExecution$.MODULE$.withSQLConfPropagated(  // the tasks see the session's SQL conf
+            session,
+            new AbstractFunction0<List<Tuple2<Integer, byte[]>>>() {
+              @Override
+              public List<Tuple2<Integer, byte[]>> apply() {
+                return context.union(all).coalesce(1).collect();
+              }
+            });
+    List<List<byte[]>> streams = new ArrayList<>();
+    for (int i = 0; i < plans.size(); i++) {
+      streams.add(new ArrayList<>());
+    }
+    for (Tuple2<Integer, byte[]> stream : found) {
+      streams.get(stream._1()).add(stream._2());
+    }
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+    try (DataOutputStream out = new DataOutputStream(bytes)) {
+      for (int i = 0; i < plans.size(); i++) {
+        byte[] schema = plans.get(i).schema().json().getBytes(StandardCharsets.UTF_8);
+        out.writeInt(schema.length);
+        out.write(schema);
+        out.writeInt(streams.get(i).size());
+        for (byte[] stream : streams.get(i)) {
+          out.writeInt(stream.length);
+          out.write(stream);
+        }
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    return bytes.toByteArray();
+  }
+
+  /** A partition's rows as Arrow IPC streams (schema and batch each), tagged with their plan's index. */
+  private static final class ToArrow implements FlatMapFunction<java.util.Iterator<InternalRow>, Tuple2<Integer, byte[]>> {
+    private final int index;
+    private final StructType schema;
+    private final String zone;
+    private final boolean large;
+    private final long records;
+
+    ToArrow(int index, StructType schema, String zone, boolean large, long records) {
+      this.index = index;
+      this.schema = schema;
+      this.zone = zone;
+      this.large = large;
+      this.records = records;
+    }
+
+    @Override
+    public java.util.Iterator<Tuple2<Integer, byte[]>> call(java.util.Iterator<InternalRow> rows) {
+      if (!rows.hasNext()) {
+        return java.util.Collections.emptyIterator();
+      }
+      scala.collection.Iterator<byte[]> batches =
+          ArrowConverters$.MODULE$.toBatchWithSchemaIterator(
+              CollectionConverters.asScala(rows), schema, records, Long.MAX_VALUE, zone, true, large);
+      java.util.Iterator<byte[]> each = CollectionConverters.asJava(batches);
+      return new java.util.Iterator<>() {
+        @Override
+        public boolean hasNext() {
+          return each.hasNext();
+        }
+
+        @Override
+        public Tuple2<Integer, byte[]> next() {
+          return new Tuple2<>(index, each.next());
+        }
+      };
+    }
   }
 }
