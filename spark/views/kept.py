@@ -91,32 +91,28 @@ class KeptPlans:
         `purpose` when it was made for this SQL and these schemas, else planned (and kept if it can be)."""
         return run_kept(self.spark, [(self, purpose, sql, inputs)])[0]
 
-    def _marked(self, inputs: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
-        return {name: rows.append_column(name, pa.nulls(rows.num_rows, pa.bool_())) for name, rows in inputs.items()}
-
-    def _swapped(self, purpose: str, sql: str, marked: Mapping[str, pa.Table]) -> object | None:
-        """The plan kept for `purpose`, reading `marked`'s rows: ready to run; None when there is none
-        for this SQL and these schemas, or the rows are too many for a local relation."""
+    def _start(self, purpose: str, sql: str, inputs: Mapping[str, pa.Table]) -> pa.Table | object:
+        """The plan kept for `purpose`, reading `inputs`' rows, ready to run (a py4j proxy of a
+        SparkPlan); or, when there is none for this SQL and these schemas or the rows are too many for
+        a local relation, the result: planned now, and the plan kept if it can be."""
+        if not self.available:
+            return self._planned(self.spark, sql, inputs)[0]
         session = planning_session(self.spark)
+        marked = {name: rows.append_column(name, pa.nulls(rows.num_rows, pa.bool_())) for name, rows in inputs.items()}
         key = (sql, tuple((name, rows.schema) for name, rows in marked.items()))
         kept = self.plans.get(purpose)
-        if kept is None or kept.key != key:
-            return None
-        rows = session.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
-        for name, table in marked.items():
-            local = self._replan.localRows(session.createDataFrame(table)._jdf)
-            if local is None:  # too large to be a local relation: planned anew
-                return None
-            rows.put(name, local)
-        self.reran += 1
-        return self._replan.swap(kept.plan, MARK, rows)
-
-    def _plan(self, purpose: str, sql: str, marked: Mapping[str, pa.Table]) -> pa.Table:
-        """`sql` over `marked` planned now; its plan kept without the rows it was planned with (a view's
-        are many) when every leaf reads a marked input."""
-        result, plan = self._planned(planning_session(self.spark), sql, marked)
-        key = (sql, tuple((name, rows.schema) for name, rows in marked.items()))
-        if self._replan.marked(plan, MARK):
+        if kept is not None and kept.key == key:
+            rows = session.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
+            for name, table in marked.items():
+                local = self._replan.localRows(session.createDataFrame(table)._jdf)
+                if local is None:  # too large to be a local relation: planned anew
+                    break
+                rows.put(name, local)
+            else:
+                self.reran += 1
+                return self._replan.swap(kept.plan, MARK, rows)
+        result, plan = self._planned(session, sql, marked)
+        if self._replan.marked(plan, MARK):  # kept without the rows it was planned with (a view's are many)
             self.plans[purpose] = Planned(key, self._replan.strip(plan, MARK))
         else:
             self.plans.pop(purpose, None)
@@ -146,15 +142,11 @@ def run_kept(spark: SparkSession, runs: Sequence[Run]) -> list[pa.Table]:
     found: list[pa.Table | None] = [None] * len(runs)
     ready: list[tuple[int, object]] = []
     for index, (kept, purpose, sql, inputs) in enumerate(runs):
-        if not kept.available:
-            found[index] = kept._planned(spark, sql, inputs)[0]
-            continue
-        marked = kept._marked(inputs)
-        plan = kept._swapped(purpose, sql, marked)
-        if plan is None:
-            found[index] = kept._plan(purpose, sql, marked)
+        started = kept._start(purpose, sql, inputs)
+        if isinstance(started, pa.Table):
+            found[index] = started
         else:
-            ready.append((index, plan))
+            ready.append((index, started))
     if ready:
         session = planning_session(spark)
         plans = session.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]

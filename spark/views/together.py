@@ -73,8 +73,8 @@ _SMALL_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partiti
 def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: int = 1) -> list[tuple[pa.Table, float]]:
     """Every prepared view's SQL over the rows it gathered, in `workers` threads side by side (the views
     dealt among them by the rows they read): the views of a thread that gathered few rows by their kept
-    plans, all in one Spark job, the others in one planned job (see the module docstring). Per view its new rows with their digests,
-    and its share of the seconds (by the rows it read)."""
+    plans, all in one Spark job, the others in one planned job (see the module docstring). Per view its
+    new rows with their digests, and its share of the seconds (by the rows it read)."""
     clock = time.perf_counter()
     weights = [g.rows_read + 1 for g in views]
     groups: list[list[int]] = [[] for _ in range(max(1, min(workers, len(views))))]
