@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 from lakemv.core.durations import format_duration
 from lakemv.core.planner.model import ViewPlan
+from lakemv.core.state.book import Pending
 from lakemv.core.state.layout import route
-from lakemv.core.state.store import Pending
 
 # How a batch line says why a unit left a view's keys pending.
 HELD = "pending until the batch's last unit"

@@ -143,8 +143,10 @@ def _windows(plan: ViewPlan) -> list[str]:
     return shown
 
 
-def _lookup_text(hop: Lookup) -> str:
-    on = ", ".join(f"{c} = .{u}" if not ns else f"{c} <=> .{u}" for c, u, ns in zip(hop.columns, hop.using, hop.null_safe, strict=True))
+def _lookup_text(hop: Lookup, derived: Mapping[str, str] | None = None) -> str:
+    """A hop as `table by (column = .column, ...)`; a derived column shown as its expression, in brackets."""
+    shown = [f"[{derived[c].replace(f'{SELF}.', '')}]" if derived and c in derived else c for c in hop.columns]
+    on = ", ".join(f"{c} = .{u}" if not ns else f"{c} <=> .{u}" for c, u, ns in zip(shown, hop.using, hop.null_safe, strict=True))
     return f"{hop.table} by ({on})" + ("" if hop.exact else " (a superset, filtered by the view's SQL)")
 
 
@@ -159,7 +161,7 @@ def _state_lines(plan: ViewPlan, order: list[int], width: int) -> list[str]:
         columns = ", ".join(c if c is not None else "<evaluated by Spark>" for c in r.key_columns[occ_id])
         lines.append(f"  {_occurrence(plan, occ_id):<{width}}  up: {ARROW.join([*hops, f'key from ({columns})'])}")
     assert r.anchor is not None
-    lines.append(f"  rows for the keys: {_lookup_text(r.anchor)}")
+    lines.append(f"  rows for the keys: {_lookup_text(r.anchor, r.derived)}" + (" (each key expression's value kept per row, evaluated by Spark)" if r.derived else ""))
     for occ_id in order[1:]:
         lines.append(f"  {_occurrence(plan, occ_id):<{width}}  down: {_lookup_text(r.down[occ_id])}")
     return lines

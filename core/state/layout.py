@@ -6,6 +6,11 @@ the link's equalities; the store keeps an index for every such column set. A hop
 compare expressions (`lower(a) = b`) keeps only its column-to-column pairs, which finds a superset of
 the rows (the view's own SQL filters them again); a hop with none cannot be looked up, and its view
 is maintained by scans (`Route.indexed` False, with the reason).
+
+A view none of whose key columns is a plain column of its anchor (a key that is an expression,
+`date_trunc('MONTH', registered_at)`, or a constant, `'all'`) finds its anchor rows by *derived*
+columns of the anchor's part: each key expression's value per row, evaluated by Spark when the rows
+enter the store (`MirrorPart.derived`), kept as an indexed SQLite column.
 """
 
 from __future__ import annotations
@@ -40,16 +45,24 @@ class MirrorPart(BaseModel):
     indexes: tuple[tuple[str, ...], ...]  # column sets looked up by, sorted; the primary key excluded
     located: bool = False  # also where each row lives in the table (data file, row), for position deletes
     retention: str = ""  # an event source: which of its events the views keep (another rule reloads them)
+    # (name, Spark SQL over the row's columns qualified by SELF): a key expression's value per row,
+    # evaluated by Spark as rows enter the store and looked up by; not part of the row itself
+    derived: tuple[tuple[str, str], ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.columns)
 
     @property
+    def derived_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.derived)
+
+    @property
     def materialized(self) -> tuple[str, ...]:
-        """Columns kept as SQLite columns (the key and every looked-up one); the rest live in the row blob."""
+        """Columns kept as SQLite columns (the key, every looked-up one, every derived one); the rest
+        live in the row blob."""
         looked_up = {c for index in self.indexes for c in index}
-        return tuple(c for c in self.column_names if c in self.primary_key or c in looked_up)
+        return tuple(c for c in self.column_names if c in self.primary_key or c in looked_up) + self.derived_names
 
     @property
     def fingerprint(self) -> str:
@@ -100,6 +113,7 @@ class Route(BaseModel):
     key_columns: Mapping[int, tuple[str | None, ...]] = {}  # occurrence -> columns holding each key, after its hops
     anchor: Lookup | None = None  # the anchor's rows for a set of keys (`using`: the key names)
     down: Mapping[int, Lookup] = {}  # occurrence -> its rows, from its parent's rows
+    derived: Mapping[str, str] = {}  # derived columns of the anchor's part the anchor lookup uses -> expression
 
     @property
     def exact_keys(self) -> bool:
@@ -155,13 +169,12 @@ def route(plan: ViewPlan) -> Route:
             hops.append(hop)
         up[occ.id] = tuple(hops)
         key_columns[occ.id] = carried if carried is not None else anchor_keys
-    if all(k is None for k in anchor_keys):
-        return Route(
-            view=plan.name,
-            indexed=False,
-            reason="no key column is a plain column of the anchor table, so the store cannot look its rows up",
-        )
-    plain = [(k.name, c) for k, c in zip(plan.keys, anchor_keys, strict=True) if c is not None]
+    derived: dict[str, str] = {}
+    if all(k is None for k in anchor_keys):  # every key an expression or a constant: looked up by their values
+        derived = {derived_name(k.expr): k.expr for k in plan.keys}
+        plain = [(k.name, derived_name(k.expr)) for k in plan.keys]
+    else:  # by the plain ones, a superset the recompute filters by the others
+        plain = [(k.name, c) for k, c in zip(plan.keys, anchor_keys, strict=True) if c is not None]
     anchor = Lookup(
         table=plan.occurrence(plan.anchor).table,
         columns=tuple(c for _, c in plain),
@@ -175,7 +188,12 @@ def route(plan: ViewPlan) -> Route:
         if hop is None:
             return _refused(plan, link, "the link")
         down[link.child] = hop
-    return Route(view=plan.name, indexed=True, up=up, key_columns=key_columns, anchor=anchor, down=down)
+    return Route(view=plan.name, indexed=True, up=up, key_columns=key_columns, anchor=anchor, down=down, derived=derived)
+
+
+def derived_name(expression: str) -> str:
+    """The store column of a key expression's value (views with the same expression share it)."""
+    return "_lmv_x_" + hashlib.sha1(expression.encode()).hexdigest()[:12]
 
 
 def _lookups(r: Route) -> Iterable[Lookup]:
@@ -194,11 +212,14 @@ def mirror_parts(
     fingerprint: a view that needs more of its events reloads them from the table;
     `located` parts also keep each row's place in the table's files."""
     indexes: dict[str, set[tuple[str, ...]]] = {table: set() for table in sources}
+    derived: dict[str, dict[str, str]] = {table: {} for table in sources}
     for r in routes:
         if not r.indexed:
             continue
         for lookup in _lookups(r):
             indexes.setdefault(lookup.table, set()).add(tuple(sorted(lookup.columns)))
+        if r.anchor is not None:
+            derived[r.anchor.table].update(r.derived)
     for table, source in sources.items():  # ingest checks declared unique keys against the live rows (lakemv.core.cdc.unique)
         indexes[table] |= {tuple(sorted(u)) for u in source.unique}
         if source.is_events and source.event_time is not None:  # events are dropped by event time (retention)
@@ -214,5 +235,6 @@ def mirror_parts(
             indexes=tuple(sorted(s for s in sets if s != pk)),
             located=located,
             retention=(retention or {}).get(table, ""),
+            derived=tuple(sorted(derived[table].items())),
         )
     return parts

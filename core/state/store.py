@@ -9,14 +9,13 @@ as the rows, so `lakemv.spark.batch.sync` can tell whether it is in step with it
 Mirror part `m_<table>`: the primary-key columns and every looked-up column as SQLite columns, the
 whole row as a blob, the source position and the tombstone flag; one partial index (live rows) per
 lookup column set. View part `v_<view>`: the key (canonically encoded) and the digest of the row.
-A view that waits for its freshness budget keeps its pending keys in `pending` (lakemv.core.batch.deferral).
+A view that waits for its freshness budget keeps its pending keys in `pending` (`lakemv.core.state.book`).
 A *located* part also keeps where each row lives in its Iceberg table - the data file (an id into
 `files`) and the row's position in it - so that replacing the row is a position delete.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lakemv.core.sql.quote import ansi_ident
+from lakemv.core.state.book import ViewBook
 from lakemv.core.state.codec import Values, decode, encode, index_value
 from lakemv.core.state.dbfile import close_sealed, open_checked
 from lakemv.core.state.layout import MirrorPart, ViewPart
@@ -45,16 +45,6 @@ class Record:
 
 
 @dataclass(frozen=True)
-class Pending:
-    """A deferred view's keys waiting in the state, and since when the oldest waits (epoch micros).
-    Not `known`: the state does not know what is pending (rebuilt, or the view new to it)."""
-
-    known: bool
-    since: int | None
-    keys: list[Values]
-
-
-@dataclass(frozen=True)
 class Stored:
     """A mirror row as the store holds it (tombstones carry only their key)."""
 
@@ -64,8 +54,7 @@ class Stored:
     location: Location | None = None  # where the row lives, for a located part (None: not known)
 
 
-
-class Store(FilePlaces):
+class Store(FilePlaces, ViewBook):
     """The local indexed state of one ingest stream (see the module docstring)."""
 
     def __init__(self, path: Path | str):
@@ -198,16 +187,27 @@ class Store(FilePlaces):
     def put_rows(
         self, table: str, rows: Iterable[tuple[Values, int, bool]], locations: Iterable[Location | None] | None = None
     ) -> int:
-        """Insert or replace mirror rows `(values, position, deleted)`, values in the part's column order,
-        with where each lives when known (else `locate` tells it later)."""
+        """Insert or replace mirror rows `(values, position, deleted)`, values in the part's column order
+        followed by its derived columns' values (`MirrorPart.derived`), with where each lives when known
+        (else `locate` tells it later)."""
         part = self._mirrors[table]
-        positions = [part.column_names.index(c) for c in part.materialized]
+        width = len(part.columns)
+        positions = [(part.column_names + part.derived_names).index(c) for c in part.materialized]
         marks = ", ".join("?" for _ in range(len(positions) + 5))
         sql = f"INSERT OR REPLACE INTO {ansi_ident(f'm_{table}')} VALUES ({marks})"
+        if part.derived:
+            def row(values: Values) -> Values:
+                if len(values) != width + len(part.derived):
+                    raise ValueError(f"a row of {table} comes without the values of its derived columns {part.derived_names}")
+                return values[:width]
+        else:
+            def row(values: Values) -> Values:
+                return values
 
         def params() -> Iterator[list[Any]]:
             for (values, position, deleted), file_id, at in self._placed(f"mirror:{table}", rows, locations):
-                yield [index_value(values[i]) for i in positions] + [encode(values), position, int(bool(deleted)), file_id, at]
+                blob = encode(row(values))
+                yield [index_value(values[i]) for i in positions] + [blob, position, int(bool(deleted)), file_id, at]
 
         with self.transaction():
             cursor = self._db.executemany(sql, params())
@@ -256,15 +256,23 @@ class Store(FilePlaces):
         wanted = [v for v in dict.fromkeys(values) if all(x is not None or ns for x, ns in zip(v, null_safe, strict=True))]
         return [decode(r[0]) for r in self._select(table, tuple(columns), wanted, tuple(null_safe), live=True)]
 
+    def count_lookup(self, table: str, columns: Sequence[str], values: Iterable[Values], null_safe: Sequence[bool]) -> int:
+        """How many rows `lookup` with the same arguments finds (counted by the index, no row read)."""
+        wanted = [v for v in dict.fromkeys(values) if all(x is not None or ns for x, ns in zip(v, null_safe, strict=True))]
+        return sum(r[0] for r in self._select(table, tuple(columns), wanted, tuple(null_safe), live=True, count=True))
+
     def count(self, table: str) -> int:
         with self._lock:
             return self._db.execute(f"SELECT count(*) FROM {ansi_ident(f'm_{table}')}").fetchone()[0]
 
     def _select(
-        self, table: str, columns: tuple[str, ...], wanted: list[Values], null_safe: tuple[bool, ...], live: bool
+        self, table: str, columns: tuple[str, ...], wanted: list[Values], null_safe: tuple[bool, ...], live: bool, count: bool = False
     ) -> Iterator[tuple[Any, ...]]:
+        """The stored rows (`_row, _pos, _del, _file, _at`) whose `columns` equal one of `wanted`; with
+        `count`, one `(count,)` per statement instead."""
         name = ansi_ident(f"m_{table}")
         alive = " AND _del = 0" if live else ""
+        what, what_m = ("count(*)", "count(*)") if count else ("_row, _pos, _del, _file, _at", "m._row, m._pos, m._del, m._file, m._at")
         with self._lock:
             if len(columns) == 1:
                 column = ansi_ident(columns[0])
@@ -272,9 +280,9 @@ class Store(FilePlaces):
                 for start in range(0, len(plain), CHUNK):
                     chunk = plain[start : start + CHUNK]
                     marks = ", ".join("?" for _ in chunk)
-                    yield from self._db.execute(f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {column} IN ({marks}){alive}", chunk)
+                    yield from self._db.execute(f"SELECT {what} FROM {name} WHERE {column} IN ({marks}){alive}", chunk)
                 if any(v[0] is None for v in wanted):
-                    yield from self._db.execute(f"SELECT _row, _pos, _del, _file, _at FROM {name} WHERE {column} IS NULL{alive}")
+                    yield from self._db.execute(f"SELECT {what} FROM {name} WHERE {column} IS NULL{alive}")
                 return
             # several columns: the wanted tuples as a VALUES list joined to the part, each seeking its
             # index (CROSS JOIN keeps the list outside: SQLite never scans the part), CHUNK parameters a statement
@@ -288,7 +296,7 @@ class Store(FilePlaces):
                 chunk = wanted[start : start + per]
                 sql = (
                     f"WITH w({listed}) AS (VALUES {', '.join(row for _ in chunk)}) "
-                    f"SELECT m._row, m._pos, m._del, m._file, m._at FROM w CROSS JOIN {name} AS m ON {on}{alive_m}"
+                    f"SELECT {what_m} FROM w CROSS JOIN {name} AS m ON {on}{alive_m}"
                 )
                 yield from self._db.execute(sql, [index_value(v) for value in chunk for v in value])
 
@@ -335,49 +343,6 @@ class Store(FilePlaces):
         with self.transaction():
             self._db.execute(f"DELETE FROM {ansi_ident(f'v_{view}')}")
             self._forget_files(f"view:{view}")
-
-    # ---- deferred views (lakemv.core.batch.deferral) ----------------------------------------------------
-    def pending(self, view: str) -> Pending:
-        """The view's pending keys (in key order) and since when the oldest of them waits."""
-        with self._lock:
-            row = self._db.execute("SELECT since FROM deferred WHERE view = ?", (view,)).fetchone()
-            if row is None:
-                return Pending(False, None, [])
-            keys = [decode(k) for (k,) in self._db.execute("SELECT key FROM pending WHERE view = ? ORDER BY k", (view,))]
-            return Pending(True, row[0] if keys else None, keys)
-
-    def knows_pending(self, view: str) -> bool:
-        """Whether the state knows what of the view is pending (`Pending.known`, without reading the keys)."""
-        with self._lock:
-            return self._db.execute("SELECT 1 FROM deferred WHERE view = ?", (view,)).fetchone() is not None
-
-    def defer(self, view: str, keys: Iterable[Values], now: int) -> None:
-        """Add `keys` to the view's pending keys; the wait starts at `now` unless older ones wait."""
-        with self.transaction():
-            self._db.executemany(
-                "INSERT OR IGNORE INTO pending (view, k, key) VALUES (?, ?, ?)", ((view, key_blob(k), encode(k)) for k in keys)
-            )
-            self._db.execute(
-                "INSERT INTO deferred (view, since) VALUES (?, ?) ON CONFLICT (view) DO UPDATE SET since = coalesce(since, excluded.since)",
-                (view, now),
-            )
-
-    def caught_up(self, view: str) -> None:
-        """Nothing of the view is pending any more (joins the caller's transaction, if any)."""
-        with self.transaction():
-            self._db.execute("DELETE FROM pending WHERE view = ?", (view,))
-            self._db.execute("INSERT OR REPLACE INTO deferred (view, since) VALUES (?, NULL)", (view,))
-
-    # ---- what maintaining a view cost (lakemv.core.batch.choice) ----------------------------------------
-    def costs(self, view: str) -> dict[str, list[tuple[float, float]]]:
-        """Per way of maintaining the view, its last observations (size, seconds), oldest first."""
-        with self._lock:
-            found = self._db.execute("SELECT way, observed FROM costs WHERE view = ?", (view,)).fetchall()
-        return {way: [(float(x), float(y)) for x, y in json.loads(observed)] for way, observed in found}
-
-    def measured(self, view: str, way: str, observed: Sequence[tuple[float, float]]) -> None:
-        with self.transaction():
-            self._db.execute("INSERT OR REPLACE INTO costs (view, way, observed) VALUES (?, ?, ?)", (view, way, json.dumps(list(observed))))
 
     def view_count(self, view: str) -> int:
         with self._lock:

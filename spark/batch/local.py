@@ -23,10 +23,11 @@ from lakemv.core.batch.result import ViewResult
 from lakemv.core.cdc.changeset import change_values
 from lakemv.core.cdc.effects import CHANGED
 from lakemv.core.cdc.events import lowest
+from lakemv.core.planner import over
 from lakemv.core.planner.retention import horizon, settles
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.quote import q
-from lakemv.core.state.codec import rows_of, to_arrow
+from lakemv.core.state.codec import Values, rows_of, to_arrow
 from lakemv.core.state.layout import ViewPart, mirror_parts, route
 from lakemv.core.state.places import Location
 from lakemv.core.state.store import Store
@@ -36,9 +37,12 @@ from lakemv.spark.commits import WriteUnit, commit_once
 from lakemv.spark.directwrite import Committed
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.indexed import IndexedView
+from lakemv.spark.views.kept import MARK, KeptPlans, run_kept
 from lakemv.spark.views.maintain import ViewMaintainer
 from lakemv.spark.views.state import read_state
-from lakemv.spark.views.together import Gathered, recompute_together
+from lakemv.spark.views.together import Gathered, part_schema, recompute_together
+
+ORDINAL = "_lmv_i"  # each row's place in the unit, which the evaluation of derived columns keeps
 
 
 class LocalStateBackend(ScanBackend):
@@ -52,6 +56,7 @@ class LocalStateBackend(ScanBackend):
         self._starts: list[int] = []  # when the last view steps started (epoch micros)
         self._holding = False  # the last unit held its views' keys: more of its batch or backlog follows
         self._committed: dict[str, Committed | None] = {}  # the unit's direct mirror commits, for `record`
+        self._kept = KeptPlans(ctx.spark)  # the evaluation of derived columns, planned once (`_derived`)
         self.attach()
 
     # ---- the state's upkeep ---------------------------------------------------------------------
@@ -106,15 +111,31 @@ class LocalStateBackend(ScanBackend):
         """The unit's applied rows into the store, with the snapshots its commits made (one transaction)."""
         assert self.sync is not None
         rows = {}
-        for table, plan in plans.items():
-            if table in self.store.mirrors and plan.rows.num_rows:
-                names = self.store.mirrors[table].column_names
-                rows[table] = list(
-                    zip(rows_of(plan.rows, names), plan.rows.column(POSITION).to_pylist(), plan.rows.column(DELETED).to_pylist(), strict=True)
-                )
+        values = {t: rows_of(p.rows, self.store.mirrors[t].column_names) for t, p in plans.items() if t in self.store.mirrors and p.rows.num_rows}
+        for table, derived in self._derived(values).items():
+            values[table] = [row + more for row, more in zip(values[table], derived, strict=True)]
+        for table, items in values.items():
+            rows[table] = list(zip(items, plans[table].rows.column(POSITION).to_pylist(), plans[table].rows.column(DELETED).to_pylist(), strict=True))
         committed, self._committed = self._committed, {}
         record_mirrors(self.sync, rows, unit.write_id, committed)
         return True
+
+    def _derived(self, rows: Mapping[str, list[Values]]) -> dict[str, list[Values]]:
+        """Per table whose part has derived columns (key expressions a view looks its anchor rows up
+        by, lakemv.core.state.layout), their values for each of `rows`, evaluated by Spark: one job
+        for every table, each by the plan kept for it (lakemv.spark.views.kept)."""
+        runs, tables = [], []
+        for table, items in rows.items():
+            part = self.store.mirrors[table]
+            if not part.derived:
+                continue
+            relation = f"{MARK}derived_{table}"
+            select = ", ".join(f"{over(expression, 'a')} AS {q(name)}" for name, expression in part.derived)
+            inputs = to_arrow(items, part_schema(part)).append_column(ORDINAL, pa.array(range(len(items)), pa.int64()))
+            runs.append((self._kept, f"derived:{table}", f"SELECT a.{ORDINAL}, {select} FROM {relation} AS a", {relation: inputs}))
+            tables.append(table)
+        found = run_kept(self.ctx.spark, runs) if runs else []
+        return {t: rows_of(r.sort_by(ORDINAL), self.store.mirrors[t].derived_names) for t, r in zip(tables, found, strict=True)}
 
     def close(self) -> None:
         self.store.close()

@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from lakemv.catalog.storage import S3Options, arrow_file
 from lakemv.catalog.tables import DELETED, POSITION, TableNames
+from lakemv.core.planner import over
 from lakemv.core.sql.quote import q
 from lakemv.core.state.codec import columns_of, rows_of
 from lakemv.core.state.layout import MirrorPart, ViewPart
@@ -271,13 +272,16 @@ class StoreSync:
             columns = [q(c) if c in known else f"NULL AS {q(c)}" for c in (*part.column_names, POSITION, DELETED)]
             columns += ["_file", "_pos AS _lmv_at"] if part.located else []
             where = f" WHERE {self.retained[table]}" if table in self.retained else ""
-            frame = self.spark.sql(f"SELECT {', '.join(columns)} FROM {identifier}{travel}{where}")
-            data = frame.toArrow() if snapshot is not None else None
+            sql = f"SELECT {', '.join(columns)} FROM {identifier}{travel}{where}"
+            if part.derived:  # each key expression a view looks rows up by, evaluated by Spark (lakemv.core.state.layout)
+                derived = ", ".join(f"{over(expression, 'a')} AS {q(name)}" for name, expression in part.derived)
+                sql = f"SELECT a.*, {derived} FROM ({sql}) AS a"
+            data = self.spark.sql(sql).toArrow() if snapshot is not None else None
             with self.store.transaction():
                 self.store.clear_rows(table)
                 self.store.drop_indexes(table)
                 if data is not None and data.num_rows:
-                    values = columns_of(data, part.column_names)
+                    values = columns_of(data, part.column_names + part.derived_names)
                     positions = data.column(POSITION).to_pylist()
                     deleted = data.column(DELETED).to_pylist()
                     self.store.put_rows(table, zip(zip(*values, strict=True), positions, deleted, strict=True), _locations(data, part.located))

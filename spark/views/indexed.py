@@ -127,7 +127,7 @@ class IndexedView:
         if whole:  # the state lost what was pending: diff the whole view
             choice = Choice(WHOLE, 0.0, None, "its pending keys were not known")
         else:
-            choice = self._choose(len(keys))
+            choice = self._choose(keys)
         if choice.plan == WHOLE:
             result = self.maintainer.write(None, Writing(None if whole else len(keys), position, unit, started, steps, state))
             self.sync.reload(self.name)
@@ -178,7 +178,7 @@ class IndexedView:
             tail["steps"] = {**result.steps, "state": round(time.perf_counter() - clock, 3)}
         # its own time: its keys and rows, its share of the recompute, its diff and writes (not the others')
         seconds = steps["keys"] + steps["rows"] + seconds + diffed.diff_seconds + (time.perf_counter() - began)
-        self._measured(INCREMENTAL, lambda: len(keys), seconds - steps["keys"])
+        self._measured(INCREMENTAL, lambda: len(gathered.rows[self.plan.anchor]) if self.route.derived else len(keys), seconds - steps["keys"])
         return replace(result, seconds=seconds, **tail)
 
     def _reaching(self, table: str, rows: list[Values], changed: list[list[str] | None] | None) -> list[Values]:
@@ -237,14 +237,29 @@ class IndexedView:
             self.costs = Costs(cost_choice.PRIORS["indexed"], self.store.costs(self.plan.name))
         return self.costs
 
-    def _choose(self, keys: int) -> Choice:
+    def _size(self, keys: set[Values]) -> int:
+        """What an incremental maintenance of `keys` is sized by: the keys; for keys that are expressions
+        or constants (`Route.derived`: one may stand for a month of rows, or all of them), the anchor
+        rows they read, counted by the store's index."""
+        if not self.route.derived:
+            return len(keys)
+        anchor = self.route.anchor
+        assert anchor is not None
+        positions = [self.plan.key_names.index(n) for n in anchor.using]
+        return self.store.count_lookup(anchor.table, anchor.columns, [tuple(k[i] for i in positions) for k in keys], anchor.null_safe)
+
+    def _choose(self, keys: set[Values]) -> Choice:
         """Incremental or whole, by predicted cost (lakemv.core.batch.choice)."""
         refused = (
             "events are enriched as of processing time" if self.plan.as_of_processing
             else "the state keeps the digests of unsettled rows only" if self.settle is not None
             else None
         )  # fmt: skip
-        return self._costs().choose(keys, lambda: self.store.view_count(self.plan.name), refused)
+        size = self._size(keys)
+        choice = self._costs().choose(size, lambda: self.store.view_count(self.plan.name), refused)
+        if self.route.derived:  # sized by rows, not keys: say so
+            return replace(choice, reason=f"{choice.reason} (incremental sized by the {size:,} anchor rows its {len(keys):,} keys read)")
+        return choice
 
     def _measured(self, way: str, size: Callable[[], int], seconds: float) -> None:
         """What this way cost this batch, kept for the next choices (a lost record costs nothing but calibration)."""

@@ -131,6 +131,43 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, tmp_path, 
         assert_duckdb_agrees(lake, [m.plan for m in processor.maintainers])
 
 
+JAN, FEB, MAR = (1_705_320_000_000_000, 1_707_998_400_000_000, 1_710_504_000_000_000)  # mid-month, 2024
+
+
+def test_keys_that_are_expressions_or_constants_are_served_by_a_state_rebuilt_from_the_tables(lake, tmp_path, monkeypatch):
+    """monthly_signups (keyed by a month) and user_totals (by the constant 'all') from the local state:
+    a state rebuilt from the tables has each user's month evaluated by Spark; a user moving to another
+    month reaches both months' keys and reads only their users."""
+    monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_INCREMENTAL)
+    plans = [plan_view(shape_view(name), lake.sources) for name in ("monthly_signups", "user_totals")]
+    path = tmp_path / "state" / "state.sqlite"
+
+    def processor() -> BatchProcessor:
+        made = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=Store(path), direct=DirectWriter(lake.spark, lake.settings))
+        assert set(made.indexed) == {"monthly_signups", "user_totals"}
+        return made
+
+    first = processor()
+    born = [JAN, JAN, JAN, FEB, FEB]
+    first.process_lines(0, [(dbz("c", 10 + i, user(f"u{i}@x", f"u{i}", i, t)), at("users")) for i, t in enumerate(born)])
+    assert_views_are_fresh(lake, first)
+    first.close()
+    for file in path.parent.glob("state.sqlite*"):  # a driver on a blank disk: the state is rebuilt from the tables
+        file.unlink()
+    second = processor()
+    assert set(second.synced.reloaded) >= {"mirror:users"}
+    late = user("u5@x", "u5", 5, FEB)  # the rebuilt state does not know what was pending: diffed whole once
+    assert second.process_lines(1, [(dbz("c", 20, late), at("users", "b1.json"))]).views["monthly_signups"].plan == "whole"
+    moved = user("u0@x", "u0", 0, MAR)
+    result = second.process_lines(2, [(dbz("u", 30, moved, user("u0@x", "u0", 0, JAN)), at("users", "b2.json"))])
+    months = result.views["monthly_signups"]
+    assert (months.keys, months.rows_read, months.plan) == (2, 3, "incremental"), months  # January's two users, March's one
+    assert (result.views["user_totals"].keys, result.views["user_totals"].rows_read) == (1, 6)
+    signups = assert_views_are_fresh(lake, second)["monthly_signups"]
+    assert sorted(row["users"] for row in signups.values()) == [1, 2, 3]
+    second.close()
+
+
 def test_a_changed_definition_rebuilds_the_view_and_an_unchanged_one_is_left_alone(lake, monkeypatch):
     def processor_for(sql: str) -> BatchProcessor:
         plan = plan_view(parse_view(f"-- @key: username\n{sql}", "fans"), lake.sources)

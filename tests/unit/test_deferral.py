@@ -80,7 +80,7 @@ def test_the_store_keeps_pending_keys_until_the_view_catches_up(tmp_path):
 
 
 def deferral_pending(known: bool, since: int | None, keys: list[tuple]):
-    from lakemv.core.state.store import Pending
+    from lakemv.core.state.book import Pending
 
     return Pending(known, since, keys)
 

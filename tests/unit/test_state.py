@@ -82,6 +82,44 @@ def test_an_expression_key_is_looked_up_by_its_plain_columns_then_filtered(sourc
     assert r.key_columns[plan.anchor] == ("author", None)  # the day is evaluated by Spark
 
 
+def test_a_key_with_no_plain_column_is_looked_up_by_a_derived_column_of_its_value(sources):
+    plan = plan_view(
+        parse_view(
+            "-- @key: month\nSELECT date_trunc('MONTH', u.registered_at) AS month, count(*) AS n FROM users u "
+            "GROUP BY date_trunc('MONTH', u.registered_at)",
+            "monthly",
+        ),
+        sources,
+    )
+    r = route(plan)
+    assert r.indexed and r.exact_keys and r.anchor is not None
+    (name, expression), = r.derived.items()
+    assert r.anchor.columns == (name,) and r.anchor.using == ("month",) and "date_trunc" in expression.lower()
+    assert r.key_columns[plan.anchor] == (None,)  # a changed row's key is evaluated by Spark
+    users = mirror_parts(sources, [r])["users"]
+    assert users.derived == ((name, expression),) and name in users.materialized and (name,) in users.indexes
+    assert users.fingerprint != mirror_parts(sources, [])["users"].fingerprint  # a new derived column reloads the rows
+    # the same expression in another view shares the column; a constant key is one too
+    again = route(plan_view(parse_view("-- @key: month\n" + plan.definition.sql.replace("count(*) AS n", "max(u.id) AS top"), "other"), sources))
+    assert again.derived == r.derived
+    total = route(plan_view(parse_view("-- @key: scope\nSELECT 'all' AS scope, count(*) AS n FROM users u", "total"), sources))
+    assert total.indexed and list(total.derived.values()) == ["'all'"]
+
+
+def test_derived_columns_are_stored_beside_the_row_and_looked_up_by(sources):
+    part = MirrorPart(
+        table="t", primary_key=("id",), columns=(("id", "bigint"), ("g", "string")), indexes=(("_lmv_x_1",),), derived=(("_lmv_x_1", "upper(_lmv_self.g)"),)
+    )
+    store = Store(":memory:")
+    store.attach_mirror(part)
+    store.put_rows("t", [((1, "a", "A"), 1, False), ((2, "a", "A"), 1, False), ((3, "b", "B"), 1, False), ((4, "a", "A"), 1, True)])
+    assert sorted(store.lookup("t", ("_lmv_x_1",), [("A",)], (True,))) == [(1, "a"), (2, "a")]  # the row alone, live rows only
+    assert store.count_lookup("t", ("_lmv_x_1",), [("A",), ("B",), ("C",)], (True,)) == 3
+    assert store.stored("t", [(3,)])[(3,)].row == (3, "b")
+    with pytest.raises(ValueError, match="without the values of its derived columns"):
+        store.put_rows("t", [((5, "c"), 2, False)])
+
+
 def test_layout_fingerprint_changes_only_when_rows_must_reload():
     base = MirrorPart(table="t", primary_key=("id",), columns=(("id", "bigint"), ("a", "string"), ("b", "string")), indexes=(("a",),))
     same = base.model_copy(update={"indexes": ()})
