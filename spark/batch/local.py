@@ -30,7 +30,7 @@ from lakemv.core.sql.quote import q
 from lakemv.core.state.codec import Values, rows_of, to_arrow
 from lakemv.core.state.layout import ViewPart, mirror_parts, route
 from lakemv.core.state.places import Location
-from lakemv.core.state.store import Store
+from lakemv.core.state.store import Store, Stored
 from lakemv.spark.batch.backend import BatchContext, ScanBackend, _by_key
 from lakemv.spark.batch.sync import StoreSync, record_mirrors
 from lakemv.spark.commits import WriteUnit, commit_once
@@ -56,6 +56,7 @@ class LocalStateBackend(ScanBackend):
         self._starts: list[int] = []  # when the last view steps started (epoch micros)
         self._holding = False  # the last unit held its views' keys: more of its batch or backlog follows
         self._committed: dict[str, Committed | None] = {}  # the unit's direct mirror commits, for `record`
+        self._found: dict[str, dict[Values, Stored]] = {}  # the stored rows `plans` read, for the unit's commits
         self._kept = KeptPlans(ctx.spark)  # the evaluation of derived columns, planned once (`_derived`)
         self.attach()
 
@@ -116,7 +117,7 @@ class LocalStateBackend(ScanBackend):
             values[table] = [row + more for row, more in zip(values[table], derived, strict=True)]
         for table, items in values.items():
             rows[table] = list(zip(items, plans[table].rows.column(POSITION).to_pylist(), plans[table].rows.column(DELETED).to_pylist(), strict=True))
-        committed, self._committed = self._committed, {}
+        committed, self._committed, self._found = self._committed, {}, {}
         record_mirrors(self.sync, rows, unit.write_id, committed)
         return True
 
@@ -215,11 +216,12 @@ class LocalStateBackend(ScanBackend):
         others as `ScanBackend` judges them."""
         kept = {t: r for t, r in rows.items() if t in self.store.mirrors}
         plans = super().plans({t: r for t, r in rows.items() if t not in kept})
+        self._found = {}
         for table, changes in kept.items():
             source = self.ctx.sources[table]
             names = self.store.mirrors[table].column_names
             incoming = mirror_rows(changes, names, rows_of(changes, names))
-            found = self.store.stored(table, [tuple(row[k] for k in source.primary_key) for row in incoming])
+            found = self._found[table] = self.store.stored(table, [tuple(row[k] for k in source.primary_key) for row in incoming])
             stored = [
                 {**dict(zip(names, s.row + (None,) * (len(names) - len(s.row)), strict=True)), POSITION: s.position, DELETED: s.deleted}
                 for s in found.values()
@@ -251,8 +253,13 @@ class LocalStateBackend(ScanBackend):
         identifier, name = ctx.names.mirror(table), f"mirror:{table}"
         pk = list(ctx.sources[table].primary_key)
         keys = rows_of(rows.select(pk), pk)
+        read = self._found.pop(table, None)  # what `plans` read of these keys, unless this unit is a replay
 
         def held() -> list[Location | None]:
+            nonlocal read
+            if read is not None:  # (once: a retry after a lost race follows the table, then reads the store)
+                found, read = read, None
+                return [found[k].location for k in keys if k in found]
             return [s.location for s in store.stored(table, keys).values()]
 
         def attempt(retry: bool) -> None:

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.declarations import SourceTable
-from lakemv.catalog.tables import POSITION, TableNames
+from lakemv.catalog.tables import DELETED, POSITION, TableNames
 from lakemv.catalog.writer import CommitTurns
 from lakemv.core.batch.journal import BatchRef, Journal, TablePlan
 from lakemv.core.batch.plan import Clock, absent_notes, advance_clocks, highest, ledger_entry, now_micros
@@ -325,9 +325,11 @@ class BatchProcessor:
         for table, plan in sorted(plans.items()):
             source = self.sources[table]
             if source.unique and plan.rows.num_rows:
-                violations = unique_violations(source, plan.rows.to_pylist(), lambda c, v, s=source: self.backend.holders(s, c, v))
-                if violations:
-                    found[table] = violations
+                holders = lambda c, v, s=source: self.backend.holders(s, c, v)  # noqa: E731
+                read = list(dict.fromkeys([*source.primary_key, *(c for u in source.unique for c in u), DELETED]))
+                violations = unique_violations(source, plan.rows.select(read).to_pylist(), holders)
+                if violations:  # (rare) again over whole rows: their dead letters carry every column
+                    found[table] = unique_violations(source, plan.rows.to_pylist(), holders)
         return found
 
     # ---- schema drift ------------------------------------------------------------------------------
