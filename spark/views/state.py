@@ -5,8 +5,10 @@ between them is missed however many batches skipped the view.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.declarations import SourceTable
@@ -15,9 +17,26 @@ from lakemv.catalog.viewstate import STATE, ViewState
 
 
 def read_state(spark: SparkSession, table: str) -> ViewState:
-    """The view table's maintenance state (fresh from the catalog: the catalog cache is off)."""
-    rows = spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
-    return ViewState.parse(next((r["value"] for r in rows if r["key"] == STATE), None))
+    """The view table's maintenance state (fresh from the catalog: the catalog cache is off), read
+    through Iceberg's Java API: every batch reads it for every view it serves, and a `SHOW
+    TBLPROPERTIES` query cost 8x as much (46 ms against 5.8 ms here). A table Iceberg cannot load is
+    asked again by the query, which says why in Spark's words."""
+    try:
+        value = _iceberg(spark).loadIcebergTable(spark._jsparkSession, table).properties().get(STATE)
+    except Py4JJavaError:
+        rows = spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
+        value = next((r["value"] for r in rows if r["key"] == STATE), None)
+    return ViewState.parse(None if value is None else str(value))
+
+
+_UTIL: weakref.WeakKeyDictionary[SparkSession, object] = weakref.WeakKeyDictionary()
+
+
+def _iceberg(spark: SparkSession):  # noqa: ANN202 - a py4j proxy of org.apache.iceberg.spark.Spark3Util
+    """Iceberg's Spark3Util, looked up once per session (py4j resolves a dotted name one package at a time)."""
+    if spark not in _UTIL:
+        _UTIL[spark] = spark.sparkContext._jvm.org.apache.iceberg.spark.Spark3Util  # type: ignore[union-attr]
+    return _UTIL[spark]
 
 
 def write_state(spark: SparkSession, table: str, state: ViewState) -> None:
