@@ -202,9 +202,10 @@ SHAPES: dict[str, tuple[str, str]] = {
     ),
 }
 
-# Shapes the local state has no index for (maintained by scans): links that compare expressions, and
-# UNION ALLs. (Keys with no plain column - an expression, a constant - are looked up by derived columns.)
-SCANNED = frozenset({"case_blind_stars", "people_counts", "directory"})
+# Shapes the local state has no index for (maintained by scans): links that compare expressions. (Keys
+# with no plain column - an expression, a constant - are looked up by derived columns; a UNION ALL by
+# an anchor lookup per branch.)
+SCANNED = frozenset({"case_blind_stars"})
 
 
 def shape_view(name: str, copy_of: str | None = None) -> ViewDefinition:

@@ -160,8 +160,10 @@ def _state_lines(plan: ViewPlan, order: list[int], width: int) -> list[str]:
         hops = [_lookup_text(h) for h in r.up[occ_id]]
         columns = ", ".join(c if c is not None else "<evaluated by Spark>" for c in r.key_columns[occ_id])
         lines.append(f"  {_occurrence(plan, occ_id):<{width}}  up: {ARROW.join([*hops, f'key from ({columns})'])}")
-    assert r.anchor is not None
-    lines.append(f"  rows for the keys: {_lookup_text(r.anchor, r.derived)}" + (" (each key expression's value kept per row, evaluated by Spark)" if r.derived else ""))
-    for occ_id in order[1:]:
+    for anchor_id, anchor in r.anchors.items():
+        which = f" ({_occurrence(plan, anchor_id)}'s branch)" if len(r.anchors) > 1 else ""
+        evaluated = " (each key expression's value kept per row, evaluated by Spark)" if any(c in r.derived for c in anchor.columns) else ""
+        lines.append(f"  rows for the keys{which}: {_lookup_text(anchor, r.derived)}{evaluated}")
+    for occ_id in order[len(r.anchors):]:
         lines.append(f"  {_occurrence(plan, occ_id):<{width}}  down: {_lookup_text(r.down[occ_id])}")
     return lines

@@ -111,14 +111,14 @@ class Route(BaseModel):
     reason: str | None = None  # why the view is maintained by scans instead
     up: Mapping[int, tuple[Lookup, ...]] = {}  # occurrence -> hops to the anchor (may be empty)
     key_columns: Mapping[int, tuple[str | None, ...]] = {}  # occurrence -> columns holding each key, after its hops
-    anchor: Lookup | None = None  # the anchor's rows for a set of keys (`using`: the key names)
+    anchors: Mapping[int, Lookup] = {}  # per anchor (a UNION ALL has one per branch): its rows for a set of keys (`using`: key names)
     down: Mapping[int, Lookup] = {}  # occurrence -> its rows, from its parent's rows
-    derived: Mapping[str, str] = {}  # derived columns of the anchor's part the anchor lookup uses -> expression
+    derived: Mapping[str, str] = {}  # derived columns the anchor lookups use -> their expressions
 
     @property
     def exact_keys(self) -> bool:
-        """Whether the anchor lookup finds exactly the keys' rows (every key is a plain column)."""
-        return self.anchor is not None and self.anchor.exact
+        """Whether the anchor lookups find exactly the keys' rows (one anchor, every key a plain or derived column)."""
+        return len(self.anchors) == 1 and all(a.exact for a in self.anchors.values())
 
 
 def _hop(link: Link, plan: ViewPlan, upwards: bool) -> Lookup | None:
@@ -147,14 +147,16 @@ def _refused(plan: ViewPlan, link: Link, what: str) -> Route:
 
 
 def route(plan: ViewPlan) -> Route:
-    """The lookups that maintain `plan` from the store, or a Route saying why it cannot."""
-    if plan.branches:
-        return Route(view=plan.name, indexed=False, reason="a UNION ALL view is maintained by scans (one link tree per branch)")
+    """The lookups that maintain `plan` from the store, or a Route saying why it cannot. A UNION ALL
+    has an anchor lookup per branch (its link tree's root), each by the plain columns of its branch's
+    keys: a superset (the constant that tells the branches apart is not a column), which the
+    recompute filters by the keys."""
+    plain_keys = {b.anchor: tuple(plain_column(k.expr) for k in b.keys) for b in plan.anchors}
     up: dict[int, tuple[Lookup, ...]] = {}
     key_columns: dict[int, tuple[str | None, ...]] = {}
-    anchor_keys = tuple(plain_column(k.expr) for k in plan.keys)
     for occ in plan.occurrences:
         chain = list(plan.chain(occ.id))
+        anchor_keys = plain_keys[plan.anchor_of(occ.id)]
         carried: tuple[str | None, ...] | None = None
         if chain:  # the last hop is skipped when its link already carries every key column
             into_anchor = {plain_column(p): plain_column(c) for c, p, op in chain[-1].pairs if op == "="}
@@ -170,25 +172,27 @@ def route(plan: ViewPlan) -> Route:
         up[occ.id] = tuple(hops)
         key_columns[occ.id] = carried if carried is not None else anchor_keys
     derived: dict[str, str] = {}
-    if all(k is None for k in anchor_keys):  # every key an expression or a constant: looked up by their values
-        derived = {derived_name(k.expr): k.expr for k in plan.keys}
-        plain = [(k.name, derived_name(k.expr)) for k in plan.keys]
-    else:  # by the plain ones, a superset the recompute filters by the others
-        plain = [(k.name, c) for k, c in zip(plan.keys, anchor_keys, strict=True) if c is not None]
-    anchor = Lookup(
-        table=plan.occurrence(plan.anchor).table,
-        columns=tuple(c for _, c in plain),
-        using=tuple(n for n, _ in plain),
-        null_safe=tuple(True for _ in plain),  # a GROUP BY key may be NULL
-        exact=len(plain) == len(plan.keys),
-    )
+    anchors: dict[int, Lookup] = {}
+    for branch in plan.anchors:
+        if all(k is None for k in plain_keys[branch.anchor]):  # every key an expression or a constant: looked up by their values
+            derived.update({derived_name(k.expr): k.expr for k in branch.keys})
+            plain = [(k.name, derived_name(k.expr)) for k in branch.keys]
+        else:  # by the plain ones, a superset the recompute filters by the others
+            plain = [(k.name, c) for k, c in zip(branch.keys, plain_keys[branch.anchor], strict=True) if c is not None]
+        anchors[branch.anchor] = Lookup(
+            table=plan.occurrence(branch.anchor).table,
+            columns=tuple(c for _, c in plain),
+            using=tuple(n for n, _ in plain),
+            null_safe=tuple(True for _ in plain),  # a GROUP BY key may be NULL
+            exact=len(plain) == len(branch.keys),
+        )
     down: dict[int, Lookup] = {}
     for link in plan.links:
         hop = _hop(link, plan, upwards=False)
         if hop is None:
             return _refused(plan, link, "the link")
         down[link.child] = hop
-    return Route(view=plan.name, indexed=True, up=up, key_columns=key_columns, anchor=anchor, down=down, derived=derived)
+    return Route(view=plan.name, indexed=True, up=up, key_columns=key_columns, anchors=anchors, down=down, derived=derived)
 
 
 def derived_name(expression: str) -> str:
@@ -198,8 +202,7 @@ def derived_name(expression: str) -> str:
 
 def _lookups(r: Route) -> Iterable[Lookup]:
     yield from (hop for hops in r.up.values() for hop in hops)
-    if r.anchor is not None:
-        yield r.anchor
+    yield from r.anchors.values()
     yield from r.down.values()
 
 
@@ -218,8 +221,8 @@ def mirror_parts(
             continue
         for lookup in _lookups(r):
             indexes.setdefault(lookup.table, set()).add(tuple(sorted(lookup.columns)))
-        if r.anchor is not None:
-            derived[r.anchor.table].update(r.derived)
+        for anchor in r.anchors.values():
+            derived[anchor.table].update({c: r.derived[c] for c in anchor.columns if c in r.derived})
     for table, source in sources.items():  # ingest checks declared unique keys against the live rows (lakemv.core.cdc.unique)
         indexes[table] |= {tuple(sorted(u)) for u in source.unique}
         if source.is_events and source.event_time is not None:  # events are dropped by event time (retention)

@@ -33,11 +33,12 @@ def _hop(store: Lookups, parts: Mapping[str, MirrorPart], hop: Lookup, rows: lis
 
 def reach(
     plan: ViewPlan, route: Route, parts: Mapping[str, MirrorPart], store: Lookups, images: Mapping[str, list[Values]]
-) -> tuple[set[Values], list[Values]]:
-    """(keys, anchor rows): the keys the images reach, and anchor rows whose keys are expressions
-    (the caller evaluates those with the view's key expressions)."""
+) -> tuple[set[Values], dict[int, list[Values]]]:
+    """(keys, anchor rows): the keys the images reach, and per anchor (a UNION ALL has one per branch)
+    the rows whose keys are expressions or constants (the caller evaluates those with that anchor's
+    key expressions)."""
     keys: set[Values] = set()
-    anchor_rows: list[Values] = []
+    anchor_rows: dict[int, list[Values]] = {}
     for occ in plan.occurrences:
         rows = images.get(occ.table)
         if not rows:
@@ -49,20 +50,22 @@ def reach(
         columns = route.key_columns[occ.id]
         if all(c is not None for c in columns):
             keys.update(_project(rows, parts[table], columns))  # type: ignore[arg-type]
-        else:
-            anchor_rows.extend(rows)
+        elif rows:
+            anchor_rows.setdefault(plan.anchor_of(occ.id), []).extend(rows)
     return keys, anchor_rows
 
 
 def gather(
     plan: ViewPlan, route: Route, parts: Mapping[str, MirrorPart], store: Lookups, keys: Iterable[Values]
 ) -> dict[int, list[Values]]:
-    """The live rows each occurrence reads for `keys` (a superset where a lookup is inexact)."""
-    anchor = route.anchor
-    assert anchor is not None
-    positions = [plan.key_names.index(n) for n in anchor.using]
-    wanted = [tuple(key[i] for i in positions) for key in keys]
-    rows: dict[int, list[Values]] = {plan.anchor: store.lookup(anchor.table, anchor.columns, wanted, anchor.null_safe)}
+    """The live rows each occurrence reads for `keys` (a superset where a lookup is inexact: each
+    branch of a UNION ALL looks up every key, whichever branch it is of)."""
+    keys = list(keys)
+    rows: dict[int, list[Values]] = {}
+    for occ_id, anchor in route.anchors.items():
+        positions = [plan.key_names.index(n) for n in anchor.using]
+        wanted = [tuple(key[i] for i in positions) for key in keys]
+        rows[occ_id] = store.lookup(anchor.table, anchor.columns, wanted, anchor.null_safe)
     for link in plan.links:
         parent_table = plan.occurrence(link.parent).table
         rows[link.child] = _hop(store, parts, route.down[link.child], rows[link.parent], parent_table)

@@ -37,7 +37,7 @@ from lakemv.core.state.walk import gather, reach
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
 from lakemv.spark.directwrite import Committed
-from lakemv.spark.views.kept import MARK, KeptPlans, Run
+from lakemv.spark.views.kept import MARK, KeptPlans, Run, run_kept
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
 from lakemv.spark.views.together import TAG, VIEW, Gathered, part_schema
 
@@ -178,7 +178,7 @@ class IndexedView:
             tail["steps"] = {**result.steps, "state": round(time.perf_counter() - clock, 3)}
         # its own time: its keys and rows, its share of the recompute, its diff and writes (not the others')
         seconds = steps["keys"] + steps["rows"] + seconds + diffed.diff_seconds + (time.perf_counter() - began)
-        self._measured(INCREMENTAL, lambda: len(gathered.rows[self.plan.anchor]) if self.route.derived else len(keys), seconds - steps["keys"])
+        self._measured(INCREMENTAL, lambda: self._rows_sized(gathered) if self.route.derived else len(keys), seconds - steps["keys"])
         return replace(result, seconds=seconds, **tail)
 
     def _reaching(self, table: str, rows: list[Values], changed: list[list[str] | None] | None) -> list[Values]:
@@ -243,10 +243,15 @@ class IndexedView:
         rows they read, counted by the store's index."""
         if not self.route.derived:
             return len(keys)
-        anchor = self.route.anchor
-        assert anchor is not None
-        positions = [self.plan.key_names.index(n) for n in anchor.using]
-        return self.store.count_lookup(anchor.table, anchor.columns, [tuple(k[i] for i in positions) for k in keys], anchor.null_safe)
+        total = 0
+        for anchor in self.route.anchors.values():
+            positions = [self.plan.key_names.index(n) for n in anchor.using]
+            total += self.store.count_lookup(anchor.table, anchor.columns, [tuple(k[i] for i in positions) for k in keys], anchor.null_safe)
+        return total
+
+    def _rows_sized(self, gathered: Gathered) -> int:
+        """The anchor rows `gathered` read (what `_size` counted before)."""
+        return sum(len(gathered.rows.get(anchor, ())) for anchor in self.route.anchors)
 
     def _choose(self, keys: set[Values]) -> Choice:
         """Incremental or whole, by predicted cost (lakemv.core.batch.choice)."""
@@ -267,14 +272,17 @@ class IndexedView:
         if observed is not None:
             self.store.measured(self.plan.name, way, observed)
 
-    def _evaluate_keys(self, anchor_rows: list[Values]) -> set[Values]:
-        """Key expressions that are not plain columns, evaluated by Spark over the anchor rows."""
-        anchor = self.plan.occurrence(self.plan.anchor)
-        relation = f"{MARK}{self.plan.name}_anchor"
-        select = ", ".join(f"{over(k.expr, 'a')} AS {q(k.name)}" for k in self.plan.keys)
-        rows = to_arrow(anchor_rows, part_schema(self.store.mirrors[anchor.table]))
-        found = self.kept.run("keys", f"SELECT DISTINCT {select} FROM {relation} AS a", {relation: rows})
-        return set(rows_of(found, self.plan.key_names))
+    def _evaluate_keys(self, anchor_rows: Mapping[int, list[Values]]) -> set[Values]:
+        """Key expressions that are not plain columns, evaluated by Spark over each anchor's rows (its
+        own key expressions for each branch of a UNION ALL), in one job."""
+        runs: list[Run] = []
+        for anchor_id, rows in sorted(anchor_rows.items()):
+            anchor = self.plan.occurrence(anchor_id)
+            relation = f"{MARK}{self.plan.name}_anchor_{anchor_id}"
+            select = ", ".join(f"{over(k.expr, 'a')} AS {q(k.name)}" for k in self.plan.keys_at(anchor_id))
+            inputs = {relation: to_arrow(rows, part_schema(self.store.mirrors[anchor.table]))}
+            runs.append((self.kept, f"keys:{anchor_id}", f"SELECT DISTINCT {select} FROM {relation} AS a", inputs))
+        return {key for found in run_kept(self.spark, runs) for key in rows_of(found, self.plan.key_names)}
 
     def kept_run(self, gathered: Gathered) -> Run:
         """This view's SQL over the rows it gathered, alone, as its kept plan runs it
@@ -311,8 +319,8 @@ class IndexedView:
             relation, tag = sources[occ.id]
             columns = ", ".join(q(c) for c in self.store.mirrors[occ.table].column_names)
             read = f"SELECT {columns} FROM {relation}" + (f" WHERE {TAG} = {tag}" if tag is not None else "")
-            if occ.id == self.plan.anchor and keyed is not None:
-                match = " AND ".join(f"k.{q(k.name)} <=> {over(k.expr, 'a')}" for k in self.plan.keys)
+            if occ.id in self.route.anchors and keyed is not None:
+                match = " AND ".join(f"k.{q(k.name)} <=> {over(k.expr, 'a')}" for k in self.plan.keys_at(occ.id))
                 read = f"SELECT a.* FROM ({read}) AS a LEFT SEMI JOIN {keyed} AS k ON {match}"
             ctes.append(f"{self._prefix}{occ.id} AS ({read})")
         digest = digest_sql(list(self.plan.columns), "b")

@@ -78,7 +78,7 @@ def test_an_expression_key_is_looked_up_by_its_plain_columns_then_filtered(sourc
     )
     r = route(plan)
     assert r.indexed and not r.exact_keys
-    assert r.anchor is not None and r.anchor.columns == ("author",)
+    assert r.anchors[plan.anchor].columns == ("author",)
     assert r.key_columns[plan.anchor] == ("author", None)  # the day is evaluated by Spark
 
 
@@ -92,9 +92,10 @@ def test_a_key_with_no_plain_column_is_looked_up_by_a_derived_column_of_its_valu
         sources,
     )
     r = route(plan)
-    assert r.indexed and r.exact_keys and r.anchor is not None
+    assert r.indexed and r.exact_keys
     (name, expression), = r.derived.items()
-    assert r.anchor.columns == (name,) and r.anchor.using == ("month",) and "date_trunc" in expression.lower()
+    anchor = r.anchors[plan.anchor]
+    assert anchor.columns == (name,) and anchor.using == ("month",) and "date_trunc" in expression.lower()
     assert r.key_columns[plan.anchor] == (None,)  # a changed row's key is evaluated by Spark
     users = mirror_parts(sources, [r])["users"]
     assert users.derived == ((name, expression),) and name in users.materialized and (name,) in users.indexes
@@ -118,6 +119,32 @@ def test_derived_columns_are_stored_beside_the_row_and_looked_up_by(sources):
     assert store.stored("t", [(3,)])[(3,)].row == (3, "b")
     with pytest.raises(ValueError, match="without the values of its derived columns"):
         store.put_rows("t", [((5, "c"), 2, False)])
+
+
+def test_a_union_all_looks_each_branch_up_by_its_own_anchor(sources):
+    from lakemv.workload.shapes import shape_view
+
+    plan = plan_view(shape_view("people_counts"), sources)
+    r = route(plan)
+    assert r.indexed and not r.exact_keys  # the constant telling the branches apart is not a column
+    assert {plan.occurrence(a).table: (l.columns, l.using) for a, l in r.anchors.items()} == {
+        "stars": (("username",), ("who",)), "pull_requests": (("author",), ("who",))
+    }
+    repos = next(o.id for o in plan.occurrences if o.table == "repos")  # joined in the second branch
+    assert r.key_columns[repos] == (None, "author") and r.up[repos] == (r.up[repos][0],) and r.up[repos][0].table == "pull_requests"
+    store = Store(":memory:")
+    parts = mirror_parts(sources, [r])
+    for part in parts.values():
+        store.attach_mirror(part)
+    names = parts["pull_requests"].column_names
+    store.put_rows("pull_requests", [(tuple({"repo": "r", "repo_owner": "o", "index": 1, "author": "ann"}.get(c) for c in names), 1, False)])
+    store.put_rows("repos", [(tuple({"owner": "o", "name": "r"}.get(c) for c in parts["repos"].column_names), 1, False)])
+    repo = tuple({"owner": "o", "name": "r"}.get(c) for c in parts["repos"].column_names)
+    keys, pending = reach(plan, r, parts, store, {"repos": [repo]})
+    prs = next(a for a in r.anchors if plan.occurrence(a).table == "pull_requests")
+    assert keys == set() and list(pending) == [prs] and len(pending[prs]) == 1  # its key is evaluated by Spark
+    rows = gather(plan, r, parts, store, [("prs", "ann")])
+    assert {plan.occurrence(o).table: len(found) for o, found in rows.items()} == {"stars": 0, "pull_requests": 1, "repos": 1}
 
 
 def test_layout_fingerprint_changes_only_when_rows_must_reload():
@@ -194,7 +221,7 @@ def test_reach_follows_the_chains_through_live_rows_only(plans, sources):
     names = parts["repos"].column_names
     image = tuple({"owner": "o", "name": "r1"}.get(c) for c in names)
     keys, pending = reach(plan, r, parts, store, {"repos": [image]})
-    assert keys == {("a@x",), ("b@x",)} and pending == []  # cat's star reaches a tombstoned user: no key
+    assert keys == {("a@x",), ("b@x",)} and pending == {}  # cat's star reaches a tombstoned user: no key
     star = tuple({"username": "bob", "repo_owner": "o", "repo_name": "zz"}.get(c) for c in parts["stars"].column_names)
     pay = tuple({"id": 11, "user_id": 1}.get(c) for c in parts["payment_info"].column_names)
     keys, _ = reach(plan, r, parts, store, {"stars": [star], "payment_info": [pay]})
