@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from lakemv.catalog.viewstate import ViewState
 from lakemv.core.batch import choice as cost_choice
 from lakemv.core.batch import deferral
-from lakemv.core.batch.choice import INCREMENTAL, WHOLE, Choice, Costs
+from lakemv.core.batch.choice import INCREMENTAL, ROWS_PER_KEY, WHOLE, Choice, Costs
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import over
 from lakemv.core.planner.finality import final_rows_sql
@@ -240,18 +240,18 @@ class IndexedView:
     def _size(self, keys: set[Values]) -> int:
         """What an incremental maintenance of `keys` is sized by: the keys; for keys that are expressions
         or constants (`Route.derived`: one may stand for a month of rows, or all of them), the anchor
-        rows they read, counted by the store's index."""
+        rows they read, counted by the store's index, as keys of `ROWS_PER_KEY` rows each."""
         if not self.route.derived:
             return len(keys)
         total = 0
         for anchor in self.route.anchors.values():
             positions = [self.plan.key_names.index(n) for n in anchor.using]
             total += self.store.count_lookup(anchor.table, anchor.columns, [tuple(k[i] for i in positions) for k in keys], anchor.null_safe)
-        return total
+        return -(-total // ROWS_PER_KEY)
 
     def _rows_sized(self, gathered: Gathered) -> int:
-        """The anchor rows `gathered` read (what `_size` counted before)."""
-        return sum(len(gathered.rows.get(anchor, ())) for anchor in self.route.anchors)
+        """The anchor rows `gathered` read, as `_size` counts them."""
+        return -(-sum(len(gathered.rows.get(anchor, ())) for anchor in self.route.anchors) // ROWS_PER_KEY)
 
     def _choose(self, keys: set[Values]) -> Choice:
         """Incremental or whole, by predicted cost (lakemv.core.batch.choice)."""
@@ -263,7 +263,8 @@ class IndexedView:
         size = self._size(keys)
         choice = self._costs().choose(size, lambda: self.store.view_count(self.plan.name), refused)
         if self.route.derived:  # sized by rows, not keys: say so
-            return replace(choice, reason=f"{choice.reason} (incremental sized by the {size:,} anchor rows its {len(keys):,} keys read)")
+            rows = f"~{size * ROWS_PER_KEY:,} anchor rows its {len(keys):,} keys read"
+            return replace(choice, reason=f"{choice.reason} (incremental sized by the {rows}, {ROWS_PER_KEY} to a key)")
         return choice
 
     def _measured(self, way: str, size: Callable[[], int], seconds: float) -> None:
