@@ -33,7 +33,6 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -205,8 +204,8 @@ class SourceTable(BaseModel):
                 raise ValueError(f"ordering field {path!r} must be 'ts_ms' or a 'source.<field>' path")
         return self
 
-    @cached_property
-    def column_names(self) -> tuple[str, ...]:  # (asked for per row by the driver's parse: made once)
+    @property
+    def column_names(self) -> tuple[str, ...]:  # (not cached: model_copy, as schema drift uses it, would keep it stale)
         return tuple(c.name for c in self.columns)
 
     def column(self, name: str) -> Column:
