@@ -26,7 +26,6 @@ class Pending:
     keys: list[Values]
 
 
-
 class ViewBook:
     """Each view's pending keys and cost observations."""
 

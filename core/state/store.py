@@ -195,18 +195,12 @@ class Store(FilePlaces, ViewBook):
         positions = [(part.column_names + part.derived_names).index(c) for c in part.materialized]
         marks = ", ".join("?" for _ in range(len(positions) + 5))
         sql = f"INSERT OR REPLACE INTO {ansi_ident(f'm_{table}')} VALUES ({marks})"
-        if part.derived:
-            def row(values: Values) -> Values:
-                if len(values) != width + len(part.derived):
-                    raise ValueError(f"a row of {table} comes without the values of its derived columns {part.derived_names}")
-                return values[:width]
-        else:
-            def row(values: Values) -> Values:
-                return values
 
         def params() -> Iterator[list[Any]]:
             for (values, position, deleted), file_id, at in self._placed(f"mirror:{table}", rows, locations):
-                blob = encode(row(values))
+                if part.derived and len(values) != width + len(part.derived):
+                    raise ValueError(f"a row of {table} comes without the values of its derived columns {part.derived_names}")
+                blob = encode(values[:width] if part.derived else values)
                 yield [index_value(values[i]) for i in positions] + [blob, position, int(bool(deleted)), file_id, at]
 
         with self.transaction():
@@ -253,13 +247,11 @@ class Store(FilePlaces, ViewBook):
     def lookup(self, table: str, columns: Sequence[str], values: Iterable[Values], null_safe: Sequence[bool]) -> list[Values]:
         """Live rows of `table` whose `columns` equal one of the `values` tuples (SQL `=`, or `<=>`
         where `null_safe`): each row once."""
-        wanted = [v for v in dict.fromkeys(values) if all(x is not None or ns for x, ns in zip(v, null_safe, strict=True))]
-        return [decode(r[0]) for r in self._select(table, tuple(columns), wanted, tuple(null_safe), live=True)]
+        return [decode(r[0]) for r in self._select(table, tuple(columns), _wanted(values, null_safe), tuple(null_safe), live=True)]
 
     def count_lookup(self, table: str, columns: Sequence[str], values: Iterable[Values], null_safe: Sequence[bool]) -> int:
         """How many rows `lookup` with the same arguments finds (counted by the index, no row read)."""
-        wanted = [v for v in dict.fromkeys(values) if all(x is not None or ns for x, ns in zip(v, null_safe, strict=True))]
-        return sum(r[0] for r in self._select(table, tuple(columns), wanted, tuple(null_safe), live=True, count=True))
+        return sum(r[0] for r in self._select(table, tuple(columns), _wanted(values, null_safe), tuple(null_safe), live=True, count=True))
 
     def count(self, table: str) -> int:
         with self._lock:
@@ -361,3 +353,8 @@ class Store(FilePlaces, ViewBook):
     @property
     def views(self) -> Mapping[str, ViewPart]:
         return self._views
+
+
+def _wanted(values: Iterable[Values], null_safe: Sequence[bool]) -> list[Values]:
+    """The distinct looked-up tuples that can match: a NULL matches nothing where `=` compares it."""
+    return [v for v in dict.fromkeys(values) if all(x is not None or ns for x, ns in zip(v, null_safe, strict=True))]
