@@ -225,6 +225,14 @@ def test_schema_scale_with_more_places_than_declared_is_a_dead_letter():
         parsed(row(amount=unscaled(1_234_567)), [ID, decimal_field(scale=3)])
 
 
+def test_each_line_is_read_by_its_own_schema_when_a_tables_schema_changes():
+    """A table's lines mostly repeat one Connect schema (its wires are reused while they do): a line
+    with another scale, then the first schema again, each decodes by the schema it carries."""
+    scales = [2, 1, 2, 0, 0, 2]
+    values = [parsed(row(amount=unscaled(12_345)), [ID, decimal_field(scale=scale)]).row[AMOUNT] for scale in scales]
+    assert values == [Decimal("123.45"), Decimal("1234.50"), Decimal("123.45"), Decimal("12345.00"), Decimal("12345.00"), Decimal("123.45")]
+
+
 def test_decimal_without_schema_uses_the_declared_scale():
     assert parsed(row(amount="AeJA"), fields=None).row[AMOUNT] == Decimal("1234.56")
 
