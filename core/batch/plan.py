@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakemv.catalog.declarations import SourceTable
-from lakemv.catalog.tables import DELETED, POSITION, SOURCE_TS
+from lakemv.catalog.tables import POSITION, SOURCE_TS
 from lakemv.core.batch.journal import BatchRef, TablePlan
 from lakemv.core.batch.records import LedgerEntry, TableEntry, ViewEntry
 from lakemv.core.batch.result import BatchResult
 from lakemv.core.cdc.changeset import ChangeSet
-from lakemv.core.cdc.effects import CHANGED, effect_of
+from lakemv.core.cdc.effects import CHANGED, Effect, Values
 from lakemv.core.cdc.events import STORED_DUPLICATE
 
 
@@ -58,15 +57,9 @@ def highest(plans: Mapping[str, TablePlan], column: str) -> int | None:
     return max(values) if values else None
 
 
-def table_plan(
-    source: SourceTable, changes: pa.Table, incoming: Sequence[dict[str, Any]], stored: Sequence[dict[str, Any]],
-    images: Callable[[list[dict[str, Any]]], pa.Table],
-) -> TablePlan:  # fmt: skip
-    """One table's plan: the rows of `changes` that win against the `stored` rows of their keys (by
-    source position), and the old and new images of the rows they change, made a table by `images`.
-    `incoming` and `stored` are rows as dicts (declared columns, position, deleted flag), in whatever
-    value form the caller compares in; `incoming[i]` is row i of `changes`."""
-    effect = effect_of(source.primary_key, source.column_names, incoming, stored)
+def table_plan(changes: pa.Table, effect: Effect, images: Callable[[list[Values]], pa.Table]) -> TablePlan:
+    """One table's plan from the `effect` of `changes` against the mirror (lakemv.core.cdc.effects):
+    the rows that win, and the old and new images of the rows they change, made a table by `images`."""
     made = images(effect.images).append_column(CHANGED, pa.array(effect.changed, type=pa.list_(pa.string())))
     return TablePlan(changes.take(pa.array(effect.applied, type=pa.int64())), made)
 
@@ -128,12 +121,3 @@ def ledger_entry(
         started_at_micros=started_at,
         finished_at_micros=finished_at,
     )
-
-
-def mirror_rows(rows: pa.Table, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    """Each row of `rows` as a dict of `columns` (values given in the caller's form), its source position
-    and its deleted flag: what `table_plan` compares."""
-    return [
-        {**dict(zip(columns, v, strict=True)), POSITION: position, DELETED: deleted}
-        for v, position, deleted in zip(values, rows.column(POSITION).to_pylist(), rows.column(DELETED).to_pylist(), strict=True)
-    ]

@@ -8,13 +8,14 @@ changed (`CHANGED`), so a view that reads none of them is not reached by it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lakemv.catalog.tables import DELETED, POSITION
 
 Row = dict[str, Any]
+Values = tuple[Any, ...]
 CHANGED = "_lmv_changed"  # the images' column: the columns an update changed (NULL: the row appeared or went)
 
 
@@ -23,28 +24,46 @@ class Effect:
     """Indexes of the incoming rows that apply, and the old + new images of the rows they change."""
 
     applied: list[int] = field(default_factory=list)
-    images: list[Row] = field(default_factory=list)
+    images: list[Values] = field(default_factory=list)  # values in the order of the columns compared
     changed: list[list[str] | None] = field(default_factory=list)  # per image: what its update changed (None: all)
 
 
-def effect_of(
-    primary_key: Sequence[str], columns: Sequence[str], incoming: Sequence[Row], stored: Sequence[Row]
+def effect_of_values(
+    columns: Sequence[str],
+    keys: Sequence[Values],
+    incoming: Sequence[Values],
+    positions: Sequence[int],
+    deleted: Sequence[bool],
+    stored: Mapping[Values, tuple[Values, int, bool]],
 ) -> Effect:
-    """Compare one row per key (`incoming`, deduplicated) with the mirror's stored rows for those keys."""
-    by_key = {tuple(row[k] for k in primary_key): row for row in stored}
+    """Compare one row per key (`incoming[i]`: the values of `columns`, with `keys[i]`, `positions[i]`,
+    `deleted[i]`; deduplicated) with the mirror's stored rows for those keys (`stored`: key ->
+    values of `columns`, position, deleted). Positional: no row is made a dict."""
     effect = Effect()
-    for index, row in enumerate(incoming):
-        current = by_key.get(tuple(row[k] for k in primary_key))
-        if current is not None and row[POSITION] <= current[POSITION]:
+    applied, images, changes = effect.applied, effect.images, effect.changed
+    for index, (key, new, position, gone) in enumerate(zip(keys, incoming, positions, deleted, strict=True)):
+        current = stored.get(key)
+        if current is not None and position <= current[1]:
             continue  # the mirror already holds this change or a newer one
-        effect.applied.append(index)
-        old = None if current is None or current[DELETED] else {c: current[c] for c in columns}
-        new = None if row[DELETED] else {c: row[c] for c in columns}
+        applied.append(index)
+        old = None if current is None or current[2] else current[0]
+        if gone:
+            new = None
         if old == new:
             continue  # a re-delivered row or a touch: no view can see a difference
-        changed = None if old is None or new is None else [c for c in columns if old[c] != new[c]]
+        changed = None if old is None or new is None else [c for c, a, b in zip(columns, old, new, strict=True) if a != b]
         for image in (old, new):
             if image is not None:
-                effect.images.append(image)
-                effect.changed.append(changed)
+                images.append(image)
+                changes.append(changed)
     return effect
+
+
+def effect_of(primary_key: Sequence[str], columns: Sequence[str], incoming: Sequence[Row], stored: Sequence[Row]) -> Effect:
+    """`effect_of_values` for rows as dicts (declared columns, position, deleted flag)."""
+    key = lambda row: tuple(row[k] for k in primary_key)  # noqa: E731
+    values = lambda row: tuple(row[c] for c in columns)  # noqa: E731
+    return effect_of_values(
+        columns, [key(r) for r in incoming], [values(r) for r in incoming], [r[POSITION] for r in incoming], [r[DELETED] for r in incoming],
+        {key(r): (values(r), r[POSITION], r[DELETED]) for r in stored},
+    )  # fmt: skip

@@ -24,7 +24,7 @@ from lakemv.core.batch.journal import Journal, TablePlan
 from lakemv.core.batch.plan import table_plan
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.cdc.changeset import change_values
-from lakemv.core.cdc.effects import CHANGED
+from lakemv.core.cdc.effects import CHANGED, effect_of
 from lakemv.core.planner.retention import Need
 from lakemv.core.sql.quote import q
 from lakemv.core.state.store import Store
@@ -146,9 +146,10 @@ class ScanBackend:
                 plans[table] = TablePlan(changes, None)
                 continue
             schema = ctx.declared(ctx.sources[table])
-            plans[table] = table_plan(
-                ctx.sources[table], changes, changes.to_pylist(), stored[table].to_pylist(), lambda images, s=schema: pa.Table.from_pylist(images, schema=s)
-            )
+            source = ctx.sources[table]
+            effect = effect_of(source.primary_key, source.column_names, changes.to_pylist(), stored[table].to_pylist())
+            plans[table] = table_plan(changes, effect, lambda images, s=schema: pa.Table.from_arrays(
+                [pa.array([i[n] for i in images], type=f.type) for n, f in enumerate(s)], schema=s))  # fmt: skip
         return plans
 
     # ---- writes ---------------------------------------------------------------------------------

@@ -18,10 +18,10 @@ from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.tables import DELETED, POSITION
 from lakemv.core.batch import deferral
 from lakemv.core.batch.journal import TablePlan
-from lakemv.core.batch.plan import mirror_rows, now_micros, table_plan
+from lakemv.core.batch.plan import now_micros, table_plan
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.cdc.changeset import change_values
-from lakemv.core.cdc.effects import CHANGED
+from lakemv.core.cdc.effects import CHANGED, effect_of_values
 from lakemv.core.cdc.events import lowest
 from lakemv.core.planner import over
 from lakemv.core.planner.retention import horizon, settles
@@ -57,6 +57,7 @@ class LocalStateBackend(ScanBackend):
         self._holding = False  # the last unit held its views' keys: more of its batch or backlog follows
         self._committed: dict[str, Committed | None] = {}  # the unit's direct mirror commits, for `record`
         self._found: dict[str, dict[Values, Stored]] = {}  # the stored rows `plans` read, for the unit's commits
+        self._values: dict[str, tuple[pa.Table, list[Values]]] = {}  # the applied rows `plans` made values of, for `record`
         self._kept = KeptPlans(ctx.spark)  # the evaluation of derived columns, planned once (`_derived`)
         self.attach()
 
@@ -112,7 +113,11 @@ class LocalStateBackend(ScanBackend):
         """The unit's applied rows into the store, with the snapshots its commits made (one transaction)."""
         assert self.sync is not None
         rows = {}
-        values = {t: rows_of(p.rows, self.store.mirrors[t].column_names) for t, p in plans.items() if t in self.store.mirrors and p.rows.num_rows}
+        made, self._values = self._values, {}  # the rows `plans` made values of (not a replay's, read from the journal)
+        values = {
+            t: made[t][1] if t in made and made[t][0] is p.rows else rows_of(p.rows, self.store.mirrors[t].column_names)
+            for t, p in plans.items() if t in self.store.mirrors and p.rows.num_rows
+        }  # fmt: skip
         for table, derived in self._derived(values).items():
             values[table] = [row + more for row, more in zip(values[table], derived, strict=True)]
         for table, items in values.items():
@@ -212,24 +217,30 @@ class LocalStateBackend(ScanBackend):
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def plans(self, rows: Mapping[str, pa.Table]) -> dict[str, TablePlan]:
-        """Tables the store keeps are judged against its rows (every value in the store's form); the
-        others as `ScanBackend` judges them."""
+        """Tables the store keeps are judged against its rows (every value in the store's form, compared
+        as tuples); the others as `ScanBackend` judges them."""
         kept = {t: r for t, r in rows.items() if t in self.store.mirrors}
         plans = super().plans({t: r for t, r in rows.items() if t not in kept})
-        self._found = {}
+        self._found, self._values = {}, {}
         for table, changes in kept.items():
             source = self.ctx.sources[table]
             names = self.store.mirrors[table].column_names
-            incoming = mirror_rows(changes, names, rows_of(changes, names))
-            found = self._found[table] = self.store.stored(table, [tuple(row[k] for k in source.primary_key) for row in incoming])
-            stored = [
-                {**dict(zip(names, s.row + (None,) * (len(names) - len(s.row)), strict=True)), POSITION: s.position, DELETED: s.deleted}
-                for s in found.values()
-            ]
-            schema = self.ctx.declared(source)
-            plans[table] = table_plan(
-                source, changes, incoming, stored, lambda images, s=schema, c=source.column_names: to_arrow([tuple(i[n] for n in c) for i in images], s)
+            values = rows_of(changes, names)
+            pk = [names.index(k) for k in source.primary_key]
+            keys = [tuple(v[i] for i in pk) for v in values]
+            found = self._found[table] = self.store.stored(table, keys)
+            pad = len(names)
+            stored = {k: (s.row + (None,) * (pad - len(s.row)), s.position, s.deleted) for k, s in found.items()}
+            compared = values
+            if list(names) != list(source.column_names):  # (the images carry the declared columns, in their order)
+                take = [names.index(c) for c in source.column_names]
+                compared = [tuple(v[i] for i in take) for v in values]
+                stored = {k: (tuple(r[i] for i in take), p, d) for k, (r, p, d) in stored.items()}
+            effect = effect_of_values(
+                source.column_names, keys, compared, changes.column(POSITION).to_pylist(), changes.column(DELETED).to_pylist(), stored
             )
+            plans[table] = table_plan(changes, effect, lambda images, s=self.ctx.declared(source): to_arrow(images, s))
+            self._values[table] = (plans[table].rows, [values[i] for i in effect.applied])
         return dict(sorted(plans.items()))
 
     # ---- writes ---------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ from lakemv.catalog.declarations import load_sources
 from lakemv.catalog.settings import PROJECT_ROOT
 from lakemv.catalog.tables import DELETED, POSITION, SOURCE_TS
 from lakemv.core.batch.journal import BatchRef, TablePlan
-from lakemv.core.batch.plan import absent_notes, advance_clocks, highest, ledger_entry, mirror_rows, table_plan
+from lakemv.core.batch.plan import absent_notes, advance_clocks, highest, ledger_entry, table_plan
 from lakemv.core.batch.records import ViewEntry
 from lakemv.core.batch.result import BatchResult, ViewResult
 from lakemv.core.cdc.changeset import ChangeSet
-from lakemv.core.cdc.effects import CHANGED
+from lakemv.core.cdc.effects import CHANGED, effect_of
 from lakemv.core.cdc.events import STORED_DUPLICATE
 
 SOURCES = load_sources([PROJECT_ROOT / "catalog" / "sources", PROJECT_ROOT / "catalog" / "sources" / "events"])
@@ -26,20 +26,14 @@ def _users(*rows: tuple[str, str, int, bool]) -> pa.Table:
 
 
 def test_a_table_plan_keeps_the_winning_rows_and_the_images_views_see():
-    users = SOURCES["users"]
-    blank = dict.fromkeys(users.column_names)
-
-    def row(email: str, username: str, position: int) -> dict:
-        return {**blank, "email": email, "username": username, POSITION: position, DELETED: False}
-
     changes = _users(("a@x", "alice2", 20, False), ("b@x", "bobby", 40, False), ("c@x", "cy", 7, False))
-    incoming = mirror_rows(changes, ["email", "username"], [("a@x", "alice2"), ("b@x", "bobby"), ("c@x", "cy")])
-    incoming = [{**blank, **r} for r in incoming]
-    stored = [row("a@x", "alice", 10), row("b@x", "bob", 50)]
+    incoming = [{"email": e, "username": u, POSITION: p, DELETED: d} for e, u, p, d in zip(*(changes.column(c).to_pylist() for c in changes.column_names))]
+    stored = [{"email": "a@x", "username": "alice", POSITION: 10, DELETED: False}, {"email": "b@x", "username": "bob", POSITION: 50, DELETED: False}]
+    effect = effect_of(("email",), ("email", "username"), incoming, stored)
     seen = []
-    plan = table_plan(users, changes, incoming, stored, lambda images: seen.append(images) or pa.table({"n": range(len(images))}))
+    plan = table_plan(changes, effect, lambda images: seen.append(images) or pa.table({"n": range(len(images))}))
     assert plan.rows.column("email").to_pylist() == ["a@x", "c@x"]  # b@x is older than what the mirror holds
-    assert [i["username"] for i in seen[0]] == ["alice", "alice2", "cy"]
+    assert [i[1] for i in seen[0]] == ["alice", "alice2", "cy"]
     assert plan.images.column("n").to_pylist() == [0, 1, 2]
     # an update's two images carry the columns it changed; a new row's, none (it changes every column)
     assert plan.images.column(CHANGED).to_pylist() == [["username"], ["username"], None]
