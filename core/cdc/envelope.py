@@ -45,6 +45,8 @@ def _maybe_inexact(value: Any) -> bool:
     return False
 
 
+_ABSENT = object()  # an image field that is not there (JSON null is None)
+
 OPS = ("c", "r", "u", "d")  # and "t", a TRUNCATE (see Truncate)
 # Connect logical types -> the encoding they mean (lakemv.core.types.LOGICAL) and the type they are.
 LOGICAL_TYPES = {name: encoding for name, (_, encoding) in LOGICAL.items()}
@@ -249,20 +251,27 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip | Tru
     # An unchanged TOASTed value: Debezium's placeholder, unless the before-image (REPLICA IDENTITY FULL) has it.
     before = envelope.get("before") if isinstance(envelope.get("before"), dict) else {}
     before_wires = _wires(source.name, schema, "before") if schema is not None and before else {}
-    values, unavailable = {}, []
+    row, unavailable, missing = [], [], 0
     for column in source.columns:
-        value, wire = image.get(column.name), wires.get(column.name)
+        name = column.name
+        value = image.get(name, _ABSENT)
+        if value is _ABSENT:  # stored as NULL, and noted
+            missing += 1
+            row.append(None)
+            continue
+        wire = wires.get(name)
         if is_placeholder(value):
-            if column.name in before and before[column.name] is not None and not is_placeholder(before[column.name]):
-                value, wire = before[column.name], before_wires.get(column.name)
+            if name in before and before[name] is not None and not is_placeholder(before[name]):
+                value, wire = before[name], before_wires.get(name)
             else:
-                unavailable.append(column.name)
+                unavailable.append(name)
+                row.append(None)
                 continue
-        values[column.name] = coerce(column, value, wire)
-    names = source.column_names
-    row = tuple(values.get(name) for name in names)
+        row.append(coerce(column, value, wire))
     unknown = absent = ()
-    if len(image) != len(names) or not all(name in image for name in names):
+    if missing or len(image) != len(row):
+        names = source.column_names
         unknown = tuple((k, None if is_placeholder(v) else _sample(v, wires.get(k))) for k, v in image.items() if k not in names)
         absent = tuple(n for n in names if n not in image)
+    row = tuple(row)
     return Change(source.name, op, tuple(key), position, source_ts, row, unknown, absent, tuple(unavailable), follows=follows)
