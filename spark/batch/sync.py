@@ -228,6 +228,21 @@ class StoreSync:
             self.store.locate(name, committed.path, rows_of(committed.rows, key))
         self.store.set_record(name, part.fingerprint, committed.snapshot, write_id)
 
+    def put_placed(self, table: str, items: list, committed: Committed, write_id: str) -> None:
+        """`Store.put_rows` of a mirror's applied rows `items` that `committed` wrote (see `follows`),
+        each with its place in the file it wrote (found by key: one statement per row, not two), and
+        its snapshot recorded, as `place` does after a plain `put_rows`."""
+        name = f"mirror:{table}"
+        part = self.store.mirrors[table]
+        locations = None
+        if part.located and committed.path is not None and committed.rows is not None:
+            at = {k: i for i, k in enumerate(rows_of(committed.rows, list(part.primary_key)))}
+            pk = [part.column_names.index(k) for k in part.primary_key]
+            path = committed.path
+            locations = [None if (i := at.get(tuple(values[p] for p in pk))) is None else (path, i) for values, *_ in items]
+        self.store.put_rows(table, items, locations)
+        self.store.set_record(name, part.fingerprint, committed.snapshot, write_id)
+
     def _part(self, name: str) -> tuple[MirrorPart | ViewPart, list[str]]:
         """Part `name` ("mirror:<table>" or "view:<view>") and the columns that key its rows."""
         kind, table = name.split(":", 1)
@@ -338,8 +353,7 @@ def record_mirrors(
             name = f"mirror:{table}"
             made = (committed or {}).get(table)
             if sync.follows(name, made, write_id):
-                sync.store.put_rows(table, items)
-                sync.place(name, made, write_id)  # type: ignore[arg-type]
+                sync.put_placed(table, items, made, write_id)  # type: ignore[arg-type]
                 continue
             step = sync.advance(name, write_id)
             if step is not None:
