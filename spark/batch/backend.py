@@ -145,8 +145,8 @@ class ScanBackend:
             if table not in stored:
                 plans[table] = TablePlan(changes, None)
                 continue
-            schema = ctx.declared(ctx.sources[table])
             source = ctx.sources[table]
+            schema = ctx.declared(source)
             effect = effect_of(source.primary_key, source.column_names, changes.to_pylist(), stored[table].to_pylist())
             plans[table] = table_plan(changes, effect, lambda images, s=schema: pa.Table.from_arrays(
                 [pa.array([i[n] for i in images], type=f.type) for n, f in enumerate(s)], schema=s))  # fmt: skip
