@@ -46,6 +46,7 @@ def _maybe_inexact(value: Any) -> bool:
 
 
 _ABSENT = object()  # an image field that is not there (JSON null is None)
+_UNREAD = object()  # a text orjson does not read as the standard library would
 
 OPS = ("c", "r", "u", "d")  # and "t", a TRUNCATE (see Truncate)
 # Connect logical types -> the encoding they mean (lakemv.core.types.LOGICAL) and the type they are.
@@ -167,23 +168,31 @@ def _wires(table: str, schema: Any, image: str) -> dict[str, Wire]:
     return wires
 
 
+def _value(text: str, payload_of: bool) -> Any:
+    """orjson's reading of `text`, or _UNREAD when the standard library must read it (refused by orjson,
+    or an integer it reads inexactly in the payload: the value's 'payload' when `payload_of`, else all)."""
+    try:
+        value = orjson.loads(text)
+    except (orjson.JSONDecodeError, RecursionError):
+        return _UNREAD  # (NaN, an escaped lone surrogate, too deep: read, or refused, as the standard library does)
+    if _LONG_RUN not in text.encode("utf-8", "surrogatepass").translate(_DIGITS):
+        return value
+    payload = value.get("payload", value) if payload_of and value.__class__ is dict else value  # (a Connect schema is not data)
+    try:
+        return _UNREAD if _maybe_inexact(payload) else value
+    except RecursionError:
+        return _UNREAD
+
+
 def json_line(text: str | None) -> Any:
     """One line's JSON value, or a Skip for a tombstone (None) or a blank line; EnvelopeError if malformed."""
     if text is None:
         return Skip("tombstone (null value)")
     if not text.strip():
         return Skip("blank line")
-    try:
-        value = orjson.loads(text)
-        if _LONG_RUN not in text.encode("utf-8", "surrogatepass").translate(_DIGITS):
-            return value
-        payload = value.get("payload", value) if value.__class__ is dict else value  # (a Connect schema is not data)
-        if not _maybe_inexact(payload):
-            return value
-    except orjson.JSONDecodeError:
-        pass  # what orjson refuses (NaN, an escaped lone surrogate) is read, or refused, as the standard library does
-    except RecursionError:
-        pass
+    value = _value(text, payload_of=True)
+    if value is not _UNREAD:
+        return value
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -192,8 +201,51 @@ def json_line(text: str | None) -> Any:
         raise EnvelopeError("malformed JSON: nested too deeply") from None
 
 
-def _unwrap(text: str | None) -> tuple[dict[str, Any], Any] | Skip:
+# Per table, how its last wrapped line began: `{"schema":<S>,"payload":` with <S> the exact text of a
+# Connect schema, and that schema read. A line that begins so, ends with `}` and holds one JSON value
+# between them is exactly that schema and that payload: only the payload (a third of a Debezium line)
+# is read. Any other line is read whole, and may become its table's new beginning.
+_HEAD, _JOIN = '{"schema":', ',"payload":'
+_BEGINNINGS: dict[str, tuple[str, Any]] = {}
+
+
+def _read_known(text: str, table: str) -> tuple[dict[str, Any], Any] | Skip | None:
+    """(payload, schema) of a line that begins as its table's last wrapped line did, else None."""
+    known = _BEGINNINGS.get(table)
+    if known is None or not text.startswith(known[0]) or not text.endswith("}"):
+        return None
+    rest = text[len(known[0]):-1]
+    payload = _value(rest, payload_of=False)
+    if payload is _UNREAD:
+        return None  # (not one value, or one the standard library reads: the whole line is read)
+    if payload is None:
+        return Skip("tombstone (null payload)")
+    if payload.__class__ is not dict:
+        return None
+    return payload, known[1]
+
+
+def _remember(text: str, table: str, schema: Any) -> None:
+    """Note how a wrapped line of `table` begins, when its schema's text can be told apart."""
+    if not text.startswith(_HEAD):
+        return
+    end = text.find(_JOIN)
+    if end < 0:
+        return
+    try:
+        if orjson.loads(text[len(_HEAD):end]) != schema:
+            return
+    except (orjson.JSONDecodeError, RecursionError):
+        return
+    _BEGINNINGS[table] = (text[:end + len(_JOIN)], schema)
+
+
+def _unwrap(text: str | None, table: str) -> tuple[dict[str, Any], Any] | Skip:
     """(payload, Connect schema or None), or a Skip."""
+    if text is not None:
+        known = _read_known(text, table)
+        if known is not None:
+            return known
     envelope = json_line(text)
     if isinstance(envelope, Skip):
         return envelope
@@ -201,6 +253,8 @@ def _unwrap(text: str | None) -> tuple[dict[str, Any], Any] | Skip:
         return Skip("tombstone (null value)")
     schema = None
     if isinstance(envelope, dict) and "payload" in envelope and "schema" in envelope:
+        if len(envelope) == 2:
+            _remember(text, table, envelope["schema"])  # type: ignore[arg-type]
         envelope, schema = envelope["payload"], envelope["schema"]
         if envelope is None:
             return Skip("tombstone (null payload)")
@@ -218,7 +272,7 @@ def _sample(value: Any, wire: Wire | None) -> Any:
 
 def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip | Truncate:
     """Parse one line of a landing file (or one Kafka value, None for a tombstone) for `source`."""
-    unwrapped = _unwrap(text)
+    unwrapped = _unwrap(text, source.name)
     if isinstance(unwrapped, Skip):
         return unwrapped
     envelope, schema = unwrapped

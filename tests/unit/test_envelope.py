@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from lakemv.core.cdc import envelope as envelope_module
 from lakemv.core.cdc.coerce import iso_to_micros
 from lakemv.core.cdc.envelope import Change, Skip, parse_envelope
 from lakemv.core.errors import EnvelopeError
@@ -126,3 +127,54 @@ def test_iso_timestamp_in_a_millis_column_is_accepted_but_integer_in_an_iso_colu
 
 def test_iso_to_micros_before_epoch():
     assert iso_to_micros("1969-12-31T23:59:59Z") == -1_000_000
+
+
+def _outcome(text, source):
+    try:
+        return parse_envelope(text, source)
+    except EnvelopeError as exc:
+        return ("dead letter", str(exc))
+
+
+def test_a_line_beginning_as_the_last_wrapped_one_is_read_as_a_whole_line_would_be(sources):
+    """A wrapped line that begins with its table's last schema text has only its payload read: every line
+    below gives what it gives read whole (compact, as Debezium writes it; each after a warm-up line)."""
+    users = sources["users"]
+    schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+        {"field": "registered_at", "type": "int64", "name": "io.debezium.time.MicroTimestamp", "optional": True}]}]}
+    head = '{"schema":' + json.dumps(schema, separators=(",", ":")) + ',"payload":'
+    payload = json.dumps({"op": "c", "after": USER, "source": {"lsn": 5, "ts_ms": 1}}, separators=(",", ":"))
+    big = payload.replace('"id":7', '"id":123456789012345678901234567890')
+    lines = [
+        head + payload + "}",
+        head + payload.replace('"ann"', '"bob"') + "}",  # another payload, the same schema
+        head + payload + ',"payload":null}',  # a second payload key: the last one wins, read whole
+        head + payload + ',"extra":1}',  # a third key
+        head + "null}",  # a tombstone
+        head + "[1]}",  # not an object
+        head + payload + "} ",  # trailing blank
+        head + payload,  # cut short
+        head + big + "}",  # an integer beyond 64 bits in the payload
+        head + payload.replace('"ann"', '"\\ud800"') + "}",  # a lone surrogate orjson refuses
+        head.replace("MicroTimestamp", "Timestamp") + payload + "}",  # another schema (millis)
+        head.replace("Micro", "Nano").replace("true", "false") + payload + "}",  # another, of the same length (nanos)
+        head + payload + "}",  # the first again
+    ]
+    for text in lines:
+        envelope_module._BEGINNINGS.clear()
+        alone = _outcome(text, users)
+        _outcome(lines[0], users)  # the table's beginning is now lines[0]'s
+        assert envelope_module._BEGINNINGS["users"][0] == head
+        assert _outcome(text, users) == alone, text
+    envelope_module._BEGINNINGS.clear()
+    assert [_outcome(text, users) for text in lines] == [_outcome(text, users) for text in reversed(lines)][::-1]
+
+
+def test_a_schema_holding_the_payload_key_in_its_text_is_not_taken_for_a_beginning(sources):
+    schema = {"type": "struct", "parameters": {"x": "1", "payload": {"op": "d"}}, "fields": []}
+    text = '{"schema":' + json.dumps(schema, separators=(",", ":")) + ',"payload":' + json.dumps(
+        {"op": "c", "after": USER, "source": {"lsn": 5}}, separators=(",", ":")) + "}"
+    envelope_module._BEGINNINGS.clear()
+    assert parse_envelope(text, sources["users"]).row[2] == "ann"
+    assert "users" not in envelope_module._BEGINNINGS and text.find(',"payload":') < text.find('"payload":{"op":"c"')
+    assert parse_envelope(text, sources["users"]).row[2] == "ann"
