@@ -15,7 +15,10 @@ batch, lakemv.core.batch.units; in a once run from landing files, files no batch
 every view that can wait only adds the keys it reaches to its pending keys, and the unit that takes
 the last of it maintains it once over all of them - or recomputes it whole, when that is cheaper
 (lakemv.core.batch.choice). A running stream's view is then fresh at the end of each batch, as
-before, and a backlog of N units costs it one maintenance instead of N.
+before, and a backlog of N units costs it one maintenance instead of N. Once a view's pending keys are
+so many that maintaining them would cost more than recomputing it whole, the state forgets them (it
+no longer knows what is pending: the view is diffed whole when due), and the units after that one do
+not look for the keys they reach: that walk was most of a held view's cost per unit.
 
 Freshness here is processing time: the budget bounds how long a change that reached the view waits
 in the state before the view shows it, provided batches keep coming (an idle stream waits with it).
@@ -32,6 +35,7 @@ from lakemv.core.state.layout import route
 
 # How a batch line says why a unit left a view's keys pending.
 HELD = "pending until the batch's last unit"
+WHOLE_DUE = "recomputed whole at the batch's last unit: its keys are not looked for"
 
 
 def refusal(plan: ViewPlan, indexed: bool) -> str | None:

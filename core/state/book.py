@@ -59,6 +59,16 @@ class ViewBook:
                 (view, now),
             )
 
+    def pending_count(self, view: str) -> int:
+        with self._lock:
+            return self._db.execute("SELECT count(*) FROM pending WHERE view = ?", (view,)).fetchone()[0]
+
+    def forget_pending(self, view: str) -> None:
+        """Know no more what of the view is pending: it is diffed whole when next maintained."""
+        with self.transaction():
+            self._db.execute("DELETE FROM pending WHERE view = ?", (view,))
+            self._db.execute("DELETE FROM deferred WHERE view = ?", (view,))
+
     def caught_up(self, view: str) -> None:
         """Nothing of the view is pending any more (joins the caller's transaction, if any)."""
         with self.transaction():

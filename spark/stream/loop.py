@@ -148,7 +148,10 @@ def run_stream(
     now) or is interrupted; the processor's local state is closed either way. The data products
     catch up first (what a crash left undelivered; a whole view only once the stream runs) and last.
     `on_idle` runs every `trigger_seconds` while the stream runs, and once after a `once` stream ends
-    (`final=True`: views still holding a backlog's keys are due then)."""
+    (`final=True`: views still holding a backlog's keys are due then) - only then for a `once` stream:
+    its batches come back to back and judge due views themselves, and an idle turn taken before its
+    first batch would maintain a view whose pending keys a rebuilt state lost whole, ahead of a backlog
+    that then reaches it again."""
     products.deliver(resync=False)
     writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint.hadoop).queryName(name)
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
@@ -157,7 +160,7 @@ def run_stream(
     try:
         for attempt in range(3):
             try:
-                _await(writer.start(), on_idle, trigger_seconds)
+                _await(writer.start(), (lambda: None) if once else on_idle, trigger_seconds)
                 break
             except Exception as exc:
                 if attempt == 2 or classify(exc).reason != "SPARK-55271":  # the Kafka source's restart bug (lakemv.core.failures)

@@ -72,8 +72,7 @@ class IndexedView:
         return self._schema
 
     def _key_schema(self) -> pa.Schema:
-        schema = self._view_schema()
-        return pa.schema([schema.field(k) for k in self.plan.key_names])
+        return pa.schema([self._view_schema().field(k) for k in self.plan.key_names])
 
     def prepare(
         self, images: Mapping[str, list[Values]], unit: WriteUnit, position: int | None, state: ViewState, now: int = 0, gap: int = 0,
@@ -87,9 +86,13 @@ class IndexedView:
         table, the columns each image's update changed (lakemv.core.cdc.effects.CHANGED): an update of
         columns the view does not read reaches none of its keys. `hold`: more units of the batch follow
         (a backlog): a view that can wait adds its keys to its pending keys whatever its budget, and is
-        due at the first unit that does not hold (lakemv.core.batch.deferral). When the state does not
-        know what is pending (it was rebuilt), the keys are not kept: that maintenance diffs the view whole."""
+        due at the first unit that does not hold (lakemv.core.batch.deferral), diffed whole if the state
+        does not know what is pending (rebuilt, or the keys outgrew an incremental maintenance)."""
         started = time.perf_counter()
+        holds = hold and deferral.refusal(self.plan, indexed=True) is None
+        if holds and not self.store.knows_pending(self.plan.name):  # diffed whole when due: what this unit reaches makes no difference
+            self._hold()
+            return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, deferred=True, note=deferral.WHOLE_DUE)
         parts = self.store.mirrors
         images = {t: self._reaching(t, rows, (updated or {}).get(t)) for t, rows in images.items() if self.plan.reached_by(t)}
         keys, anchor_rows = reach(self.plan, self.route, parts, self.store, images)
@@ -101,15 +104,10 @@ class IndexedView:
         steps = {"keys": time.perf_counter() - started}
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
         whole = False
-        if hold and deferral.refusal(self.plan, indexed=True) is None:
-            if not keys:
-                return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
-            if self.store.knows_pending(self.plan.name):  # (else its next maintenance diffs it whole: nothing to add)
-                self.store.defer(self.plan.name, keys, now)
-            crash_point(f"deferred:{self.plan.name}", unit.batch_id)
-            if self.budget is None:
-                self.catch_up_once()
-            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=steps, deferred=True, note=deferral.HELD)
+        if holds:  # (a unit that reaches none of its keys holds nothing)
+            if keys:
+                self._hold(keys, now, unit.batch_id)
+            return ViewResult(self.plan.name, len(keys), seconds=time.perf_counter() - started, steps=steps, deferred=bool(keys), note=deferral.HELD if keys else None)
         if self.budget is not None:  # a view that waits for its freshness budget (lakemv.core.batch.deferral)
             pending = self.store.pending(self.plan.name)
             if not deferral.is_due(pending, now, self.budget, gap):
@@ -162,8 +160,7 @@ class IndexedView:
         began = time.perf_counter()
         diff, seconds = diffed.diff, diffed.seconds
         writing, keys, unit, steps = gathered.writing, gathered.keys, gathered.writing.unit, gathered.writing.steps
-        writing.held = len(diff.duplicated)
-        writing.fed = fed
+        writing.held, writing.fed = len(diff.duplicated), fed
         tail = {"rows_read": gathered.rows_read, "plan": INCREMENTAL, "reason": gathered.choice.reason}
         if diff.rows.num_rows == 0:
             self._caught_up()
@@ -213,10 +210,22 @@ class IndexedView:
         self.sync.reload(self.name)
         self._caught_up()
 
+    def _hold(self, keys: set[Values] | None = None, now: int = 0, batch_id: int = 0) -> None:
+        """A backlog's unit adds `keys` to the pending ones, which the state forgets once maintaining them
+        is predicted to cost more than recomputing the view whole (not for a view sized by rows, nor one
+        whose rows settle): the view is diffed whole when due, at the backlog's last unit."""
+        if keys:
+            self.store.defer(self.plan.name, keys, now)
+            waiting = 0 if self.route.derived or self.settle is not None else self.store.pending_count(self.plan.name)
+            if waiting and self._costs().choose(waiting, lambda: self.store.view_count(self.plan.name), None).plan == WHOLE:
+                self.store.forget_pending(self.plan.name)
+            crash_point(f"deferred:{self.plan.name}", batch_id)
+        if self.budget is None:
+            self.catch_up_once()
+
     def catch_up_once(self) -> None:
-        """A view without a budget whose pending keys are left over (its budget was removed) or not known
-        (the state was rebuilt, or made by a lakemv that kept none): due at the first unit, or between
-        batches when none comes; diffed whole when the keys are not known. Every batch after that, as usual."""
+        """A view without a budget whose pending keys are left over (its budget was removed) or not known (state
+        rebuilt, keys outgrown): due at the first unit (or between batches), whole if not known; then every batch."""
         self.budget, self._once = 0, True
 
     def in_step(self) -> None:
@@ -238,9 +247,8 @@ class IndexedView:
         return self.costs
 
     def _size(self, keys: set[Values]) -> int:
-        """What an incremental maintenance of `keys` is sized by: the keys; for keys that are expressions
-        or constants (`Route.derived`: one may stand for a month of rows, or all of them), the anchor
-        rows they read, counted by the store's index, as keys of `ROWS_PER_KEY` rows each."""
+        """What an incremental maintenance of `keys` is sized by: the keys; for keys that are expressions or constants
+        (`Route.derived`: one may stand for a month of rows), the anchor rows they read, as keys of `ROWS_PER_KEY` rows."""
         if not self.route.derived:
             return len(keys)
         total = 0
@@ -306,8 +314,7 @@ class IndexedView:
         return pa.Table.from_struct_array(result.column(1))
 
     def keys_read(self, gathered: Gathered) -> pa.Table | None:
-        """The keys as a relation for the recompute, when its anchor's rows are a superset of the keys'
-        rows (`branch` joins them); None when the rows gathered are exactly the keys' rows."""
+        """The keys as a relation for the recompute when its anchor's rows are more than the keys' (`branch` joins them)."""
         return None if self.route.exact_keys else to_arrow(gathered.keys, self._key_schema())
 
     def branch(self, sources: Mapping[int, tuple[str, int | None]], keyed: str | None, index: int, views: int) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lakemv.catalog.tables import live_rows_sql
-from lakemv.core.batch import deferral
+from lakemv.core.batch import choice, deferral
 from lakemv.core.errors import ConfigError
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
@@ -68,6 +68,39 @@ def test_a_backlog_maintains_each_view_once_after_its_last_batch(lake, tmp_path)
     drop(landing, "users", "later.json", dbz("u", 6, user("u0@x.io", "zed", 0)))  # one more batch: maintained at once
     again = run_ingest(lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2, views=[view])
     assert [(v.deferred, v.upserts) for b in again.batches for v in b.views.values()] == [(False, 1)]
+
+
+def test_a_backlog_stops_looking_for_keys_once_a_whole_recompute_is_cheaper(lake, tmp_path, monkeypatch):
+    """Once maintaining a held view's keys is predicted to cost more than recomputing it whole, the state
+    forgets them: the backlog's next units do not look for keys, its last unit recomputes the view whole.
+    A state rebuilt from the tables knows nothing pending: every unit of its first backlog skips the walk."""
+    monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_WHOLE)
+    landing = tmp_path / "landing"
+    for n in range(5):
+        drop(landing, "users", f"f{n}.json", dbz("c", n + 1, user(f"u{n}@x.io", f"u{n}", n)))
+    view = plan_view(parse_view("-- @key: email\nSELECT u.email, upper(u.username) AS shout FROM users u", "shouts"), lake.sources)
+    result = run_ingest(lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2, views=[view])
+    held = [b.views["shouts"] for b in result.batches]
+    assert [(v.deferred, v.note, v.keys) for v in held[:2]] == [(True, deferral.HELD, 2), (True, deferral.WHOLE_DUE, 0)], held
+    assert (held[-1].deferred, held[-1].plan, held[-1].upserts) == (False, "whole", 5), held[-1]
+    rows = lake.spark.table(lake.names.view("shouts")).collect()
+    assert sorted((r["email"], r["shout"]) for r in rows) == [(f"u{n}@x.io", f"U{n}") for n in range(5)]
+
+    monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_INCREMENTAL)
+    states = [f for root in {tmp_path, lake.settings.local_root} for f in root.rglob("state.sqlite*")]
+    assert states
+    for file in states:  # a driver on a blank disk
+        file.unlink(missing_ok=True)
+    for n in range(5, 8):
+        drop(landing, "users", f"f{n}.json", dbz("c", n + 1, user(f"u{n}@x.io", f"u{n}", n)))
+    drop(landing, "users", "f8.json", dbz("u", 9, user("u0@x.io", "zed", 0)))
+    again = [b.views["shouts"] for b in run_ingest(
+        lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2, views=[view]).batches]
+    assert [(v.deferred, v.note) for v in again[:-1]] == [(True, deferral.WHOLE_DUE)], again
+    assert (again[-1].plan, again[-1].upserts) == ("whole", 4) and "not known" in (again[-1].note or ""), again[-1]
+    rows = lake.spark.table(lake.names.view("shouts")).collect()
+    assert sorted((r["email"], r["shout"]) for r in rows) == sorted(
+        [(f"u{n}@x.io", f"U{n}") for n in range(1, 8)] + [("u0@x.io", "ZED")])
 
 
 def test_byte_and_event_limits_bound_every_unit_of_a_backlog(lake, tmp_path):
