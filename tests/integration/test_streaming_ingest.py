@@ -51,14 +51,22 @@ def test_max_files_per_trigger_splits_the_backlog(lake, tmp_path):
     assert len(usernames(lake)) == 4
 
 
+def shouts_view(lake):  # noqa: N802
+    return plan_view(parse_view("-- @key: email\nSELECT u.email, upper(u.username) AS shout FROM users u", "shouts"), lake.sources)
+
+
+def shouts_backlog(lake, landing: Path, view, numbers: range):
+    """One file a new user for each of `numbers`, then a once run of two files a batch."""
+    for n in numbers:
+        drop(landing, "users", f"f{n}.json", dbz("c", n + 1, user(f"u{n}@x.io", f"u{n}", n)))
+    return run_ingest(lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2, views=[view])
+
+
 def test_a_backlog_maintains_each_view_once_after_its_last_batch(lake, tmp_path):
     """A once run drains a backlog of several batches: the views hold the keys each batch reaches
     (lakemv.core.batch.deferral) and are maintained once, by the batch that takes the last files."""
-    landing = tmp_path / "landing"
-    for n in range(5):
-        drop(landing, "users", f"f{n}.json", dbz("c", n + 1, user(f"u{n}@x.io", f"u{n}", n)))
-    view = plan_view(parse_view("-- @key: email\nSELECT u.email, upper(u.username) AS shout FROM users u", "shouts"), lake.sources)
-    result = run_ingest(lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2, views=[view])
+    landing, view = tmp_path / "landing", shouts_view(lake)
+    result = shouts_backlog(lake, landing, view, range(5))
     held = [b.views["shouts"] for b in result.batches]
     assert [b.events for b in result.batches] == [2, 2, 1]
     assert [v.deferred for v in held] == [True, True, False] and held[-1].keys == 5 and held[-1].upserts == 5, held
@@ -75,11 +83,8 @@ def test_a_backlog_stops_looking_for_keys_once_a_whole_recompute_is_cheaper(lake
     forgets them: the backlog's next units do not look for keys, its last unit recomputes the view whole.
     A state rebuilt from the tables knows nothing pending: every unit of its first backlog skips the walk."""
     monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_WHOLE)
-    landing = tmp_path / "landing"
-    for n in range(5):
-        drop(landing, "users", f"f{n}.json", dbz("c", n + 1, user(f"u{n}@x.io", f"u{n}", n)))
-    view = plan_view(parse_view("-- @key: email\nSELECT u.email, upper(u.username) AS shout FROM users u", "shouts"), lake.sources)
-    result = run_ingest(lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2, views=[view])
+    landing, view = tmp_path / "landing", shouts_view(lake)
+    result = shouts_backlog(lake, landing, view, range(5))
     held = [b.views["shouts"] for b in result.batches]
     assert [(v.deferred, v.note, v.keys) for v in held[:2]] == [(True, deferral.HELD, 2), (True, deferral.WHOLE_DUE, 0)], held
     assert (held[-1].deferred, held[-1].plan, held[-1].upserts) == (False, "whole", 5), held[-1]
@@ -91,11 +96,8 @@ def test_a_backlog_stops_looking_for_keys_once_a_whole_recompute_is_cheaper(lake
     assert states
     for file in states:  # a driver on a blank disk
         file.unlink(missing_ok=True)
-    for n in range(5, 8):
-        drop(landing, "users", f"f{n}.json", dbz("c", n + 1, user(f"u{n}@x.io", f"u{n}", n)))
     drop(landing, "users", "f8.json", dbz("u", 9, user("u0@x.io", "zed", 0)))
-    again = [b.views["shouts"] for b in run_ingest(
-        lake.spark, lake.settings, lake.sources, landing, once=True, max_files_per_trigger=2, views=[view]).batches]
+    again = [b.views["shouts"] for b in shouts_backlog(lake, landing, view, range(5, 8)).batches]
     assert [(v.deferred, v.note) for v in again[:-1]] == [(True, deferral.WHOLE_DUE)], again
     assert (again[-1].plan, again[-1].upserts) == ("whole", 4) and "not known" in (again[-1].note or ""), again[-1]
     rows = lake.spark.table(lake.names.view("shouts")).collect()
