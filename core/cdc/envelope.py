@@ -20,12 +20,12 @@ from typing import Any
 
 import orjson
 
-from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.declarations import Column, SourceTable
 from lakemv.core.cdc.coerce import MAX_MICROS, Wire, coerce
 from lakemv.core.cdc.evolution import TypedSample
-from lakemv.core.cdc.unavailable import is_placeholder
+from lakemv.core.cdc.unavailable import SPELLINGS, is_placeholder
 from lakemv.core.errors import EnvelopeError
-from lakemv.core.types import LOGICAL
+from lakemv.core.types import LOGICAL, int_range
 
 # orjson reads an integer beyond 64 bits as a float (inexact): a line whose payload holds a whole
 # float outside that range is read again by the standard library, which keeps such an integer exact.
@@ -270,6 +270,25 @@ def _sample(value: Any, wire: Wire | None) -> Any:
     return TypedSample(value, wire.type, None if wire.type == "decimal" else wire.encoding, wire.precision, wire.scale)
 
 
+# Per source: its key columns, and each column with the JSON type `coerce` returns as it is (str for a
+# string, int within its range for an integer type; None for the others), so most values skip the call.
+_LAYOUTS: dict[int, tuple[SourceTable, Any]] = {}
+
+
+def _layout(source: SourceTable) -> tuple[tuple[tuple[str, Column], ...], tuple[tuple[str, Column, type | None, int | None, int | None], ...]]:
+    known = _LAYOUTS.get(id(source))
+    if known is not None and known[0] is source:
+        return known[1]
+    columns = []
+    for column in source.columns:
+        bounds = int_range(column.type)
+        plain = str if column.type == "string" else int if bounds is not None else None
+        columns.append((column.name, column, plain, *(bounds or (None, None))))
+    layout = tuple((name, source.column(name)) for name in source.primary_key), tuple(columns)
+    _LAYOUTS[id(source)] = (source, layout)
+    return layout
+
+
 def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip | Truncate:
     """Parse one line of a landing file (or one Kafka value, None for a tombstone) for `source`."""
     unwrapped = _unwrap(text, source.name)
@@ -292,23 +311,27 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip | Tru
     source_ts = _source_ts(envelope)
 
     wires = _wires(source.name, schema, image_name) if schema is not None else {}
+    keys, columns = _layout(source)
     key = []
-    for name in source.primary_key:
+    for name, column in keys:
         value = image.get(name)
         if value is None:
             raise EnvelopeError(f"missing primary-key field {name!r} in '{image_name}'")
         if is_placeholder(value):
             raise EnvelopeError(f"primary-key field {name!r} holds Debezium's placeholder for an unavailable value")
-        key.append(coerce(source.column(name), value, wires.get(name)))
+        key.append(coerce(column, value, wires.get(name)))
     if op == "d":  # the rest of a delete's before-image may be placeholders: never read
         return Change(source.name, op, tuple(key), position, source_ts, None)
     # An unchanged TOASTed value: Debezium's placeholder, unless the before-image (REPLICA IDENTITY FULL) has it.
     before = envelope.get("before") if isinstance(envelope.get("before"), dict) else {}
     before_wires = _wires(source.name, schema, "before") if schema is not None and before else {}
     row, unavailable, missing = [], [], 0
-    for column in source.columns:
-        name = column.name
+    for name, column, plain, low, high in columns:
         value = image.get(name, _ABSENT)
+        kind = value.__class__
+        if kind is plain and (low is None or low <= value <= high) and (kind is not str or value not in SPELLINGS):
+            row.append(value)  # (what `coerce` returns as it is: a string's text, an integer in its range)
+            continue
         if value is _ABSENT:  # stored as NULL, and noted
             missing += 1
             row.append(None)
