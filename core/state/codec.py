@@ -8,7 +8,7 @@ the columns it is looked up by are SQLite columns of their own.
 from __future__ import annotations
 
 import marshal
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -42,6 +42,27 @@ def rows_of(table: pa.Table, names: Sequence[str]) -> list[Values]:
     if table.num_rows == 0:
         return []
     return list(zip(*columns_of(table, names), strict=True))
+
+
+class Lazily(Mapping[str, Any]):
+    """Per name of `names`, `make(name)`, made when first read (a view that holds a backlog's keys
+    without looking for them reads none of a unit's images). Threads may make one twice: the same value."""
+
+    def __init__(self, names: Iterable[str], make: Callable[[str], Any]):
+        self._names, self._make, self._made = tuple(names), make, {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._made:
+            if name not in self._names:
+                raise KeyError(name)
+            self._made[name] = self._make(name)
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def encode(row: Values) -> bytes:

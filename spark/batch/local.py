@@ -27,7 +27,7 @@ from lakemv.core.planner import over
 from lakemv.core.planner.retention import horizon, settles
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.quote import q
-from lakemv.core.state.codec import Values, rows_of, to_arrow
+from lakemv.core.state.codec import Lazily, Values, rows_of, to_arrow
 from lakemv.core.state.layout import ViewPart, mirror_parts, route
 from lakemv.core.state.places import Location
 from lakemv.core.state.store import Store, Stored
@@ -58,6 +58,7 @@ class LocalStateBackend(ScanBackend):
         self._committed: dict[str, Committed | None] = {}  # the unit's direct mirror commits, for `record`
         self._found: dict[str, dict[Values, Stored]] = {}  # the stored rows `plans` read, for the unit's commits
         self._values: dict[str, tuple[pa.Table, list[Values]]] = {}  # the applied rows `plans` made values of, for `record`
+        self._images: dict[str, tuple[pa.Table, list[Values]]] = {}  # and the images it made, for the views
         self._kept = KeptPlans(ctx.spark)  # the evaluation of derived columns, planned once (`_derived`)
         self.attach()
 
@@ -221,7 +222,7 @@ class LocalStateBackend(ScanBackend):
         as tuples); the others as `ScanBackend` judges them."""
         kept = {t: r for t, r in rows.items() if t in self.store.mirrors}
         plans = super().plans({t: r for t, r in rows.items() if t not in kept})
-        self._found, self._values = {}, {}
+        self._found, self._values, self._images = {}, {}, {}
         for table, changes in kept.items():
             source = self.ctx.sources[table]
             names = self.store.mirrors[table].column_names
@@ -241,6 +242,8 @@ class LocalStateBackend(ScanBackend):
             )
             plans[table] = table_plan(changes, effect, lambda images, s=self.ctx.declared(source): to_arrow(images, s))
             self._values[table] = (plans[table].rows, [values[i] for i in effect.applied])
+            if compared is values:  # (the images' values are in the part's order)
+                self._images[table] = (plans[table].images, effect.images)
         return dict(sorted(plans.items()))
 
     # ---- writes ---------------------------------------------------------------------------------
@@ -289,8 +292,12 @@ class LocalStateBackend(ScanBackend):
         reaches to its pending keys; the batch's last unit maintains it once over all of them (or whole)."""
         ctx = self.ctx
         views: dict[str, ViewResult] = {}
-        images = {t: rows_of(plans[t].images, self.store.mirrors[t].column_names) for t in changed if t in self.store.mirrors}
-        updated = {t: plans[t].images.column(CHANGED).to_pylist() for t in images if CHANGED in plans[t].images.column_names}
+        made, self._images = self._images, {}
+        images = Lazily(
+            [t for t in changed if t in self.store.mirrors],
+            lambda t: made[t][1] if t in made and made[t][0] is plans[t].images else rows_of(plans[t].images, self.store.mirrors[t].column_names),
+        )
+        updated = Lazily([t for t in images if CHANGED in plans[t].images.column_names], lambda t: plans[t].images.column(CHANGED).to_pylist())
         served = {m.plan.name: m for m in ctx.maintainers if m.plan.name in self.indexed and (images or self.indexed[m.plan.name].budget is not None)}
         if due is not None:
             served = {name: m for name, m in served.items() if name in due}

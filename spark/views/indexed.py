@@ -94,7 +94,7 @@ class IndexedView:
             self._hold()
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, deferred=True, note=deferral.WHOLE_DUE)
         parts = self.store.mirrors
-        images = {t: self._reaching(t, rows, (updated or {}).get(t)) for t, rows in images.items() if self.plan.reached_by(t)}
+        images = {t: self._reaching(t, images[t], (updated or {}).get(t)) for t in images if self.plan.reached_by(t)}
         keys, anchor_rows = reach(self.plan, self.route, parts, self.store, images)
         if anchor_rows:
             keys |= self._evaluate_keys(anchor_rows)
