@@ -38,6 +38,7 @@ from lakemv.core.cdc.evolution import infer_column, with_columns
 from lakemv.core.cdc.unique import Violation, unique_violations, violation_letters
 from lakemv.core.planner import ViewPlan
 from lakemv.core.planner.retention import source_needs
+from lakemv.core.runtime.collector import paused
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.state.store import Store
 from lakemv.spark.batch.backend import BatchContext, ScanBackend
@@ -176,7 +177,7 @@ class BatchProcessor:
         views that can wait hold their keys (lakemv.core.batch.deferral), with `hold_backlog`.
         With `turns`, the unit starts after any compaction turn and holds off the next one until it ends.
         """
-        with self._busy:  # (`flush` runs between batches, from another thread)
+        with self._busy, paused():  # (`flush` runs between batches, from another thread; the collector after the unit)
             hold = self.hold_backlog and (more or not last)
             if self.turns is None:
                 return self._process(ref, lines, file_skips, last=last, hold=hold)

@@ -31,6 +31,7 @@ from lakemv.core.batch.units import Unit, UnitLoop
 from lakemv.core.failures import classify
 from lakemv.core.planner import ViewPlan
 from lakemv.core.runtime import lifecycle
+from lakemv.core.runtime.collector import paused
 from lakemv.core.state.store import Store
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
@@ -113,8 +114,9 @@ def run_source(
 
     def each_batch(frame: DataFrame, batch_id: int) -> None:
         lifecycle.check()
-        units = source.units(frame, batch_id)
-        loop.run(batch_id, units, more=source.more(batch_id))
+        with paused():  # (its lines read from Spark too: lakemv.core.runtime.collector)
+            units = source.units(frame, batch_id)
+            loop.run(batch_id, units, more=source.more(batch_id))
 
     def idle(final: bool = False) -> None:  # views whose freshness budget falls due while no batch runs (lakemv.core.batch.deferral)
         outcome = processor.flush(stream_id(source.checkpoint), release=final)
