@@ -531,7 +531,7 @@ class Scale:
             view = result.views.get(VIEW)
             units.append({"batch_id": result.batch_id, "chunk": result.chunk, "events": result.events, "seconds": round(result.seconds, 3),
                           "view_seconds": round(view.seconds, 3) if view else 0.0, "keys": view.keys if view else 0,
-                          "steps": dict(result.steps)})  # fmt: skip
+                          "steps": dict(result.steps), "view_steps": dict(view.steps) if view else {}})  # fmt: skip
 
         label = "catch-up, the state rebuilt first" if rebuild else "catch-up"
         self.say(f"{label}: draining a backlog of {total:,} events...")

@@ -297,6 +297,11 @@ class Store(FilePlaces, ViewBook):
         """The stored digest of each of `keys` that the view holds."""
         return {key: digest for key, digest in self._view_rows(view, keys, "digest")}
 
+    def stored_digests(self, view: str) -> list[str]:
+        """Every digest the view part holds, one per row (a digest covers the row's key)."""
+        with self._lock:
+            return [digest for (digest,) in self._db.execute(f"SELECT digest FROM {ansi_ident(f'v_{view}')}")]
+
     def put_digests(
         self,
         view: str,

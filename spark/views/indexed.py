@@ -40,6 +40,7 @@ from lakemv.spark.directwrite import Committed
 from lakemv.spark.views.kept import MARK, KeptPlans, Run, run_kept
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
 from lakemv.spark.views.together import TAG, VIEW, Gathered, part_schema
+from lakemv.spark.views.whole import write_whole
 
 _OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
 
@@ -122,16 +123,11 @@ class IndexedView:
             whole = not pending.known  # the state lost what was pending: diff the whole view
         if not keys and not whole:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
-        if whole:  # the state lost what was pending: diff the whole view
-            choice = Choice(WHOLE, 0.0, None, "its pending keys were not known")
-        else:
-            choice = self._choose(keys)
-        if choice.plan == WHOLE:
-            result = self.maintainer.write(None, Writing(None if whole else len(keys), position, unit, started, steps, state))
-            self.sync.reload(self.name)
+        choice = Choice(WHOLE, 0.0, None, "its pending keys were not known") if whole else self._choose(keys)
+        if choice.plan == WHOLE:  # lakemv.spark.views.whole
+            result = write_whole(self, Writing(None if whole else len(keys), position, unit, started, steps, state))
             if result.paused:
                 return result
-            self._caught_up()
             seconds = time.perf_counter() - started
             self._measured(WHOLE, lambda: self.store.view_count(self.plan.name), seconds - steps["keys"])
             return replace(result, seconds=seconds, plan=WHOLE, reason=choice.reason, note=f"recomputed in full: {choice.reason}")
@@ -148,35 +144,40 @@ class IndexedView:
         clock = time.perf_counter()
         steps = gathered.writing.steps
         steps["recompute"] = seconds
-        diff = self._diff(new, gathered.keys)
+        diff = self.diff_rows(new, gathered.keys)
         steps["diff"] = time.perf_counter() - clock
         direct = self.maintainer.direct is not None and diff.rows.num_rows > 0
         feed = self.maintainer.feed_part(diff.rows, gathered.writing) if direct else None
         return Diffed(diff, feed, seconds, time.perf_counter() - clock)
 
     def finish(self, gathered: Gathered, diffed: Diffed, fed: bool) -> ViewResult:
-        """Write what `diff` found changed: into the view (and its feed, unless `fed`: the batch's
-        one feed commit holds its rows), then its digests into the store."""
+        """Write what `diff` found changed (`write`; its feed rows too, unless `fed`: the batch's one
+        feed commit holds them)."""
         began = time.perf_counter()
-        diff, seconds = diffed.diff, diffed.seconds
-        writing, keys, unit, steps = gathered.writing, gathered.keys, gathered.writing.unit, gathered.writing.steps
-        writing.held, writing.fed = len(diff.duplicated), fed
-        tail = {"rows_read": gathered.rows_read, "plan": INCREMENTAL, "reason": gathered.choice.reason}
-        if diff.rows.num_rows == 0:
-            self._caught_up()
-            result = ViewResult(self.plan.name, len(keys), steps=_rounded(steps), held=writing.held)
-        else:
-            result = self.maintainer.write_diff(diff.rows, writing, lambda refresh: self._places(diff.held, unit, refresh))
-            if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
-                return result
-            clock = time.perf_counter()
-            self._record(diff, unit, writing.committed)
-            crash_point(f"state:{self.plan.name}", unit.batch_id)
-            tail["steps"] = {**result.steps, "state": round(time.perf_counter() - clock, 3)}
+        writing, keys, steps = gathered.writing, gathered.keys, gathered.writing.steps
+        writing.fed = fed
+        result = self.write(diffed.diff, writing)
+        if result.paused:
+            return result
         # its own time: its keys and rows, its share of the recompute, its diff and writes (not the others')
-        seconds = steps["keys"] + steps["rows"] + seconds + diffed.diff_seconds + (time.perf_counter() - began)
+        seconds = steps["keys"] + steps["rows"] + diffed.seconds + diffed.diff_seconds + (time.perf_counter() - began)
         self._measured(INCREMENTAL, lambda: self._rows_sized(gathered) if self.route.derived else len(keys), seconds - steps["keys"])
-        return replace(result, seconds=seconds, **tail)
+        return replace(result, seconds=seconds, rows_read=gathered.rows_read, plan=INCREMENTAL, reason=gathered.choice.reason)
+
+    def write(self, diff: _Diff, writing: Writing) -> ViewResult:
+        """Write a diff into the view (and its feed rows, unless `writing.fed`), then its digests into
+        the store; a diff of nothing writes nothing."""
+        writing.held, unit = len(diff.duplicated), writing.unit
+        if diff.rows.num_rows == 0:
+            self.caught_up()
+            return ViewResult(self.plan.name, writing.count, steps={k: round(v, 3) for k, v in writing.steps.items()}, held=writing.held)
+        result = self.maintainer.write_diff(diff.rows, writing, lambda refresh: self.places(diff.held, unit, refresh))
+        if result.paused:  # superseded by a backfill: the store reloads the view when it sees its publish
+            return result
+        clock = time.perf_counter()
+        self.record(diff, unit, writing.committed)
+        crash_point(f"state:{self.plan.name}", unit.batch_id)
+        return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)})
 
     def _reaching(self, table: str, rows: list[Values], changed: list[list[str] | None] | None) -> list[Values]:
         """The images of `table` whose change the view can see (all, when what changed is not known)."""
@@ -184,12 +185,12 @@ class IndexedView:
             return rows
         return [row for row, columns in zip(rows, changed, strict=True) if self.plan.reached_by_change(table, columns)]
 
-    def _places(self, held: list[Values], unit: WriteUnit, refresh: bool) -> tuple[int | None, list[Location]]:
+    def places(self, held: list[Values], unit: WriteUnit, refresh: bool) -> tuple[int | None, list[Location]]:
         """Where the view rows of `held` live, and the view snapshot the store reflects (what the
         diff was computed against); with `refresh`, after following the table (a compaction)."""
         return self.sync.places(self.name, lambda: self.store.view_locations(self.plan.name, held).values(), unit.write_id, refresh)
 
-    def _record(self, diff: _Diff, unit: WriteUnit, committed: Committed | None = None) -> None:
+    def record(self, diff: _Diff, unit: WriteUnit, committed: Committed | None = None) -> None:
         """The unit's digests into the store, where its rows now live, and the snapshot it made; a
         reload instead when someone else committed to the view meanwhile. A direct commit that
         follows what the store reflects is placed from what it wrote (`StoreSync.place`)."""
@@ -197,7 +198,7 @@ class IndexedView:
             with self.store.transaction():
                 self.store.put_digests(self.plan.name, diff.upserts, diff.deletes, times=diff.times)
                 self.sync.place(self.name, committed, unit.write_id)  # type: ignore[arg-type]
-                self._caught_up()  # in the same transaction: a crash before it leaves the keys pending
+                self.caught_up()  # in the same transaction: a crash before it leaves the keys pending
             return
         step = self.sync.advance(self.name, unit.write_id)
         if step is not None:
@@ -205,10 +206,10 @@ class IndexedView:
                 self.store.put_digests(self.plan.name, diff.upserts, diff.deletes, times=diff.times)
                 if self.sync.relocate(self.name, step.moved):
                     self.store.set_record(self.name, self.store.views[self.plan.name].fingerprint, step.current, unit.write_id)
-                    self._caught_up()  # in the same transaction: a crash before it leaves the keys pending
+                    self.caught_up()  # in the same transaction: a crash before it leaves the keys pending
                     return
         self.sync.reload(self.name)
-        self._caught_up()
+        self.caught_up()
 
     def _hold(self, keys: set[Values] | None = None, now: int = 0, batch_id: int = 0) -> None:
         """A backlog's unit adds `keys` to the pending ones, which the state forgets once maintaining them
@@ -234,7 +235,7 @@ class IndexedView:
         if self._once:
             self.budget, self._once = None, False
 
-    def _caught_up(self) -> None:
+    def caught_up(self) -> None:
         """The view shows every change that reached it: nothing of it is pending any more."""
         if self.budget is not None:
             self.store.caught_up(self.plan.name)
@@ -340,7 +341,7 @@ class IndexedView:
         select = f"SELECT {index} AS {VIEW}, {outputs} FROM (SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b) AS b"
         return f"(WITH {', '.join(ctes)} {select})"
 
-    def _diff(self, new: pa.Table, keys: list[Values]) -> _Diff:
+    def diff_rows(self, new: pa.Table, keys: list[Values]) -> _Diff:
         """The rows that changed against the stored digests (see `_Diff`). A direct commit deletes
         exactly the held keys' rows, by position. A key with several new rows (a unique violation,
         lakemv.core.sql.diff.repeated) is left alone."""
@@ -394,7 +395,3 @@ class _Diff(NamedTuple):
     times: list[int | None] | None
     deletes: list[Values]
     duplicated: set[Values]
-
-
-def _rounded(steps: Mapping[str, float]) -> dict[str, float]:
-    return {k: round(v, 3) for k, v in steps.items()}

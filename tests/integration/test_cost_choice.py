@@ -6,12 +6,15 @@ from __future__ import annotations
 import pytest
 
 from lakemv.catalog.settings import LakeSettings
+from lakemv.core.batch import choice
 from lakemv.core.batch.choice import INCREMENTAL, WHOLE
 from lakemv.core.batch.records import VIEW_STRUCT
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import load_views
 from lakemv.core.state.store import Store
 from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.batch.sync import StoreSync, digest_sql
+from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.tables import ensure_ledger
 from tests.cdc import at, dbz, user
 from tests.integration.test_view_properties import assert_views_are_fresh
@@ -75,3 +78,40 @@ def test_a_ledger_made_before_the_plan_was_recorded_gains_its_fields(lake):
     assert fields == [f.name for f in VIEW_STRUCT]
     (row,) = lake.spark.sql(f"SELECT views[0].name AS name, views[0].plan AS plan FROM {lake.names.ledger}").collect()
     assert (row.name, row.plan) == ("v", None)
+
+
+@pytest.mark.slow(30)
+def test_a_whole_recompute_writes_only_what_changed_and_leaves_the_state_in_step(lake, tmp_path, monkeypatch):
+    """A whole recompute is diffed against the state's digests (lakemv.spark.views.whole): a changed row,
+    a new key and a gone one reach the feed and the view, by a direct commit of them alone; the state
+    holds the view's digests after it without reloading them."""
+    monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_WHOLE)
+    plans = [plan_view(load_views(LakeSettings().view_dirs)["user_profile"], lake.sources)]
+    store = Store(tmp_path / "state.sqlite")
+    p = BatchProcessor(lake.spark, lake.names, lake.sources, plans, store=store, direct=DirectWriter(lake.spark, lake.settings))
+    users = {i: user(f"u{i}@x.io", f"u{i}", id=i) for i in range(1, 13)}
+    assert p.process_lines(0, [(dbz("c", i, u), at("users")) for i, u in users.items()]).views["user_profile"].upserts == 12
+    reloaded: list[str] = []
+    reload = StoreSync.reload
+    monkeypatch.setattr(StoreSync, "reload", lambda sync, name: reloaded.append(name) or reload(sync, name))
+    result = p.process_lines(1, [
+        (dbz("u", 20, {**users[3], "username": "tri"}, before=users[3]), at("users")),  # a changed row
+        (dbz("d", 21, None, before=users[5]), at("users")),  # a gone key
+        (dbz("c", 22, user("new@x.io", "new", id=99)), at("users")),  # a new key
+        (dbz("c", 23, star("u7", "pond")), at("stars")),  # a changed row through a join
+    ])  # fmt: skip
+    profile = result.views["user_profile"]
+    assert profile.plan == WHOLE and (profile.upserts, profile.deletes) == (3, 1), profile
+    assert "view:user_profile" not in reloaded
+    feed = lake.spark.table(lake.names.view_changes("user_profile")).where("batch_id = 1").collect()
+    assert sorted((r.email, r.op) for r in feed) == [("new@x.io", "upsert"), ("u3@x.io", "upsert"), ("u5@x.io", "delete"), ("u7@x.io", "upsert")]
+    table = lake.names.view("user_profile")
+    (summary,) = [r.summary for r in lake.spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()]
+    assert (summary["added-records"], summary["added-position-deletes"]) == ("3", "3"), summary  # u3, u7 replaced, u5 gone
+    columns = [f.name for f in lake.spark.table(table).schema.fields]
+    digests = sorted(r[0] for r in lake.spark.sql(f"SELECT {digest_sql(columns, 'v')} FROM {table} AS v").collect())
+    assert sorted(store.stored_digests("user_profile")) == digests and len(digests) == 12
+    assert store.record("view:user_profile").snapshot == lake.spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+    assert_views_are_fresh(lake, p)
+    assert p.process_lines(2, [(dbz("c", 30, star("u7", "lake")), at("stars"))]).views["user_profile"].upserts == 1  # and on from there
+    assert_views_are_fresh(lake, p)

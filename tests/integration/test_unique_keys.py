@@ -41,7 +41,7 @@ BATCHES = [
 ]
 
 
-@pytest.mark.parametrize(("mode", "path"), [("scan", "incremental"), ("indexed", "incremental"), ("direct", "incremental"), ("scan", "full")])
+@pytest.mark.parametrize(("mode", "path"), [("scan", "incremental"), ("indexed", "incremental"), ("direct", "incremental"), ("scan", "full"), ("indexed", "full"), ("direct", "full")])
 def test_a_violation_is_reported_and_holds_the_keys_it_reaches_until_it_is_resolved(lake, tmp_path, monkeypatch, mode, path):
     monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_WHOLE if path == "full" else choice.ALWAYS_INCREMENTAL)
     plan = plan_view(parse_view(VIEW, "star_emails"), lake.sources)
