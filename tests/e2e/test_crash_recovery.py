@@ -42,8 +42,8 @@ def test_a_kill_at_each_kind_of_step_recovers_to_the_crash_free_result(tmp_path,
 # batch (lakemv.core.batch.deferral), with units Spark parses (lakemv.spark.bulk). A kill once a
 # batch's parsed rows are journaled, once they are in the local state, once a held batch added a
 # view's keys to its pending keys, in the last batch's view commit, before its digests are in the
-# state, and in its ledger. Meanwhile
-# repo_summary waits for a freshness budget as well; the last run, without the budget, catches it up.
+# state, and in its ledger. Meanwhile repo_summary waits for a freshness budget as well; the last run,
+# without the budget, catches it up.
 BACKLOG_SCHEDULE = (
     ("journaled", 1), ("deferred:user_profile", 1), ("state:mirrors", 2), ("deferred:repo_summary", 2), ("view:user_profile", 3), ("state:user_profile", 3), ("ledger", 3),
 )  # fmt: skip
