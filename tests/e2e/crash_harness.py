@@ -63,6 +63,16 @@ POINTS = (
     "ledger",
     "batch_end",
 )
+# A backlog drained as one batch of set-wise units (views held until its last batch, repo_summary
+# waiting for a freshness budget as well): (point, batch) pairs, since a held view's steps are reached in
+# the last batch only (of four rounds: batches 0-3). `--backlog` kills at each; tests/e2e/test_crash_recovery.py
+# at the steps only a backlog has.
+BACKLOG_SCHEDULE = (
+    ("journaled", 1), ("deferred:user_profile", 1), ("state:mirrors", 2), ("deferred:repo_summary", 2), ("view:user_profile", 3),
+    ("state:user_profile", 3), ("ledger", 3),
+)  # fmt: skip
+BACKLOG_ROUNDS = 4
+BACKLOG_DEFERRED = ("repo_summary",)
 LOSE_STATE_EVERY = 4  # after every 4th kill the crashed run also loses its local state (deleted)
 MODELS = {
     "user_profile": (viewmodel.user_profile, viewmodel.USER_PROFILE_KEY),
@@ -419,6 +429,7 @@ def run_trial(
     deferred: Sequence[str] = (),
     backlog: bool = False,
     schedule: Sequence[tuple[str, int]] | None = None,
+    lose_state_every: int = LOSE_STATE_EVERY,
 ) -> Trial:
     """Reference run and crashed run of one generated input; raises AssertionError on any difference.
     `points`: where to kill (every point by default); `set_wise`: every batch parsed by Spark;
@@ -428,7 +439,8 @@ def run_trial(
     removed for the last run, which then catches up the keys they left pending; `backlog`: every run
     drains the landing files as one backlog, its views held until its last batch (lakemv.core.batch.deferral),
     so a view's steps are reached in the last batch only; `schedule`: (point, batch) pairs instead of
-    every point spread over the batches."""
+    every point spread over the batches; `lose_state_every`: the crashed run also loses its local state
+    after every that many kills."""
     started = time.monotonic()
     generated = root / "generated"
     extra: dict[str, str] = {}
@@ -459,7 +471,7 @@ def run_trial(
                     trial.not_reached.append(f"{point}@{batch}")
                 else:
                     trial.kills.append(reached)
-                    if len(trial.kills) % LOSE_STATE_EVERY == 0:  # the next run rebuilds it from Iceberg
+                    if len(trial.kills) % lose_state_every == 0:  # the next run rebuilds it from Iceberg
                         trial.states_lost += place.lose_state()
         trial.runs += 1
         assert ingest(place.warehouse, landing, ingest_env(per_round, {**extra, **place.env}, set_wise, backlog), log=log) is None
@@ -481,11 +493,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--users", type=int, default=120)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, help=f"rounds of input (default 5; {BACKLOG_ROUNDS} with --backlog)")
     parser.add_argument("--root", type=Path, default=Path("/tmp/lakemv-crash"))
     parser.add_argument("--set-wise", action="store_true", help="every batch parsed by Spark (lakemv.spark.bulk)")
     parser.add_argument("--events", type=int, default=0, help="feed the event views this many generated page views instead")
     parser.add_argument("--cluster", type=Path, help="crash on the scale-out stack `lakemv cluster up --dir CLUSTER` runs")
+    parser.add_argument("--backlog", action="store_true", help="drain the input as one backlog of set-wise units (BACKLOG_SCHEDULE)")
     args = parser.parse_args(argv)
     total_kills = 0
     for seed in args.seeds:
@@ -499,9 +512,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             config = ClusterConfig.load(args.cluster)
             place = Place(f"{config.warehouse}/crash-{seed}-{int(time.time())}", config.settings_env(), root / "driver")
+        backlog = {"set_wise": True, "deferred": BACKLOG_DEFERRED, "backlog": True, "schedule": BACKLOG_SCHEDULE} if args.backlog else {}
+        rounds = args.rounds or (BACKLOG_ROUNDS if args.backlog else 5)
         trial = run_trial(
-            root, seed, users=args.users, rounds=args.rounds, set_wise=args.set_wise, events=args.events, points=points, crashed_on=place
-        )
+            root, seed, users=args.users, rounds=rounds, events=args.events, points=points, crashed_on=place,
+            **{"set_wise": args.set_wise, **backlog},
+        )  # fmt: skip
         total_kills += len(trial.kills)
         print(
             f"seed {seed}: {len(trial.kills)} kills ({', '.join(trial.kills)}), not reached: {trial.not_reached or 'none'}; "

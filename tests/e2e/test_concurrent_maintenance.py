@@ -30,7 +30,7 @@ from tests.conftest import LAKEMV
 from tests.e2e.cli import ledger_sum, move_round
 from tests.e2e.crash_harness import MODELS, assert_views_match_model, read_lake
 
-ROUNDS = 20
+ROUNDS = 12
 
 
 @pytest.mark.slow(290)

@@ -30,7 +30,7 @@ from tests.conftest import LAKEMV
 from tests.e2e.cli import ledger_sum, move_round
 from tests.e2e.crash_harness import assert_views_match_model, read_lake
 
-ROUNDS = 12
+ROUNDS = 8
 PROBE = "SELECT count(*) AS n, count(DISTINCT email) AS d, coalesce(sum(len(pull_requests)), 0) AS prs FROM {}"
 
 
