@@ -512,12 +512,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             config = ClusterConfig.load(args.cluster)
             place = Place(f"{config.warehouse}/crash-{seed}-{int(time.time())}", config.settings_env(), root / "driver")
-        backlog = {"set_wise": True, "deferred": BACKLOG_DEFERRED, "backlog": True, "schedule": BACKLOG_SCHEDULE} if args.backlog else {}
+        if args.backlog:
+            mode = {"set_wise": True, "deferred": BACKLOG_DEFERRED, "backlog": True, "schedule": BACKLOG_SCHEDULE}
+        else:
+            mode = {"set_wise": args.set_wise}
         rounds = args.rounds or (BACKLOG_ROUNDS if args.backlog else 5)
-        trial = run_trial(
-            root, seed, users=args.users, rounds=rounds, events=args.events, points=points, crashed_on=place,
-            **{"set_wise": args.set_wise, **backlog},
-        )  # fmt: skip
+        trial = run_trial(root, seed, users=args.users, rounds=rounds, events=args.events, points=points, crashed_on=place, **mode)
         total_kills += len(trial.kills)
         print(
             f"seed {seed}: {len(trial.kills)} kills ({', '.join(trial.kills)}), not reached: {trial.not_reached or 'none'}; "

@@ -179,7 +179,8 @@ def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_
     arm = {"LAKEMV_CRASH_AT": "view:user_profile", "LAKEMV_CRASH_SIGNAL": str(signal_file)}
     crashed = ingest(cluster.config.warehouse, landing, {**os.environ, **env, **arm}, signal_file, log=tmp_path / "crashed-ingest.log")
     assert crashed is not None and crashed.startswith("view:user_profile@"), crashed
-    assert any("/lakemv-journal/" in o for o in _objects(cluster, "warehouse/_checkpoints")), "the crashed batch's journal"
+    entry = f"/lakemv-journal/{int(crashed.rsplit('@', 1)[1]):012d}."  # the crashed batch's (lakemv.core.batch.journal)
+    assert any(entry in o and o.endswith("manifest.json") for o in _objects(cluster, "warehouse/_checkpoints")), entry
     shutil.rmtree(driver)
     lakemv("ingest", "--landing", str(landing), "--once", env=env)
     assert any(f.endswith("state.sqlite") for f in _files(driver))
