@@ -42,8 +42,13 @@ class BatchRef:
         return f"{self.stream}:{self.batch}.{self.chunk}"
 
     @property
+    def batch_prefix(self) -> str:
+        """What the journal entry of every unit of this batch is named by first."""
+        return f"{self.batch:012d}."
+
+    @property
     def entry_name(self) -> str:
-        return f"{self.batch:012d}.{self.chunk:06d}"
+        return f"{self.batch_prefix}{self.chunk:06d}"
 
 
 @dataclass(frozen=True)
@@ -165,8 +170,7 @@ class Journal:
 
         Earlier chunks of `ref`'s own batch stay: a crash now replays the whole batch, chunk 0 first.
         """
-        batch_prefix = f"{ref.batch:012d}"
         for name in self.root.children():
-            if name.startswith(".tmp-") or (name[0].isdigit() and name < batch_prefix):
+            if name.startswith(".tmp-") or (name[0].isdigit() and name < ref.batch_prefix):
                 (self.root / name / "manifest.json").remove()  # first: a half-removed entry does not count
                 (self.root / name).remove()

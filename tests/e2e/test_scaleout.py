@@ -21,6 +21,7 @@ import pytest
 
 from lakemv.catalog.lake import delta_rs_options, pyiceberg_catalog
 from lakemv.catalog.storage import s3_filesystem
+from lakemv.core.batch.journal import BatchRef
 from lakemv.ops.cluster import Cluster, ClusterConfig
 from tests.e2e.cli import lakemv, move_round
 from tests.e2e.crash_harness import VIEWS, Place, assert_same_lake, ingest, read_lake
@@ -61,7 +62,7 @@ def test_lakemvs_own_files_in_the_object_store(object_store: Cluster):
     import pyarrow as pa
 
     from lakemv.catalog.storage import location
-    from lakemv.core.batch.journal import BatchRef, Journal, TablePlan
+    from lakemv.core.batch.journal import Journal, TablePlan
 
     root = location(f"{object_store.config.warehouse}/_probe", object_store.config.s3)
     assert not root.exists() and root.children() == []
@@ -179,7 +180,7 @@ def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_
     arm = {"LAKEMV_CRASH_AT": "view:user_profile", "LAKEMV_CRASH_SIGNAL": str(signal_file)}
     crashed = ingest(cluster.config.warehouse, landing, {**os.environ, **env, **arm}, signal_file, log=tmp_path / "crashed-ingest.log")
     assert crashed is not None and crashed.startswith("view:user_profile@"), crashed
-    entry = f"/lakemv-journal/{int(crashed.rsplit('@', 1)[1]):012d}."  # the crashed batch's (lakemv.core.batch.journal)
+    entry = "/lakemv-journal/" + BatchRef("ingest", int(crashed.rsplit("@", 1)[1])).batch_prefix  # the crashed batch's entries
     assert any(entry in o and o.endswith("manifest.json") for o in _objects(cluster, "warehouse/_checkpoints")), entry
     shutil.rmtree(driver)
     lakemv("ingest", "--landing", str(landing), "--once", env=env)

@@ -33,6 +33,7 @@ from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
 from lakemv.duck.verify import verify_view
 from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.workload.shapes import SHAPES
 from tests.cdc import at
 from tests.integration.test_view_properties import (
     History,
@@ -42,7 +43,7 @@ from tests.integration.test_view_properties import (
     fresh_lake,
     histories,
 )
-from tests.integration.test_view_shapes import KIND_SHAPES, SHAPES, assert_duckdb_agrees, shape_processor
+from tests.integration.test_view_shapes import KIND_SHAPES, assert_duckdb_agrees, shape_processor
 
 EXAMPLES = int(os.environ.get("LAKEMV_SHAPE_EXAMPLES", "1"))
 PROPERTY_SHAPES = tuple(SHAPES) if EXAMPLES > 1 or os.environ.get("LAKEMV_ALL_SHAPES") else KIND_SHAPES
