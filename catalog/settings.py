@@ -164,6 +164,7 @@ class LakeSettings(BaseSettings):
         default=True, description="Start Spark's JVM from the class archive `make setup` builds (lakemv.spark.class_archive)."
     )
     jvm_options: str = Field(default="", description="Extra Java options for Spark's driver JVM.")
+    executor_jvm_options: str = Field(default="", description="Extra Java options for the executors' JVMs on a cluster master.")
     spark_master: str = Field(
         default="local[*]", description="Spark's master: local[*] (the driver's own threads), or a cluster's "
         "(spark://host:7077 for a standalone cluster)."

@@ -112,7 +112,7 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": driver_opts,
-        "spark.executor.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": " ".join(o for o in (java_opts, settings.executor_jvm_options) if o),
         "spark.driver.memory": settings.driver_memory,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         # Compiled query code is cached per plan; Spark keeps 100. A batch of 16 views needs more

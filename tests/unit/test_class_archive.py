@@ -52,11 +52,14 @@ def test_a_jar_written_again_at_the_same_size_names_another_archive(tmp_path: Pa
 def test_driver_options_carry_the_archive_and_the_users_options(tmp_path: Path):
     from lakemv.spark.session import base_conf
 
-    settings = _settings(tmp_path, jvm_options="-Xss4m")
+    settings = _settings(tmp_path, jvm_options="-Xss4m", executor_jvm_options="-XX:+UseSerialGC")
     archive_path(settings).parent.mkdir(parents=True)
     archive_path(settings).write_bytes(b"archive")
-    driver = base_conf(settings)["spark.driver.extraJavaOptions"]
+    conf = base_conf(settings)
+    driver, executor = conf["spark.driver.extraJavaOptions"], conf["spark.executor.extraJavaOptions"]
     assert driver.startswith("-Dlog4j2.configurationFile=") and driver.endswith(f"-XX:SharedArchiveFile={archive_path(settings)} {QUIET} -Xss4m")
+    # the executors have no archive of their own (they start on the workers) and their own options
+    assert executor.startswith("-Dlog4j2.configurationFile=") and executor.endswith("-Duser.timezone=UTC -XX:+UseSerialGC"), executor
 
 
 def test_jvm_settings_from_the_environment(tmp_path: Path, monkeypatch):
