@@ -106,11 +106,12 @@ def backfill(
 @app.command(rich_help_panel=PIPELINE)
 def verify(
     ctx: typer.Context,
-    view: Annotated[str, typer.Argument(help="View name to check against an independent DuckDB recompute.")],
+    view: Annotated[str | None, typer.Argument(help="View name to check against an independent DuckDB recompute (default: every view).")] = None,
     sample: Annotated[int, typer.Option(min=0, help="Differing keys to show per kind.")] = 5,
 ) -> None:
-    """Recompute a view with DuckDB from the mirrors and diff it with the view table; exit 1 on any difference."""
-    ctx.obj.plan(view)  # an unknown view is a usage error, before Prefect starts
+    """Recompute a view (or every view) with DuckDB from the mirrors and diff it with the view table; exit 1 on any difference."""
+    if view is not None:
+        ctx.obj.plan(view)  # an unknown view is a usage error, before Prefect starts
     _run_flow(ctx, "lakemv.flows.verify:verify", view=view, sample=sample)
 
 
