@@ -27,9 +27,10 @@ LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 # the 240 MB a tiered JVM reserves by default. They collect garbage on one thread (SerialGC): G1's
 # concurrent threads cost more CPU than a 2 GB heap of seconds needs (a no-op `ingest --once`: 16.3
 # CPU-seconds and 12.1 s with G1, 14.0 and 11.1 s with SerialGC).
-os.environ.setdefault("LAKEMV_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC")
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC"
+os.environ.setdefault("LAKEMV_JVM_OPTIONS", SHORT_LIVED_JVM)
 # So do the executors the scale-out tests' cluster starts for each application (LAKEMV_EXECUTOR_JVM_OPTIONS).
-os.environ.setdefault("LAKEMV_EXECUTOR_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC")
+os.environ.setdefault("LAKEMV_EXECUTOR_JVM_OPTIONS", SHORT_LIVED_JVM)
 # Spark runs the suite's tiny batches interpreted, in the session and in every `lakemv` process: with
 # code generation each new query first compiles Java (Janino), which on a few rows costs more than it
 # saves (an integration test 12% faster, a fresh `ingest --once` 20%). The rows are Spark's either way.
