@@ -2,20 +2,22 @@
 ONE line on stderr that starts with `error:` and names the cause — no trace (Python's or Java's), no
 `internal error`, no credential echoed — with exit code 1 (a lakemv error) or 2 (a usage error).
 
-Only commands that fail before Spark or a Prefect API starts (a second or so each).
+Only commands that fail before Spark or a Prefect API starts: each runs in a child forked from one
+process that imported the CLI once (tests/e2e/forked_cli.py), a few hundredths of a second instead of
+a second or so.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from lakemv.catalog.settings import PROJECT_ROOT
-from tests.conftest import LAKEMV
+from tests.e2e.forked_cli import ForkedCli
 
 pytestmark = pytest.mark.e2e
 
@@ -27,6 +29,13 @@ NEVER = ("Traceback", "internal error", "\tat ", "java.")  # nowhere in stderr
 def _shared_prefect_api() -> None:
     """Overrides tests/e2e/conftest.py's: these commands record no flow run, so no session Prefect API."""
     return None
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkedCli]:
+    forked = ForkedCli(_environment({}), tmp_path_factory.mktemp("forked-cli"))
+    yield forked
+    forked.close()
 
 
 def _lay_out(tmp: Path) -> None:
@@ -74,7 +83,7 @@ def _environment(own: Mapping[str, str]) -> dict[str, str]:
     return {**env, **own}
 
 
-def _run(tmp: Path, env: Mapping[str, str], args: Sequence[str]) -> tuple[list[str], dict[str, str], subprocess.CompletedProcess[str]]:
+def _run(cli: ForkedCli, tmp: Path, env: Mapping[str, str], args: Sequence[str]) -> tuple[list[str], dict[str, str], subprocess.CompletedProcess[str]]:
     """Run `lakemv` in `tmp` ({tmp} and {sources} filled in); in a warehouse of its own under `tmp`
     unless the case gives one."""
     fill = {"{tmp}": str(tmp), "{sources}": SOURCES}
@@ -88,7 +97,7 @@ def _run(tmp: Path, env: Mapping[str, str], args: Sequence[str]) -> tuple[list[s
     env = {k: filled(v) for k, v in env.items()}
     if "--warehouse" not in args and "LAKEMV_WAREHOUSE" not in env:
         args = ["--warehouse", str(tmp / "wh"), *args]
-    done = subprocess.run([LAKEMV, *args], capture_output=True, text=True, env=_environment(env), cwd=tmp, timeout=180)
+    done = cli.run(args, _environment(env), tmp)
     return args, env, done
 
 
@@ -267,9 +276,9 @@ MISTAKES = [
 
 
 @pytest.mark.parametrize(("args", "env", "fragments", "absent", "warnings"), MISTAKES)
-def test_a_mistake_is_one_clear_error_line(tmp_path: Path, args, env, fragments, absent, warnings) -> None:
+def test_a_mistake_is_one_clear_error_line(cli: ForkedCli, tmp_path: Path, args, env, fragments, absent, warnings) -> None:
     _lay_out(tmp_path)
-    args, env, done = _run(tmp_path, env, args)
+    args, env, done = _run(cli, tmp_path, env, args)
     shown = _shown(args, env, done)
     fragments = [f.replace("{tmp}", str(tmp_path)) for f in fragments]
     assert done.returncode in (1, 2), shown
@@ -309,9 +318,9 @@ WARNINGS = [
 
 
 @pytest.mark.parametrize(("env", "args", "expected", "absent"), WARNINGS)
-def test_a_warning_names_the_setting_and_the_command_still_works(tmp_path: Path, env, args, expected, absent) -> None:
+def test_a_warning_names_the_setting_and_the_command_still_works(cli: ForkedCli, tmp_path: Path, env, args, expected, absent) -> None:
     _lay_out(tmp_path)
-    args, env, done = _run(tmp_path, env, args)
+    args, env, done = _run(cli, tmp_path, env, args)
     shown = _shown(args, env, done)
     assert done.returncode == 0, shown
     assert done.stdout.strip(), shown
