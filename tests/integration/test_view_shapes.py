@@ -127,7 +127,8 @@ def test_each_shape_equals_its_full_recompute_after_every_batch(lake, tmp_path, 
         if number == 2 and path != "full":  # new stars of cy (2 now) and bobby (1): 3 rows read for 2 keys
             stars = result.views["stars_per_user"]
             assert (stars.keys, stars.rows_read) == (2, 3 if "stars_per_user" in processor.indexed else None), stars
-        for name, rows in assert_views_are_fresh(lake, processor).items():
+        # lakemv's recompute equals the verbatim SQL over these mirrors: the default way checks that for every shape
+        for name, rows in assert_views_are_fresh(lake, processor, recompute=(lookups, path) == ("direct", "incremental")).items():
             seen_rows[name] = max(seen_rows[name], len(rows))
     assert all(seen_rows.values()), seen_rows  # every view had rows at some point: the check is not vacuous
     reran = {name for name, view in processor.indexed.items() if view.kept.reran}
