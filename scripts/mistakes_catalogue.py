@@ -1,8 +1,9 @@
 """Write docs/mistakes.md: every user mistake `tests/e2e/test_mistakes.py` makes, run through the real
-`lakemv`, with what lakemv says; and every hostile input line of `tests/e2e/test_hostile_input.py`
-with the dead letter's reason the test requires.
+`lakemv` (as the test runs it: a child forked per row from one process that imported the CLI), with
+what lakemv says; and every hostile input line of `tests/e2e/test_hostile_input.py` with the dead
+letter's reason the test requires.
 
-    .venv/bin/python -m scripts.mistakes_catalogue        (about two minutes: one lakemv per row)
+    .venv/bin/python -m scripts.mistakes_catalogue        (under a minute)
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 from lakemv.catalog.settings import PROJECT_ROOT
+from tests.e2e.forked_cli import ForkedCli
 from tests.e2e.test_hostile_input import HOSTILE
-from tests.e2e.test_mistakes import MISTAKES, SOURCES, WARNINGS, _lay_out, _run
+from tests.e2e.test_mistakes import MISTAKES, SOURCES, WARNINGS, _environment, _lay_out, _run
 
 OUT = PROJECT_ROOT / "docs" / "mistakes.md"
 
@@ -22,12 +24,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _row(case_id: str, env: dict, args: list, tmp: Path) -> str:
+def _row(cli: ForkedCli, case_id: str, env: dict, args: list, tmp: Path) -> str:
     with tempfile.TemporaryDirectory(dir=tmp) as folder:
         here = Path(folder)
         _lay_out(here)
         added = "--warehouse" not in args and "LAKEMV_WAREHOUSE" not in env  # _run gives the case a warehouse
-        args, env, done = _run(here, env, args)
+        args, env, done = _run(cli, here, env, args)
         args = args[2:] if added else args
         said = [line for line in done.stderr.splitlines() if line.strip()] or ["(nothing on stderr)"]
         hide = lambda s: s.replace(str(here), "<tmp>").replace(SOURCES, "<sources>")  # noqa: E731
@@ -51,14 +53,16 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
+        cli = ForkedCli(_environment({}), tmp)
         for case in MISTAKES:
             args, env = case.values[0], case.values[1]
-            lines.append(_row(case.id, env, args, tmp))
+            lines.append(_row(cli, case.id, env, args, tmp))
             print(lines[-1][:160], flush=True)
         lines += ["", "## Warnings", "", "| case | command | exit | what lakemv says (stderr) |", "|---|---|---|---|"]
         for case in WARNINGS:
             env, args = case.values[0], case.values[1]
-            lines.append(_row(case.id, env, args, tmp))
+            lines.append(_row(cli, case.id, env, args, tmp))
+        cli.close()
     lines += [
         "",
         "## Hostile lines in landing files",
