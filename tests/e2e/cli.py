@@ -17,10 +17,14 @@ from lakemv.duck.query import connect_duckdb, metadata_location
 from tests.conftest import LAKEMV
 
 
+def cli_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The test's environment with a small Spark (tests stay light), then `env`."""
+    return {**os.environ, "LAKEMV_SPARK_MASTER": "local[2]", "LAKEMV_DRIVER_MEMORY": "2g", "LAKEMV_SHUFFLE_PARTITIONS": "2", **(env or {})}
+
+
 def lakemv(*args: str, env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run the installed CLI; small Spark so tests stay light."""
-    full_env = {**os.environ, "LAKEMV_SPARK_MASTER": "local[2]", "LAKEMV_DRIVER_MEMORY": "2g", "LAKEMV_SHUFFLE_PARTITIONS": "2", **(env or {})}
-    done = subprocess.run([LAKEMV, *args], capture_output=True, text=True, env=full_env, timeout=600)
+    done = subprocess.run([LAKEMV, *args], capture_output=True, text=True, env=cli_env(env), timeout=600)
     if check:
         assert done.returncode == 0, f"lakemv {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
         assert "Traceback" not in done.stderr, done.stderr

@@ -1,10 +1,12 @@
-"""The CLI end to end: the demo, and user mistakes (generate -> ingest in rounds -> query: test_views_cli)."""
+"""The CLI end to end: the demo, and user mistakes (generate -> ingest in rounds -> query: test_views_cli).
+The mistakes run in children forked from one process that imported the CLI (tests/e2e/forked_cli.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.e2e.cli import lakemv
+from tests.e2e.cli import cli_env, lakemv
+from tests.e2e.forked_cli import ForkedCli
 
 
 @pytest.mark.slow(60)
@@ -27,8 +29,8 @@ def test_demo_runs_end_to_end_and_prints_rows(tmp_path):
         (["frobnicate"], "No such command 'frobnicate'"),
     ],
 )
-def test_user_mistakes_print_one_clear_line(tmp_path, args, message):
-    done = lakemv("--warehouse", str(tmp_path / "wh"), *args, check=False)
+def test_user_mistakes_print_one_clear_line(forked_cli: ForkedCli, tmp_path, args, message):
+    done = forked_cli.run(["--warehouse", str(tmp_path / "wh"), *args], cli_env(), tmp_path)
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
@@ -82,12 +84,12 @@ def _mistake_env(tmp_path, case: str) -> tuple[dict[str, str], list[str]]:
         ("none", ["compact", "--retention-hours", "0"], "Invalid value for '--retention-hours'"),
     ],
 )
-def test_every_kind_of_mistake_is_one_error_line(tmp_path, case, args, message):
+def test_every_kind_of_mistake_is_one_error_line(forked_cli: ForkedCli, tmp_path, case, args, message):
     env, _ = _mistake_env(tmp_path, case)
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     if args[0] != "--warehouse":
         args = ["--warehouse", str(tmp_path / "wh"), *args]
-    done = lakemv(*args, env=env, check=False)
+    done = forked_cli.run(args, cli_env(env), tmp_path)
     assert done.returncode not in (0, 70), f"exit {done.returncode}:\n{done.stdout}\n{done.stderr}"
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr

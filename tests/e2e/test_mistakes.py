@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -29,13 +29,6 @@ NEVER = ("Traceback", "internal error", "\tat ", "java.")  # nowhere in stderr
 def _shared_prefect_api() -> None:
     """Overrides tests/e2e/conftest.py's: these commands record no flow run, so no session Prefect API."""
     return None
-
-
-@pytest.fixture(scope="module")
-def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkedCli]:
-    forked = ForkedCli(_environment({}), tmp_path_factory.mktemp("forked-cli"))
-    yield forked
-    forked.close()
 
 
 def _lay_out(tmp: Path) -> None:
@@ -276,9 +269,9 @@ MISTAKES = [
 
 
 @pytest.mark.parametrize(("args", "env", "fragments", "absent", "warnings"), MISTAKES)
-def test_a_mistake_is_one_clear_error_line(cli: ForkedCli, tmp_path: Path, args, env, fragments, absent, warnings) -> None:
+def test_a_mistake_is_one_clear_error_line(forked_cli: ForkedCli, tmp_path: Path, args, env, fragments, absent, warnings) -> None:
     _lay_out(tmp_path)
-    args, env, done = _run(cli, tmp_path, env, args)
+    args, env, done = _run(forked_cli, tmp_path, env, args)
     shown = _shown(args, env, done)
     fragments = [f.replace("{tmp}", str(tmp_path)) for f in fragments]
     assert done.returncode in (1, 2), shown
@@ -318,9 +311,9 @@ WARNINGS = [
 
 
 @pytest.mark.parametrize(("env", "args", "expected", "absent"), WARNINGS)
-def test_a_warning_names_the_setting_and_the_command_still_works(cli: ForkedCli, tmp_path: Path, env, args, expected, absent) -> None:
+def test_a_warning_names_the_setting_and_the_command_still_works(forked_cli: ForkedCli, tmp_path: Path, env, args, expected, absent) -> None:
     _lay_out(tmp_path)
-    args, env, done = _run(cli, tmp_path, env, args)
+    args, env, done = _run(forked_cli, tmp_path, env, args)
     shown = _shown(args, env, done)
     assert done.returncode == 0, shown
     assert done.stdout.strip(), shown
