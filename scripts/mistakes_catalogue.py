@@ -15,7 +15,7 @@ from pathlib import Path
 from lakemv.catalog.settings import PROJECT_ROOT
 from tests.e2e.forked_cli import ForkedCli
 from tests.e2e.test_hostile_input import HOSTILE
-from tests.e2e.test_mistakes import MISTAKES, SOURCES, WARNINGS, _environment, _lay_out, _run
+from tests.e2e.test_mistakes import MISTAKES, SOURCES, WARNINGS, _lay_out, _run
 
 OUT = PROJECT_ROOT / "docs" / "mistakes.md"
 
@@ -53,7 +53,7 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        cli = ForkedCli(_environment({}), tmp)
+        cli = ForkedCli(tmp)
         for case in MISTAKES:
             args, env = case.values[0], case.values[1]
             lines.append(_row(cli, case.id, env, args, tmp))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +17,6 @@ def _shared_prefect_api(prefect_server: str) -> str:
 @pytest.fixture(scope="session")
 def forked_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkedCli]:
     """Commands that fail in their first second, each in a child forked from one process (tests/e2e/forked_cli.py)."""
-    forked = ForkedCli({k: v for k, v in os.environ.items() if not k.startswith("LAKEMV_")}, tmp_path_factory.mktemp("forked-cli"))
+    forked = ForkedCli(tmp_path_factory.mktemp("forked-cli"))
     yield forked
     forked.close()

@@ -11,6 +11,7 @@ modules were imported before the fork; the other e2e tests start the installed c
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
@@ -63,13 +64,15 @@ PRELOAD = ("lakemv.duck.query", "lakemv.duck.status", "lakemv.core.planner.expla
 
 
 class ForkedCli:
-    """One server process (started with `env`); `run` is `subprocess.run([lakemv, *args], ...)`."""
+    """One server process; `run` is `subprocess.run([lakemv, *args], ...)`. The server imports without
+    any lakemv setting or Prefect API in its environment: each command gets only its own."""
 
-    def __init__(self, env: Mapping[str, str], scratch: Path) -> None:
+    def __init__(self, scratch: Path) -> None:
         self._scratch = scratch
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEMV_") and k != "PREFECT_API_URL"}
         self._server = subprocess.Popen(
             [sys.executable, "-c", _SERVER, *PRELOAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, env=dict(env),
+            text=True, env=env,
         )  # fmt: skip
 
     def run(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:

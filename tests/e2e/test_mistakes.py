@@ -3,8 +3,8 @@ ONE line on stderr that starts with `error:` and names the cause — no trace (P
 `internal error`, no credential echoed — with exit code 1 (a lakemv error) or 2 (a usage error).
 
 Only commands that fail before Spark or a Prefect API starts: each runs in a child forked from one
-process that imported the CLI once (tests/e2e/forked_cli.py), a few hundredths of a second instead of
-a second or so.
+process that imported the CLI once (tests/e2e/forked_cli.py): the 138 cases took 26 s of a CI run,
+against about 170 s with a new interpreter each.
 """
 
 from __future__ import annotations
