@@ -9,13 +9,7 @@ from sqlglot.optimizer.scope import Scope
 
 from lakemv.core.planner.model import SELF, KeyColumn, Link
 from lakemv.core.planner.resolve import _Resolution
-from lakemv.core.planner.sqltools import _conjuncts, _is_aggregated, _NotLocal
-
-
-def select_from(select: exp.Select) -> exp.Expression | None:
-    """The relation of a SELECT's FROM clause (not its joins)."""
-    from_ = select.args.get("from") or select.args.get("from_")
-    return from_.this if from_ is not None else None
+from lakemv.core.planner.sqltools import _conjuncts, _is_aggregated, _NotLocal, select_from
 
 
 class _Keys(_Resolution):

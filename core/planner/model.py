@@ -13,6 +13,7 @@ from sqlglot import exp
 from lakemv.core.planner.bounds import TimeBound
 from lakemv.core.planner.definitions import ViewDefinition
 from lakemv.core.planner.finality import Finality
+from lakemv.core.planner.sqltools import _is_aggregated, select_from
 
 SELF = "_lmv_self"  # qualifier of the columns in a stored expression; replaced by an alias when rendered
 OCCURRENCE = "_lmv_occ_{}"  # placeholder relation name of an occurrence in the plan's body
@@ -144,6 +145,23 @@ class ViewPlan(BaseModel):
             return False
         return all(column.table for column in tree.find_all(exp.Column))
 
+    @cached_property
+    def empty_over_empty(self) -> bool:
+        """Whether the view has no rows while every table it reads is empty: each of its rows comes from
+        rows of those tables. Not so when a relation in it is an aggregate with no GROUP BY (one row over
+        no input) or a SELECT with no FROM, or it has VALUES or reads something else (a table function);
+        a scalar subquery (`(SELECT count(*) ...)` in a column) gives a value per row, not rows."""
+        tree = sqlglot.parse_one(self.body, read="spark")
+        if tree.find(exp.Values):
+            return False
+        reads = {OCCURRENCE.format(o.id) for o in self.occurrences}
+        if any(table.name not in reads or not isinstance(table.this, exp.Identifier) for table in tree.find_all(exp.Table)):
+            return False
+        return not any(
+            _relation(select) and (select_from(select) is None or (_is_aggregated(select) and not select.args.get("group")))
+            for select in tree.find_all(exp.Select)
+        )
+
     def reached_by_change(self, table: str, changed: Sequence[str] | None) -> bool:
         """Whether a change of `table` that changed the columns `changed` (None: a row appeared or
         went) can change the view."""
@@ -176,6 +194,15 @@ class ViewPlan(BaseModel):
             links.append(link)
             link = self.link_of(link.parent)
         return tuple(links)
+
+
+def _relation(select: exp.Select) -> bool:
+    """Whether the rows of `select` are rows of a relation (the query, a branch of it, a FROM or JOIN
+    item) rather than the value of a scalar subquery or an EXISTS/IN test."""
+    node = select
+    while isinstance(node.parent, (exp.Union, exp.Except, exp.Intersect, exp.Subquery, exp.Paren)):
+        node = node.parent
+    return node.parent is None or isinstance(node.parent, (exp.From, exp.Join))
 
 
 def over(expression: str, alias: str) -> str:

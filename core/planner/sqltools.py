@@ -47,6 +47,12 @@ def _short(node: exp.Expression, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def select_from(select: exp.Select) -> exp.Expression | None:
+    """The relation of a SELECT's FROM clause (not its joins)."""
+    from_ = select.args.get("from") or select.args.get("from_")
+    return from_.this if from_ is not None else None
+
+
 def _is_aggregated(select: exp.Select) -> bool:
     """GROUP BY, or an aggregate function belonging to this SELECT (not to a nested subquery)."""
     if select.args.get("group"):

@@ -150,7 +150,7 @@ class ViewMaintainer(ViewWriter):
         if state.state == "paused":
             return ViewResult(self.plan.name, 0, paused=True, note=f"paused by {state.by}")
         if not ensured.current:  # new, or its SQL changed: a rebuild covers any pending catch-up
-            result = self.rebuild(prepared=True)
+            result = self._nothing_to_build() or self.rebuild(prepared=True)
             if state.state == "resume":
                 write_state(self.spark, self.table, ViewState())
             return result
@@ -159,6 +159,19 @@ class ViewMaintainer(ViewWriter):
             with tagged(self.spark, unit.write_id):
                 return self.resume(state, unit, None)
         return None
+
+    def _nothing_to_build(self) -> ViewResult | None:
+        """A view with no rows over empty tables (`ViewPlan.empty_over_empty`), on a lake whose tables it
+        reads hold no live row and whose own table none either (a new lake's first start): marked as
+        built from this SQL without the full recompute and diff (None: build it)."""
+        if not self.plan.empty_over_empty:
+            return None
+        started = time.perf_counter()
+        reads = [f"SELECT 1 FROM {self.table}", *self.live.values()]
+        if not self.spark.sql(" UNION ALL ".join(f"SELECT 1 FROM ({r})" for r in reads)).isEmpty():
+            return None
+        self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{self.plan.fingerprint}')")
+        return ViewResult(self.plan.name, None, seconds=time.perf_counter() - started, note="no rows: the tables it reads are empty")
 
     def rebuild(self, prepared: bool = False) -> ViewResult:
         """Full recompute of every key (`lakemv backfill`), then mark the table as built from this SQL."""
