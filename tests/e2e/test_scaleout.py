@@ -135,9 +135,24 @@ def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_
     monkeypatch.chdir(tmp_path)  # a stray local ./warehouse would show here
     for number in (0, 1):
         move_round(staging, landing, number)
+
+    # The first run's driver is SIGKILLed mid-batch (its journal in the object store, the view committed,
+    # its local state not yet); it restarts on a blank disk, with the next round landed meanwhile: the
+    # batch replays from the journal in the object store, the state is rebuilt from the tables, and the
+    # next round is a batch of its own, as in the local run (compared below). The harness's `--cluster`
+    # kills at every step there.
+    signal_file = tmp_path / "crash-signal"
+    arm = {"LAKEMV_CRASH_AT": "view:user_profile", "LAKEMV_CRASH_SIGNAL": str(signal_file)}
     with CommandLines() as commands:
+        crashed = ingest(cluster.config.warehouse, landing, {**os.environ, **env, **arm}, signal_file, log=tmp_path / "crashed-ingest.log")
+        assert crashed is not None and crashed.startswith("view:user_profile@"), crashed
+        entry = "/lakemv-journal/" + BatchRef("ingest", int(crashed.rsplit("@", 1)[1])).batch_prefix  # the crashed batch's entries
+        assert any(entry in o and o.endswith("manifest.json") for o in _objects(cluster, "warehouse/_checkpoints")), entry
+        shutil.rmtree(driver)
+        move_round(staging, landing, 2)
         ingested = lakemv("ingest", "--landing", str(landing), "--once", env=env)
     reference_round(0, 1)
+    reference_round(2)
 
     # The object store's secret reached the driver and the executors, but never a command line, the
     # output, a log or a file lakemv wrote (the stack's own 0600 settings file and s3proxy's hold it).
@@ -167,25 +182,9 @@ def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_
     assert any("/commits/" in o for o in checkpoint) and any("/lakemv-journal/" in o and o.endswith("manifest.json") for o in checkpoint)
     local = _files(driver)
     assert local and all(f.startswith(("state/", "_lakemv/")) for f in local), local
-    assert any(f.endswith("state.sqlite") for f in local), "the local state lives on the driver's disk"
+    assert any(f.endswith("state.sqlite") for f in local), "the local state lives on the driver's disk, rebuilt there"
     assert not any("state.sqlite" in o for o in objects), "the local state is not in the object store"
     assert not (tmp_path / "warehouse").exists() and not (tmp_path / ".lakemv").exists()
-
-    # a driver SIGKILLed mid-batch (its journal in the object store, the view committed, its local state
-    # not yet), then restarted on a blank disk: the batch replays from the journal in the object store
-    # and the state is rebuilt from the tables; the round still ends exact (compared below). The
-    # harness's `--cluster` kills at every step there.
-    move_round(staging, landing, 2)
-    signal_file = tmp_path / "crash-signal"
-    arm = {"LAKEMV_CRASH_AT": "view:user_profile", "LAKEMV_CRASH_SIGNAL": str(signal_file)}
-    crashed = ingest(cluster.config.warehouse, landing, {**os.environ, **env, **arm}, signal_file, log=tmp_path / "crashed-ingest.log")
-    assert crashed is not None and crashed.startswith("view:user_profile@"), crashed
-    entry = "/lakemv-journal/" + BatchRef("ingest", int(crashed.rsplit("@", 1)[1])).batch_prefix  # the crashed batch's entries
-    assert any(entry in o and o.endswith("manifest.json") for o in _objects(cluster, "warehouse/_checkpoints")), entry
-    shutil.rmtree(driver)
-    lakemv("ingest", "--landing", str(landing), "--once", env=env)
-    assert any(f.endswith("state.sqlite") for f in _files(driver))
-    reference_round(2)
 
     # the same lake as a local run of the same input, read by DuckDB through the REST catalog
     place = Place(cluster.config.warehouse, env, driver)
