@@ -35,6 +35,14 @@ os.environ.setdefault("LAKEMV_EXECUTOR_JVM_OPTIONS", SHORT_LIVED_JVM)
 # code generation each new query first compiles Java (Janino), which on a few rows costs more than it
 # saves (an integration test 12% faster, a fresh `ingest --once` 20%). The rows are Spark's either way.
 os.environ.setdefault("LAKEMV_SPARK_CONF", json.dumps({"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}))
+# The three above only make the suite's processes cheaper: a test that clears the lakemv settings from
+# a command's environment keeps them (`without_lake_settings`).
+SUITE_PROCESS_SETTINGS = ("LAKEMV_JVM_OPTIONS", "LAKEMV_EXECUTOR_JVM_OPTIONS", "LAKEMV_SPARK_CONF")
+
+
+def without_lake_settings(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+    """`environ` without any lakemv setting but the suite's process settings (SUITE_PROCESS_SETTINGS)."""
+    return {k: v for k, v in environ.items() if not k.startswith("LAKEMV_") or k in SUITE_PROCESS_SETTINGS}
 
 # No per-example deadline: on a loaded 2-core machine a slow example is not a failure (the suite's
 # own time is watched as a whole, in CI).
