@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,7 @@ os.environ.setdefault("LAKEMV_SPARK_CONF", json.dumps({"spark.sql.codegen.wholeS
 SUITE_PROCESS_SETTINGS = ("LAKEMV_JVM_OPTIONS", "LAKEMV_EXECUTOR_JVM_OPTIONS", "LAKEMV_SPARK_CONF")
 
 
-def without_lake_settings(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+def without_lake_settings(environ: Mapping[str, str]) -> dict[str, str]:
     """`environ` without any lakemv setting but the suite's process settings (SUITE_PROCESS_SETTINGS)."""
     return {k: v for k, v in environ.items() if not k.startswith("LAKEMV_") or k in SUITE_PROCESS_SETTINGS}
 

@@ -170,7 +170,7 @@ class ViewMaintainer(ViewWriter):
         reads = [f"SELECT 1 FROM {self.table}", *self.live.values()]
         if not self.spark.sql(" UNION ALL ".join(f"SELECT 1 FROM ({r})" for r in reads)).isEmpty():
             return None
-        self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{self.plan.fingerprint}')")
+        self._mark_built()
         return ViewResult(self.plan.name, None, seconds=time.perf_counter() - started, note="no rows: the tables it reads are empty")
 
     def rebuild(self, prepared: bool = False) -> ViewResult:
@@ -178,9 +178,12 @@ class ViewMaintainer(ViewWriter):
         if not prepared:
             self.prepare()
         result = self.backfill()
-        fingerprint = self.plan.fingerprint
-        self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{fingerprint}')")
+        self._mark_built()
         return result
+
+    def _mark_built(self) -> None:
+        """The table holds this definition's rows (`prepare` compares the fingerprint)."""
+        self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{self.plan.fingerprint}')")
 
     def _current_snapshot(self) -> str:
         rows = self.spark.sql(

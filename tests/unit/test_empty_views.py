@@ -22,8 +22,7 @@ ONE_ROW = {"user_totals", "star_totals"}
 def empty_lake(sources):
     con = duckdb.connect()
     for name, source in sources.items():
-        con.register(f"_{name}", mirror_arrow_schema(source).empty_table())
-        con.execute(f"CREATE TABLE {name} AS SELECT * FROM _{name}")
+        con.register(name, mirror_arrow_schema(source).empty_table())
     yield con
     con.close()
 
