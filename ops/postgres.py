@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -138,14 +139,29 @@ class PostgresServer:
         con.close()
         return created
 
-    def drop_slot(self) -> bool:
-        """Drop Debezium's replication slot (a slot nobody reads keeps every WAL segment)."""
+    def drop_slot(self, wait_s: float = 15.0) -> bool:
+        """Drop Debezium's replication slot (a slot nobody reads keeps every WAL segment).
+
+        Called once Connect is stopped; its walsender may not have noticed the closed connection yet
+        and still hold the slot, so that backend is ended and the drop waits for the slot to be free."""
         if self._postgres_pid() is None:
             return False
         con = self._connect()
         con.autocommit = True
-        with con.cursor() as cur:
-            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'lakemv'")
-            dropped = cur.rowcount > 0
-        con.close()
-        return dropped
+        deadline = time.monotonic() + wait_s
+        try:
+            with con.cursor() as cur:
+                while True:
+                    cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'lakemv'")
+                    row = cur.fetchone()
+                    if row is None:
+                        return False
+                    if row[0] is None:
+                        cur.execute("SELECT pg_drop_replication_slot('lakemv')")
+                        return True
+                    if time.monotonic() > deadline:
+                        raise StackError(f"replication slot lakemv is still held by backend {row[0]} after {wait_s:.0f}s")
+                    cur.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+                    time.sleep(0.2)
+        finally:
+            con.close()
