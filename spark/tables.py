@@ -1,15 +1,51 @@
 """CREATE TABLE of lakemv's own Iceberg tables: the ledger and the dead letters, from their Arrow
-schemas (`lakemv.core.batch.records`). Mirrors and views are created where they are written
-(`lakemv.spark.mirror`, `lakemv.spark.views.maintain`)."""
+schemas (`lakemv.core.batch.records`); a view's table from its Spark schema (`create_empty`). Mirrors
+are created where they are written (`lakemv.spark.mirror`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from lakemv.catalog.tables import TableNames, tblproperties_sql
 from lakemv.core.batch.records import DEAD_LETTERS, LEDGER, VIEW_STRUCT
 from lakemv.core.types import schema_ddl, spark_ddl
+
+
+def as_nullable(data_type: DataType) -> DataType:
+    """`data_type` with every field, element and value nullable, at any depth (Spark's `asNullable`,
+    which a CREATE TABLE ... AS SELECT applies to its query's schema)."""
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, as_nullable(f.dataType), True, f.metadata) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(as_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(as_nullable(data_type.keyType), as_nullable(data_type.valueType), True)
+    return data_type
+
+
+def create_empty(spark: SparkSession, identifier: str, schema: StructType, properties: Mapping[str, str], replace: bool = False) -> None:
+    """Create (or replace) the Iceberg table `identifier` with `schema`, every field nullable, and
+    `properties`, holding one empty snapshot, in one commit of its catalog.
+
+    What a CREATE TABLE ... AS SELECT of no rows gives, without its Spark job (the first one in a
+    process: ~2.5 s; later ones ~0.4 s; this: ~0.1 s and ~0.03 s). The snapshot is part of the same
+    commit: a table with none has no main branch to branch from (a backfill) and no rows to read."""
+    jvm = spark._jvm
+    util = jvm.org.apache.iceberg.spark.Spark3Util
+    found = util.catalogAndIdentifier(spark._jsparkSession, identifier)
+    catalog = found.catalog().icebergCatalog()
+    fields = jvm.org.apache.spark.sql.types.DataType.fromJson(as_nullable(schema).json())
+    props = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        props.put(key, value)
+    builder = catalog.buildTable(util.identifierToTableIdentifier(found.identifier()), jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(fields))
+    transaction = builder.withProperties(props).createOrReplaceTransaction() if replace else builder.withProperties(props).createTransaction()
+    transaction.newAppend().commit()
+    transaction.commitTransaction()
 
 
 def ensure_ledger(spark: SparkSession, names: TableNames) -> None:

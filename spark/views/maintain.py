@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyspark
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StructType
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.tables import TABLE_PROPERTIES, TableNames, live_rows_sql
@@ -32,6 +32,7 @@ from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.viewsql import affected_key_queries, recompute_sql
 from lakemv.spark.commits import WriteUnit, tagged
 from lakemv.spark.parallel import concurrently
+from lakemv.spark.tables import create_empty
 from lakemv.spark.views.feeds import Feeds
 from lakemv.spark.views.state import changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
 from lakemv.spark.views.write import ViewWriter, Writing
@@ -98,12 +99,8 @@ class ViewMaintainer(ViewWriter):
 
     def _create(self, schema: StructType, replace: bool) -> None:
         """The view's table (replaced when `replace`), and its column of the change feeds (a new one)."""
-        nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
-        writer = self.spark.createDataFrame([], nullable).writeTo(self.table).using("iceberg")
-        for key, value in TABLE_PROPERTIES.items():
-            writer = writer.tableProperty(key, value)
-        writer = writer.tableProperty(ANALYSED, self._analysed(schema))
-        writer.createOrReplace() if replace else writer.create()
+        properties = {**TABLE_PROPERTIES, ANALYSED: self._analysed(schema)}
+        create_empty(self.spark, self.table, schema, properties, replace=replace)
         self.feeds.prepare(self.plan.name, schema, tuple(self.plan.key_names), reshape=True)
 
     def _analysed(self, schema: StructType) -> str:
