@@ -42,8 +42,9 @@ def create_empty(spark: SparkSession, identifier: str, schema: StructType, prope
     props = jvm.java.util.HashMap()
     for key, value in properties.items():
         props.put(key, value)
-    builder = catalog.buildTable(util.identifierToTableIdentifier(found.identifier()), jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(fields))
-    transaction = builder.withProperties(props).createOrReplaceTransaction() if replace else builder.withProperties(props).createTransaction()
+    ident = util.identifierToTableIdentifier(found.identifier())
+    builder = catalog.buildTable(ident, jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(fields)).withProperties(props)
+    transaction = builder.createOrReplaceTransaction() if replace else builder.createTransaction()
     transaction.newAppend().commit()
     transaction.commitTransaction()
 
