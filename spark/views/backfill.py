@@ -8,8 +8,10 @@
 3. **Catch up** the branch with the mirror changes that landed meanwhile (snapshot to snapshot).
 4. **Audit** the branch: DuckDB recomputes the view from the mirrors at those same snapshots
    (lakemv.duck.verify): every key must match, none missing, extra or duplicated.
-5. **Publish** by fast-forwarding main to the branch (view, then feed), and **resume**: the next
-   batch catches the view up from the snapshots the backfill last read, so no change is lost.
+5. **Publish** by fast-forwarding main of the view to the branch, and of the feeds table too when
+   no batch committed to it meanwhile; otherwise (other views' batches share it) the branch's own
+   snapshots are cherry-picked onto its main. Then **resume**: the next batch catches the view up
+   from the snapshots the backfill last read, so no change is lost.
 
 A batch already writing the view when the pause began may still commit to main; fast-forward then
 refuses (main is no longer an ancestor of the branch) and the backfill starts again from step 2.
@@ -218,7 +220,6 @@ class Backfill:
         clock = time.perf_counter()
         for table in (self.table, self.feed):
             self._ddl(f"ALTER TABLE {table} CREATE OR REPLACE BRANCH {self.branch}")
-        feed_base = ref_snapshot(self.spark, self.feed)
         snapshots = mirror_snapshots(self.spark, self.names, self.plan.tables)
         unit = WriteUnit(f"backfill:{self.plan.name}:{self.id}")
         written = self.maintainer.at(snapshots, self.branch).write_all(unit)
@@ -251,7 +252,7 @@ class Backfill:
             return None
         write_state(self.spark, self.table, ViewState("paused", snapshots, by=state.by, branch=self.branch, published=True))
         if not self._fast_forward(self.feed):
-            self._cherry_pick(self.feed, feed_base)
+            self._cherry_pick(self.feed)
         fingerprint = self.plan.fingerprint
         self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{fingerprint}')")
         timings["publish"] = time.perf_counter() - clock
@@ -287,13 +288,21 @@ class Backfill:
             raise
         return True
 
-    def _cherry_pick(self, table: str, base: int | None) -> None:
-        """Apply the branch's append snapshots (newer than `base`) onto main, oldest first."""
+    def _cherry_pick(self, table: str) -> None:
+        """Apply the branch's own snapshots (those main has not got) onto main, oldest first.
+
+        The branch's base is where its history meets main's: read from the refs at this point, not
+        remembered from the branch's creation, which an ingest commit to main can race.
+        """
         parents = dict(
             (r["snapshot_id"], r["parent_id"]) for r in self.spark.sql(f"SELECT snapshot_id, parent_id FROM {table}.snapshots").collect()
         )
+        on_main, snapshot = set(), ref_snapshot(self.spark, table)
+        while snapshot is not None:
+            on_main.add(snapshot)
+            snapshot = parents.get(snapshot)
         chain, snapshot = [], ref_snapshot(self.spark, table, self.branch)
-        while snapshot is not None and snapshot != base:
+        while snapshot is not None and snapshot not in on_main:
             chain.append(snapshot)
             snapshot = parents.get(snapshot)
         for snapshot in reversed(chain):

@@ -23,6 +23,7 @@ from lakemv.flows.compact import compact
 from lakemv.flows.ingest import ingest
 from lakemv.flows.retries import RETRIES, transient
 from lakemv.flows.verify import verify
+from lakemv.spark.views.backfill import Backfill
 from lakemv.spark.views.state import read_state, write_state
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.e2e.cli import move_round
@@ -142,6 +143,33 @@ def test_backfill_repairs_a_view_through_a_branch_and_maintenance_resumes(lake, 
     ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # no new files
     assert read_state(lake.spark, table).state == "active"
     assert "COMPLETED" in _final_states("backfill")
+
+
+def test_a_feed_commit_racing_the_branch_is_kept_and_the_backfill_lands_on_top(lake, tmp_path, monkeypatch):
+    """Every view's batch commits to the one feeds table, so while a view is backfilled its branch of the
+    feeds falls behind main: the branch's own snapshots are cherry-picked onto main, none of main's, even
+    when a batch commits right after the branch is made."""
+    _ingested(lake, tmp_path)
+    table, feeds = lake.names.view("user_profile"), lake.names.feeds
+    victim = lake.spark.sql(f"SELECT email FROM {table} ORDER BY email LIMIT 1").first()[0]
+    lake.spark.sql(f"DELETE FROM {table} WHERE email = '{victim}'")
+    feed_rows, view_feed_rows = lake.spark.table(feeds).count(), lake.spark.table(lake.names.view_changes("user_profile")).count()
+    ddl = Backfill._ddl
+
+    def ddl_then_a_racing_batch(self, sql: str) -> None:  # noqa: ANN001
+        ddl(self, sql)
+        if sql.startswith(f"ALTER TABLE {feeds} CREATE OR REPLACE BRANCH"):
+            lake.spark.sql(f"INSERT INTO {feeds} SELECT * FROM {feeds} WHERE view <> 'user_profile' LIMIT 1")
+
+    monkeypatch.setattr(Backfill, "_ddl", ddl_then_a_racing_batch)
+    done = backfill(view="user_profile", warehouse=str(lake.settings.warehouse))
+
+    assert (done["upserts"], done["attempts"]) == (1, 1), done
+    assert lake.spark.table(feeds).count() == feed_rows + 2  # the racing batch's row and the repair
+    assert lake.spark.table(lake.names.view_changes("user_profile")).count() == view_feed_rows + 1
+    operations = [r[0] for r in lake.spark.sql(f"SELECT operation FROM {feeds}.snapshots ORDER BY committed_at").collect()]
+    assert operations[-2:] == ["append", "append"], operations
+    assert verify(view="user_profile", warehouse=str(lake.settings.warehouse))["views"]["user_profile"]["missing"] == 0
 
 
 def test_resuming_from_expired_snapshots_recomputes_every_key(lake, tmp_path):
