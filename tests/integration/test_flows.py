@@ -119,9 +119,12 @@ def test_compact_keeps_every_query_result_and_reduces_the_file_count(lake, tmp_p
     assert verify(warehouse=str(lake.settings.warehouse))["views"]["user_profile"]["mismatching"] == 0
 
 
-def test_backfill_repairs_a_view_through_a_branch_and_maintenance_resumes(lake, tmp_path):
+def test_backfill_repairs_a_view_through_a_branch_and_maintenance_resumes(lake, tmp_path, monkeypatch):
+    """Every view's batch commits to the one feeds table, so while a view is backfilled its branch of the
+    feeds may fall behind main: here a batch commits right after the branch is made. The view's main is
+    fast-forwarded; the branch's own feeds snapshots are cherry-picked onto main, none of main's."""
     landing = _ingested(lake, tmp_path)
-    table, feed = lake.names.view("user_profile"), lake.names.view_changes("user_profile")
+    table, feed, feeds = lake.names.view("user_profile"), lake.names.view_changes("user_profile"), lake.names.feeds
     victim = lake.spark.sql(f"SELECT email FROM {table} ORDER BY email LIMIT 1").first()[0]
     lake.spark.sql(f"DELETE FROM {table} WHERE email = '{victim}'")
     snapshot = lake.spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").first()[0]
@@ -130,30 +133,7 @@ def test_backfill_repairs_a_view_through_a_branch_and_maintenance_resumes(lake, 
     assert planned["estimated_rows"] == planned["table_rows"] + 1, planned
     assert lake.spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").first()[0] == snapshot
 
-    feed_rows = lake.spark.table(feed).count()
-    done = backfill(view="user_profile", warehouse=str(lake.settings.warehouse))
-    assert (done["upserts"], done["deletes"], done["attempts"]) == (1, 0, 1), done
-    assert "matches its recompute" in done["audit"]
-    assert verify(view="user_profile", warehouse=str(lake.settings.warehouse))["views"]["user_profile"]["missing"] == 0
-    assert lake.spark.table(feed).count() == feed_rows + 1  # the repair is in the change feed
-    refs = {r["name"] for r in lake.spark.sql(f"SELECT name FROM {table}.refs").collect()}
-    assert refs == {"main"}, refs  # the branch is gone once published
-    assert read_state(lake.spark, table).state == "resume"
-
-    ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # no new files
-    assert read_state(lake.spark, table).state == "active"
-    assert "COMPLETED" in _final_states("backfill")
-
-
-def test_a_feed_commit_racing_the_branch_is_kept_and_the_backfill_lands_on_top(lake, tmp_path, monkeypatch):
-    """Every view's batch commits to the one feeds table, so while a view is backfilled its branch of the
-    feeds falls behind main: the branch's own snapshots are cherry-picked onto main, none of main's, even
-    when a batch commits right after the branch is made."""
-    _ingested(lake, tmp_path)
-    table, feeds = lake.names.view("user_profile"), lake.names.feeds
-    victim = lake.spark.sql(f"SELECT email FROM {table} ORDER BY email LIMIT 1").first()[0]
-    lake.spark.sql(f"DELETE FROM {table} WHERE email = '{victim}'")
-    feed_rows, view_feed_rows = lake.spark.table(feeds).count(), lake.spark.table(lake.names.view_changes("user_profile")).count()
+    feed_rows, all_feed_rows = lake.spark.table(feed).count(), lake.spark.table(feeds).count()
     ddl = Backfill._ddl
 
     def ddl_then_a_racing_batch(self, sql: str) -> None:  # noqa: ANN001
@@ -163,13 +143,21 @@ def test_a_feed_commit_racing_the_branch_is_kept_and_the_backfill_lands_on_top(l
 
     monkeypatch.setattr(Backfill, "_ddl", ddl_then_a_racing_batch)
     done = backfill(view="user_profile", warehouse=str(lake.settings.warehouse))
-
-    assert (done["upserts"], done["attempts"]) == (1, 1), done
-    assert lake.spark.table(feeds).count() == feed_rows + 2  # the racing batch's row and the repair
-    assert lake.spark.table(lake.names.view_changes("user_profile")).count() == view_feed_rows + 1
+    assert (done["upserts"], done["deletes"], done["attempts"]) == (1, 0, 1), done
+    assert "matches its recompute" in done["audit"]
+    assert verify(view="user_profile", warehouse=str(lake.settings.warehouse))["views"]["user_profile"]["missing"] == 0
+    assert lake.spark.table(feed).count() == feed_rows + 1  # the repair is in the change feed
+    assert lake.spark.table(feeds).count() == all_feed_rows + 2  # and the racing batch's row
     operations = [r[0] for r in lake.spark.sql(f"SELECT operation FROM {feeds}.snapshots ORDER BY committed_at").collect()]
     assert operations[-2:] == ["append", "append"], operations
-    assert verify(view="user_profile", warehouse=str(lake.settings.warehouse))["views"]["user_profile"]["missing"] == 0
+    for name in (table, feeds):
+        refs = {r["name"] for r in lake.spark.sql(f"SELECT name FROM {name}.refs").collect()}
+        assert refs == {"main"}, refs  # the branch is gone once published
+    assert read_state(lake.spark, table).state == "resume"
+
+    ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # no new files
+    assert read_state(lake.spark, table).state == "active"
+    assert "COMPLETED" in _final_states("backfill")
 
 
 def test_resuming_from_expired_snapshots_recomputes_every_key(lake, tmp_path):
