@@ -19,7 +19,10 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+import sqlglot
 from pydantic import BaseModel, ConfigDict
+from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.core.planner import SELF, Link, ViewPlan
@@ -32,6 +35,29 @@ def plain_column(expression: str) -> str | None:
     """The column name when a plan expression is a bare column of its occurrence, else None."""
     match = _PLAIN.match(expression.strip())
     return None if match is None else (match.group(1) or match.group(2))
+
+
+NOT_CONSTANT = object()
+
+
+def constant(expression: str) -> object:
+    """The Python value of a plan expression that is a literal (a string, an integer, a boolean, NULL:
+    the constants that tell a UNION ALL's branches apart), else `NOT_CONSTANT`. The caller checks the
+    value against the view column's type (Spark may widen a literal to the other branches' type)."""
+    try:
+        node = sqlglot.parse_one(expression, read="spark")
+    except ParseError:
+        return NOT_CONSTANT
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this if "\\" not in expression else NOT_CONSTANT  # (Spark's escapes are its own)
+        if re.fullmatch(r"[0-9]+", node.this):
+            return int(node.this)
+    return NOT_CONSTANT
 
 
 class MirrorPart(BaseModel):

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from lakemv.core.planner import ViewPlan
+import pyarrow as pa
+
+from lakemv.core.planner import KeyColumn, ViewPlan
 from lakemv.core.state.codec import Values
-from lakemv.core.state.layout import Lookup, MirrorPart, Route
+from lakemv.core.state.layout import NOT_CONSTANT, Lookup, MirrorPart, Route, constant, plain_column
 
 
 class Lookups(Protocol):
@@ -23,6 +25,42 @@ class Lookups(Protocol):
 def _project(rows: Iterable[Values], part: MirrorPart, columns: Sequence[str]) -> list[Values]:
     positions = [part.column_names.index(c) for c in columns]
     return [tuple(row[i] for i in positions) for row in rows]
+
+
+DirectKeys = tuple[tuple[str | None, object], ...]  # per key: (its column, None) or (None, its constant)
+
+
+def direct_keys(keys: Sequence[KeyColumn], part: MirrorPart, types: pa.Schema) -> DirectKeys | None:
+    """How the driver finds an anchor's keys without an engine: each key a column of the anchor's part,
+    or a constant (a UNION ALL's `'stars' AS kind`) of the view column's own type (`types`: Spark
+    may widen a literal to another branch's type); None when one is neither."""
+    found: list[tuple[str | None, object]] = []
+    for key in keys:
+        column, value = plain_column(key.expr), constant(key.expr)
+        if column is not None and column in part.column_names:
+            found.append((column, None))
+        elif value is not NOT_CONSTANT and _typed(value, types.field(key.name).type):
+            found.append((None, value))
+        else:
+            return None
+    return tuple(found)
+
+
+def _typed(value: object, kind: pa.DataType) -> bool:
+    """Whether a constant's Python value is the value Spark gives a view column of type `kind`."""
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return pa.types.is_boolean(kind)
+    if isinstance(value, int):
+        return pa.types.is_integer(kind)
+    return isinstance(value, str) and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def project_keys(rows: Iterable[Values], part: MirrorPart, keys: DirectKeys) -> set[Values]:
+    """The keys of anchor rows found as `direct_keys` says."""
+    positions = [None if column is None else part.column_names.index(column) for column, _ in keys]
+    return {tuple(value if i is None else row[i] for i, (_, value) in zip(positions, keys, strict=True)) for row in rows}
 
 
 def _hop(store: Lookups, parts: Mapping[str, MirrorPart], hop: Lookup, rows: list[Values], table: str) -> list[Values]:

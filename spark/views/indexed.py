@@ -33,7 +33,7 @@ from lakemv.core.sql.viewsql import DIFF_OP
 from lakemv.core.state.codec import Values, rows_of, to_arrow
 from lakemv.core.state.layout import Route
 from lakemv.core.state.places import Location
-from lakemv.core.state.walk import gather, reach
+from lakemv.core.state.walk import DirectKeys, direct_keys, gather, project_keys, reach
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
 from lakemv.spark.directwrite import Committed
@@ -64,6 +64,7 @@ class IndexedView:
         self._once = False  # the budget is 0 until the view catches up once (catch_up_once)
         self.costs: Costs | None = None  # what maintaining it cost lately, read from the state at first use
         self.kept = KeptPlans(self.spark)  # its recompute and key evaluation as Spark planned them
+        self._direct: dict[int, DirectKeys | None] = {}  # per anchor: how the driver finds its keys, if it can
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -283,16 +284,22 @@ class IndexedView:
             self.store.measured(self.plan.name, way, observed)
 
     def _evaluate_keys(self, anchor_rows: Mapping[int, list[Values]]) -> set[Values]:
-        """Key expressions that are not plain columns, evaluated by Spark over each anchor's rows (its
-        own key expressions for each branch of a UNION ALL), in one job."""
-        runs: list[Run] = []
+        """Each anchor's keys (a UNION ALL: each branch's): columns and constants found in the driver
+        (`lakemv.core.state.walk.direct_keys`), other expressions by Spark over its rows, in one job."""
+        found, runs = set[Values](), list[Run]()
         for anchor_id, rows in sorted(anchor_rows.items()):
-            anchor = self.plan.occurrence(anchor_id)
+            part = self.store.mirrors[self.plan.occurrence(anchor_id).table]
+            if anchor_id not in self._direct:
+                self._direct[anchor_id] = direct_keys(self.plan.keys_at(anchor_id), part, self._key_schema())
+            if (direct := self._direct[anchor_id]) is not None:
+                found |= project_keys(rows, part, direct)
+                continue
             relation = f"{MARK}{self.plan.name}_anchor_{anchor_id}"
             select = ", ".join(f"{over(k.expr, 'a')} AS {q(k.name)}" for k in self.plan.keys_at(anchor_id))
-            inputs = {relation: to_arrow(rows, part_schema(self.store.mirrors[anchor.table]))}
-            runs.append((self.kept, f"keys:{anchor_id}", f"SELECT DISTINCT {select} FROM {relation} AS a", inputs))
-        return {key for found in run_kept(self.spark, runs) for key in rows_of(found, self.plan.key_names)}
+            runs.append((self.kept, f"keys:{anchor_id}", f"SELECT DISTINCT {select} FROM {relation} AS a", {relation: to_arrow(rows, part_schema(part))}))
+        if runs:
+            found |= {key for ran in run_kept(self.spark, runs) for key in rows_of(ran, self.plan.key_names)}
+        return found
 
     def kept_run(self, gathered: Gathered) -> Run:
         """This view's SQL over the rows it gathered, alone, as its kept plan runs it
@@ -349,16 +356,12 @@ class IndexedView:
         new_keys = rows_of(new, self.plan.key_names)
         duplicated = repeated(new_keys)
         digests = new.column(DIGEST).to_pylist()
-        changed = [
-            i for i, (k, d) in enumerate(zip(new_keys, digests, strict=True)) if k not in duplicated and stored.get(k) != d
-        ]
+        changed = [i for i, (k, d) in enumerate(zip(new_keys, digests, strict=True)) if k not in duplicated and stored.get(k) != d]
         present = set(new_keys)  # a duplicated key is present: its stored row stays
         gone = [k for k in keys if k not in present and k in stored]
         schema = self._view_schema()
         fields = [f.with_nullable(True) for f in schema] + [pa.field(DIFF_OP, pa.string())]
-        upserted = new.select(list(self.plan.columns)).take(pa.array(changed, type=pa.int64())).cast(
-            pa.schema(fields[:-1])
-        )
+        upserted = new.select(list(self.plan.columns)).take(pa.array(changed, type=pa.int64())).cast(pa.schema(fields[:-1]))
         upserted = upserted.append_column(DIFF_OP, pa.array(["upsert"] * len(changed), type=pa.string()))
         removed = to_arrow(gone, self._key_schema())
         for field in fields:
@@ -375,8 +378,8 @@ class IndexedView:
 
 
 class Diffed(NamedTuple):
-    """A view's diff of a batch (`IndexedView.diff`), its feed rows (None: written with the view), and
-    its seconds: its share of the recompute, then its diff."""
+    """A view's diff of a batch (`IndexedView.diff`), its feed rows (None: written with the view), and its
+    seconds (its share of the recompute, then its diff)."""
 
     diff: _Diff
     feed: pa.Table | None

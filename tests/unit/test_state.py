@@ -15,9 +15,9 @@ from lakemv.catalog.settings import LakeSettings
 from lakemv.core.planner import ViewPlan, plan_view
 from lakemv.core.planner.definitions import load_views, parse_view
 from lakemv.core.state.codec import decode, encode, rows_of, to_arrow
-from lakemv.core.state.layout import MirrorPart, ViewPart, mirror_parts, plain_column, route
+from lakemv.core.state.layout import NOT_CONSTANT, MirrorPart, ViewPart, constant, mirror_parts, plain_column, route
 from lakemv.core.state.store import Store
-from lakemv.core.state.walk import gather, reach
+from lakemv.core.state.walk import direct_keys, gather, project_keys, reach
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,12 @@ def test_plain_columns_are_told_from_expressions():
     assert plain_column("_lmv_self.`index`") == "index"
     assert plain_column("LOWER(_lmv_self.username)") is None
     assert plain_column("_lmv_self.a + 1") is None
+
+
+def test_constants_are_told_from_expressions():
+    assert [constant(e) for e in ("'stars'", "''", "7", "NULL", "TRUE")] == ["stars", "", 7, None, True]
+    for expression in ("1.5", "-1", "'a\\nb'", "_lmv_self.a", "LOWER('A')", "DATE'2024-01-01'", "'a' || 'b'"):
+        assert constant(expression) is NOT_CONSTANT, expression  # left to Spark
 
 
 def test_user_profile_is_served_by_indexes_on_its_join_columns(plans, sources):
@@ -142,7 +148,12 @@ def test_a_union_all_looks_each_branch_up_by_its_own_anchor(sources):
     repo = tuple({"owner": "o", "name": "r"}.get(c) for c in parts["repos"].column_names)
     keys, pending = reach(plan, r, parts, store, {"repos": [repo]})
     prs = next(a for a in r.anchors if plan.occurrence(a).table == "pull_requests")
-    assert keys == set() and list(pending) == [prs] and len(pending[prs]) == 1  # its key is evaluated by Spark
+    assert keys == set() and list(pending) == [prs] and len(pending[prs]) == 1  # its key: a constant and a column
+    typed = pa.schema([("kind", pa.string()), ("who", pa.string())])
+    found = direct_keys(plan.keys_at(prs), parts["pull_requests"], typed)
+    assert found == ((None, "prs"), ("author", None)) and project_keys(pending[prs], parts["pull_requests"], found) == {("prs", "ann")}
+    widened = pa.schema([("kind", pa.int64()), ("who", pa.string())])  # Spark would cast 'prs': the driver does not guess
+    assert direct_keys(plan.keys_at(prs), parts["pull_requests"], widened) is None
     rows = gather(plan, r, parts, store, [("prs", "ann")])
     assert {plan.occurrence(o).table: len(found) for o, found in rows.items()} == {"stars": 0, "pull_requests": 1, "repos": 1}
 
