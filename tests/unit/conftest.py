@@ -10,6 +10,11 @@ import sys
 
 import pytest
 
+from lakemv.catalog.declarations import SourceRegistry
+from lakemv.catalog.settings import LakeSettings
+from lakemv.core.planner import ViewPlan, plan_view
+from lakemv.core.planner.definitions import load_views
+
 
 def _jvm_running() -> bool:
     context = sys.modules.get("pyspark.core.context")
@@ -26,3 +31,9 @@ def _no_jvm_no_server():
     yield
     assert jvm or not _jvm_running(), "a unit test started a JVM"
     assert server or not _prefect_test_server_loaded(), "a unit test started a Prefect test server"
+
+
+@pytest.fixture(scope="module")
+def plans(sources: SourceRegistry) -> dict[str, ViewPlan]:
+    """The plans of the project's own views."""
+    return {name: plan_view(view, sources) for name, view in load_views(LakeSettings().view_dirs).items()}

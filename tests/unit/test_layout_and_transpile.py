@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.viewstate import ViewState
 from lakemv.core.errors import QueryError
 from lakemv.core.planner import plan_view
-from lakemv.core.planner.definitions import load_views, parse_view
+from lakemv.core.planner.definitions import parse_view
 from lakemv.core.planner.sortorder import SortOrder, lookups, sort_orders, view_sort_orders
 from lakemv.duck.query import connect_duckdb
 from lakemv.duck.verify import duckdb_sql
-
-
-@pytest.fixture(scope="module")
-def plans(sources):
-    return {name: plan_view(view, sources) for name, view in load_views(LakeSettings().view_dirs).items()}
 
 
 def test_each_table_is_laid_out_by_the_columns_views_look_it_up_by(plans):

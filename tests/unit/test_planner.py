@@ -6,18 +6,12 @@ import re
 
 import pytest
 
-from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import TableNames, live_rows_sql
 from lakemv.core.errors import ViewDefinitionError
 from lakemv.core.planner import SELF, ViewPlan, over, plan_view
-from lakemv.core.planner.definitions import load_views, parse_view
+from lakemv.core.planner.definitions import parse_view
 from lakemv.core.planner.explain import explain
 from lakemv.core.sql.viewsql import affected_key_queries, affected_keys_sql, chain_sql, diff_sql, recompute_sql
-
-
-@pytest.fixture(scope="module")
-def plans(sources) -> dict[str, ViewPlan]:
-    return {name: plan_view(view, sources) for name, view in load_views(LakeSettings().view_dirs).items()}
 
 
 def plan_of(sources, key: str, sql: str, name: str = "v") -> ViewPlan:

@@ -11,18 +11,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lakemv.catalog.settings import LakeSettings
-from lakemv.core.planner import ViewPlan, plan_view
-from lakemv.core.planner.definitions import load_views, parse_view
+from lakemv.core.planner import plan_view
+from lakemv.core.planner.definitions import parse_view
 from lakemv.core.state.codec import decode, encode, rows_of, to_arrow
 from lakemv.core.state.layout import NOT_CONSTANT, MirrorPart, ViewPart, constant, mirror_parts, plain_column, route
 from lakemv.core.state.store import Store
 from lakemv.core.state.walk import direct_keys, gather, project_keys, reach
-
-
-@pytest.fixture(scope="module")
-def plans(sources) -> dict[str, ViewPlan]:
-    return {name: plan_view(view, sources) for name, view in load_views(LakeSettings().view_dirs).items()}
 
 
 def test_plain_columns_are_told_from_expressions():
