@@ -11,7 +11,7 @@ from lakemv.core.durations import format_duration
 from lakemv.core.planner import OCCURRENCE, SELF, ViewPlan, over
 from lakemv.core.planner.cost import Statistics, cost_lines, predict
 from lakemv.core.sql.viewsql import recompute_sql
-from lakemv.core.state.layout import Lookup, route
+from lakemv.core.state.layout import NOT_CONSTANT, Lookup, constant, route
 
 ARROW = " -> "
 
@@ -150,6 +150,12 @@ def _lookup_text(hop: Lookup, derived: Mapping[str, str] | None = None) -> str:
     return f"{hop.table} by ({on})" + ("" if hop.exact else " (a superset, filtered by the view's SQL)")
 
 
+def _key_source(expression: str) -> str:
+    """Where a key that is no column of the rows comes from: a constant (read off in the driver, when it
+    has the view column's type: lakemv.core.state.walk.direct_keys), or Spark's evaluation."""
+    return expression if constant(expression) is not NOT_CONSTANT else "<evaluated by Spark>"
+
+
 def _state_lines(plan: ViewPlan, order: list[int], width: int) -> list[str]:
     """How the local indexed state serves the view: the lookups each hop makes, or why it cannot."""
     r = route(plan)
@@ -158,7 +164,8 @@ def _state_lines(plan: ViewPlan, order: list[int], width: int) -> list[str]:
     lines = ["local state - lookups in the store instead of scans (`.c`: column c of the rows before):"]
     for occ_id in order:
         hops = [_lookup_text(h) for h in r.up[occ_id]]
-        columns = ", ".join(c if c is not None else "<evaluated by Spark>" for c in r.key_columns[occ_id])
+        keys = plan.keys_at(plan.anchor_of(occ_id))
+        columns = ", ".join(c if c is not None else _key_source(k.expr) for c, k in zip(r.key_columns[occ_id], keys, strict=True))
         lines.append(f"  {_occurrence(plan, occ_id):<{width}}  up: {ARROW.join([*hops, f'key from ({columns})'])}")
     for anchor_id, anchor in r.anchors.items():
         which = f" ({_occurrence(plan, anchor_id)}'s branch)" if len(r.anchors) > 1 else ""

@@ -36,13 +36,14 @@ def direct_keys(keys: Sequence[KeyColumn], part: MirrorPart, types: pa.Schema) -
     may widen a literal to another branch's type); None when one is neither."""
     found: list[tuple[str | None, object]] = []
     for key in keys:
-        column, value = plain_column(key.expr), constant(key.expr)
+        column = plain_column(key.expr)
         if column is not None and column in part.column_names:
             found.append((column, None))
-        elif value is not NOT_CONSTANT and _typed(value, types.field(key.name).type):
-            found.append((None, value))
-        else:
+            continue
+        value = constant(key.expr)
+        if value is NOT_CONSTANT or not _typed(value, types.field(key.name).type):
             return None
+        found.append((None, value))
     return tuple(found)
 
 

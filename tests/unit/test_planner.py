@@ -394,3 +394,4 @@ def test_a_union_all_recomputes_each_key_in_its_own_branch(sources):
     text = explain(plan)
     assert "key: kind, who  (from stars s, branch 1, main query; pull_requests p, branch 2, main query)" in text
     assert "  rows for the keys (pull_requests p's branch): pull_requests by (author <=> .who) (a superset, filtered by the view's SQL)" in text
+    assert "  pull_requests p  up: key from ('prs', author)" in text  # the constant, read off in the driver
