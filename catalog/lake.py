@@ -12,15 +12,21 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from contextlib import closing
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from lakemv.catalog.settings import LakeSettings
 from lakemv.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+# The tables of Iceberg's JDBC catalog schema (V1), which pyiceberg's SqlCatalog creates when missing.
+CATALOG_TABLES = ("iceberg_tables", "iceberg_namespace_properties")
 
 
 def jdbc_properties(settings: LakeSettings) -> dict[str, str]:
@@ -128,15 +134,21 @@ def ensure_warehouse(settings: LakeSettings) -> None:
 
 
 def bootstrap(settings: LakeSettings) -> None:
-    """Create the warehouse folder and the catalog tables (idempotent)."""
+    """Create the warehouse folder and the catalog tables (idempotent). A SQLite catalog that has its
+    tables already is left to Spark: a process that needs no pyiceberg then never imports it (~1 s of
+    CPU at each start)."""
     ensure_warehouse(settings)
     if settings.remote:
         ensure_bucket(settings)
     if settings.is_sqlite:
         # WAL lets readers (DuckDB queries, status) proceed while a batch commits.
         path = make_url(settings.catalog_url).database
-        with sqlite3.connect(path) as con:
+        with closing(sqlite3.connect(path)) as con:
             con.execute("PRAGMA journal_mode=WAL")
+            marks = ",".join("?" * len(CATALOG_TABLES))
+            found = con.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})", CATALOG_TABLES)
+            if found.fetchone()[0] == len(CATALOG_TABLES):
+                return
     pyiceberg_catalog(settings)
 
 
@@ -160,6 +172,8 @@ def ensure_bucket(settings: LakeSettings) -> None:
 @lru_cache(maxsize=8)
 def pyiceberg_catalog(settings: LakeSettings) -> Catalog:
     """The same catalog through pyiceberg (for a JDBC catalog, creates its tables if they are missing)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
     ensure_warehouse(settings)
     if settings.is_rest:
         return rest_catalog(settings)

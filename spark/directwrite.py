@@ -65,7 +65,6 @@ class DirectWriter:
         self._jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
         self._schemas: dict[tuple[str, int], pa.Schema] = {}
         self._tables: dict[str, object] = {}  # identifier -> its org.apache.iceberg.Table, kept between commits
-        self._catalog = None
         # The classes a commit uses, looked up once: py4j resolves each dotted name anew, a class
         # loader search per package level.
         iceberg = self._jvm.org.apache.iceberg
@@ -103,17 +102,15 @@ class DirectWriter:
         return urlparse(str(table.location())).scheme in ("", "file", *S3_SCHEMES) and bool(table.spec().isUnpartitioned())
 
     def _arrow_schema(self, identifier: str, table) -> pa.Schema:  # noqa: ANN001
-        """The table's schema in Arrow with Iceberg's field ids (pyiceberg's mapping), by schema id."""
+        """The table's schema in Arrow with Iceberg's field ids (pyiceberg's mapping), by schema id:
+        the schema as Iceberg's JSON, read by pyiceberg without a catalog of its own."""
         key = (identifier, int(table.schema().schemaId()))
         if key not in self._schemas:
             from pyiceberg.io.pyarrow import schema_to_pyarrow
+            from pyiceberg.schema import Schema
 
-            from lakemv.catalog.lake import pyiceberg_catalog
-
-            if self._catalog is None:
-                self._catalog = pyiceberg_catalog(self.settings)
-            loaded = self._catalog.load_table(tuple(identifier.split(".")[1:]))
-            self._schemas[key] = schema_to_pyarrow(loaded.schema(), include_field_ids=True)
+            schema = Schema.model_validate_json(self._jvm.org.apache.iceberg.SchemaParser.toJson(table.schema()))
+            self._schemas[key] = schema_to_pyarrow(schema, include_field_ids=True)
         return self._schemas[key]
 
     def _write(self, table, rows: pa.Table, kind: str, config) -> tuple[str, int, object]:  # noqa: ANN001

@@ -21,6 +21,29 @@ def test_default_is_sqlite_under_the_warehouse(tmp_path: Path):
     assert conf["spark.sql.catalog.lake.jdbc.init-catalog-tables"] == "false"
 
 
+def test_bootstrap_creates_the_catalog_tables_once_and_then_leaves_pyiceberg_out(tmp_path: Path, monkeypatch):
+    """A fresh SQLite catalog gets Iceberg's JDBC tables from pyiceberg; a process that finds them
+    there does not open pyiceberg at all (its import is ~1 s of a command's start)."""
+    import sqlite3
+
+    from lakemv.catalog import lake
+
+    settings = LakeSettings(warehouse=tmp_path / "wh")
+    lake.bootstrap(settings)
+    with sqlite3.connect(tmp_path / "wh" / "catalog.db") as con:
+        tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert set(lake.CATALOG_TABLES) <= tables, tables
+
+    def refuse(_settings):  # noqa: ANN001, ANN202
+        raise AssertionError("pyiceberg opened for a catalog that has its tables")
+
+    monkeypatch.setattr(lake, "pyiceberg_catalog", refuse)
+    lake.bootstrap(settings)
+    with pytest.raises(AssertionError, match="pyiceberg opened"):
+        lake.bootstrap(LakeSettings(warehouse=tmp_path / "another"))
+
+
 def test_postgresql_catalog_by_settings_alone(monkeypatch):
     monkeypatch.setenv("LAKEMV_CATALOG_URI", "postgresql://lake:s3cret@db.internal:6543/iceberg")
     monkeypatch.setenv("LAKEMV_CATALOG_NAME", "prod")
