@@ -152,6 +152,42 @@ def bootstrap(settings: LakeSettings) -> None:
     pyiceberg_catalog(settings)
 
 
+def table_locations(settings: LakeSettings, namespace: str) -> dict[str, str]:
+    """Each table of `namespace` -> its current metadata file. A SQLite catalog is read where Iceberg's
+    JDBC catalog keeps them, its `iceberg_tables` (one query: no pyiceberg to import, no metadata
+    file parsed; its Iceberg views are left out); any other catalog through pyiceberg."""
+    if settings.is_sqlite:
+        path = make_url(settings.catalog_url).database
+        if not path or not os.path.exists(path):
+            return {}
+        with closing(sqlite3.connect(path, timeout=30)) as con:
+            try:
+                found = con.execute(
+                    "SELECT table_name, metadata_location FROM iceberg_tables"
+                    " WHERE catalog_name = ? AND table_namespace = ? AND coalesce(iceberg_type, 'TABLE') = 'TABLE'",
+                    (settings.catalog_name, namespace),
+                ).fetchall()
+            except sqlite3.OperationalError as exc:  # no catalog tables yet: no engine has used this catalog
+                if "no such table" in str(exc):
+                    return {}
+                raise
+        return {name: location for name, location in found if location}
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    catalog = pyiceberg_catalog(settings)
+    try:
+        identifiers = catalog.list_tables(namespace)
+    except NoSuchNamespaceError:
+        return {}
+    locations = {}
+    for identifier in identifiers:
+        try:
+            locations[identifier[-1]] = catalog.load_table(identifier).metadata_location
+        except NoSuchTableError:  # dropped between listing and loading
+            continue
+    return locations
+
+
 def ensure_bucket(settings: LakeSettings) -> None:
     """Check that the warehouse's bucket can be reached, or say clearly why not (ConfigError)."""
     import pyarrow.fs as pafs

@@ -12,11 +12,9 @@ from collections.abc import Mapping
 import duckdb
 import duckdb_extensions
 import pyarrow as pa
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.types import StructType
 
 from lakemv.catalog.declarations import SourceTable
-from lakemv.catalog.lake import pyiceberg_catalog
+from lakemv.catalog.lake import table_locations
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import BOOKKEEPING_NAMES, CHANGES_SUFFIX, DELETED, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
 from lakemv.core.errors import QueryError
@@ -56,40 +54,24 @@ def s3_secret(settings: LakeSettings) -> str:
 
 def metadata_location(settings: LakeSettings, namespace: str, table: str) -> str | None:
     """Current metadata file of an Iceberg table, or None if the table does not exist yet."""
-    try:
-        return pyiceberg_catalog(settings).load_table((namespace, table)).metadata_location
-    except NoSuchTableError:
-        return None
+    return table_locations(settings, namespace).get(table)
 
 
 def view_tables(settings: LakeSettings) -> dict[str, str]:
     """Materialized views in the lake: name -> current metadata file (their change feeds: `feed_views`)."""
-    catalog = pyiceberg_catalog(settings)
-    try:
-        identifiers = catalog.list_tables(VIEW_NAMESPACE)
-    except NoSuchNamespaceError:
-        return {}
-    found = {}
-    for identifier in identifiers:
-        try:
-            found[identifier[-1]] = catalog.load_table(identifier).metadata_location
-        except NoSuchTableError:  # dropped between listing and loading
-            continue
-    return found
+    return table_locations(settings, VIEW_NAMESPACE)
 
 
-def feed_views(settings: LakeSettings) -> tuple[str | None, dict[str, list[str]]]:
-    """The feeds table's current metadata file (None: none yet), and each view it holds a feed of ->
-    the view's key columns (its struct column's fields before `row`, lakemv.core.sql.feedsql)."""
-    try:
-        table = pyiceberg_catalog(settings).load_table((OPS_NAMESPACE, FEEDS))
-    except (NoSuchTableError, NoSuchNamespaceError):
-        return None, {}
-    views = {}
-    for field in table.schema().fields:
-        if field.name.startswith(feed_column("")) and isinstance(field.field_type, StructType):
-            views[field.name[len(feed_column("")) :]] = [f.name for f in field.field_type.fields if f.name != ROW]
-    return table.metadata_location, views
+def feed_views(con: duckdb.DuckDBPyConnection, feeds: str) -> dict[str, list[str]]:
+    """Each view the feeds table `feeds` (a relation in `con`) holds a feed of -> the view's key
+    columns: its struct column's fields before `row` (lakemv.core.sql.feedsql)."""
+    schema = con.execute(f"SELECT * FROM {feeds} LIMIT 0").to_arrow_table().schema
+    prefix = feed_column("")
+    return {
+        field.name[len(prefix) :]: [f.name for f in field.type if f.name != ROW]
+        for field in schema
+        if field.name.startswith(prefix) and pa.types.is_struct(field.type)
+    }
 
 
 def lake_connection(
@@ -101,17 +83,18 @@ def lake_connection(
     the sources only (a view recomputed from them: DuckDB reads each table's metadata to define its view).
     """
     con = connect_duckdb(settings=settings)
+    mirrors = table_locations(settings, MIRROR_NAMESPACE)
     for name, location in sorted(view_tables(settings).items() if views else ()):
         if name in sources or name.endswith(CHANGES_SUFFIX):
             continue  # a source's mirror wins (view names are checked against sources when planned); a feed table of an older lakemv: replaced below
         con.execute(f"CREATE VIEW {ansi_ident(name)} AS SELECT * FROM iceberg_scan({ansi_string(location)})")
-    feeds, keyed = feed_views(settings) if views else (None, {})
+    feeds = table_locations(settings, OPS_NAMESPACE).get(FEEDS) if views else None
     if feeds is not None:  # each view's feed: its rows of the one feeds table, under the name it always had
         con.execute(f"CREATE VIEW _lmv_feeds AS SELECT * FROM iceberg_scan({ansi_string(feeds)})")
-        for view, key in sorted(keyed.items()):
+        for view, key in sorted(feed_views(con, "_lmv_feeds").items()):
             con.execute(f"CREATE VIEW {ansi_ident(view + CHANGES_SUFFIX)} AS {feed_view_sql(view, key, '_lmv_feeds', dialect='duckdb')}")
     for source in sources.values():
-        location = metadata_location(settings, MIRROR_NAMESPACE, source.name)
+        location = mirrors.get(source.name)
         if location is None:
             continue
         # Declared columns first, then any the mirror gained from schema drift; no bookkeeping.

@@ -44,6 +44,32 @@ def test_bootstrap_creates_the_catalog_tables_once_and_then_leaves_pyiceberg_out
         lake.bootstrap(LakeSettings(warehouse=tmp_path / "another"))
 
 
+def test_table_locations_are_read_off_a_sqlite_catalog_as_pyiceberg_loads_them(tmp_path: Path):
+    """The tables of a namespace and their current metadata files, from the JDBC catalog's own table:
+    what pyiceberg's catalog says, Iceberg views (a view's `__changes`) left out."""
+    import sqlite3
+
+    import pyarrow as pa
+
+    from lakemv.catalog.lake import pyiceberg_catalog, table_locations
+
+    settings = LakeSettings(warehouse=tmp_path / "wh")
+    assert table_locations(settings, "views") == {}  # no catalog database yet
+    catalog = pyiceberg_catalog(settings)
+    assert table_locations(settings, "views") == {}  # its tables, but none in the namespace
+    catalog.create_namespace("views")
+    for name in ("user_profile", "repo_summary"):
+        catalog.create_table(("views", name), schema=pa.schema([pa.field("id", pa.int64())]))
+    with sqlite3.connect(tmp_path / "wh" / "catalog.db") as con:  # an Iceberg view, as Spark's JDBC catalog records one
+        con.execute(
+            "INSERT INTO iceberg_tables VALUES (?, 'views', 'user_profile__changes', 'file:/x/v.metadata.json', NULL, 'VIEW')",
+            (settings.catalog_name,),
+        )
+    expected = {name: catalog.load_table(("views", name)).metadata_location for name in ("user_profile", "repo_summary")}
+    assert table_locations(settings, "views") == expected
+    assert table_locations(settings.model_copy(update={"catalog_name": "other"}), "views") == {}
+
+
 def test_postgresql_catalog_by_settings_alone(monkeypatch):
     monkeypatch.setenv("LAKEMV_CATALOG_URI", "postgresql://lake:s3cret@db.internal:6543/iceberg")
     monkeypatch.setenv("LAKEMV_CATALOG_NAME", "prod")
