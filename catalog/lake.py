@@ -156,6 +156,7 @@ def table_locations(settings: LakeSettings, namespace: str) -> dict[str, str]:
     """Each table of `namespace` -> its current metadata file. A SQLite catalog is read where Iceberg's
     JDBC catalog keeps them, its `iceberg_tables` (one query: no pyiceberg to import, no metadata
     file parsed; its Iceberg views are left out); any other catalog through pyiceberg."""
+    ensure_warehouse(settings)  # an unusable warehouse is a clear error here, as pyiceberg's catalog makes it
     if settings.is_sqlite:
         path = make_url(settings.catalog_url).database
         if not path or not os.path.exists(path):
