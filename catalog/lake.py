@@ -25,7 +25,8 @@ from lakemv.core.errors import ConfigError
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-# The tables of Iceberg's JDBC catalog schema (V1), which pyiceberg's SqlCatalog creates when missing.
+# The tables of Iceberg's JDBC catalog schema (V1), which pyiceberg's SqlCatalog creates when missing;
+# the first holds every table's current metadata file.
 CATALOG_TABLES = ("iceberg_tables", "iceberg_namespace_properties")
 
 
@@ -142,49 +143,57 @@ def bootstrap(settings: LakeSettings) -> None:
         ensure_bucket(settings)
     if settings.is_sqlite:
         # WAL lets readers (DuckDB queries, status) proceed while a batch commits.
-        path = make_url(settings.catalog_url).database
-        with closing(sqlite3.connect(path)) as con:
+        with closing(sqlite3.connect(_sqlite_path(settings))) as con:
             con.execute("PRAGMA journal_mode=WAL")
-            marks = ",".join("?" * len(CATALOG_TABLES))
-            found = con.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})", CATALOG_TABLES)
-            if found.fetchone()[0] == len(CATALOG_TABLES):
+            if _has_tables(con, CATALOG_TABLES):
                 return
     pyiceberg_catalog(settings)
 
 
-def table_locations(settings: LakeSettings, namespace: str) -> dict[str, str]:
-    """Each table of `namespace` -> its current metadata file. A SQLite catalog is read where Iceberg's
-    JDBC catalog keeps them, its `iceberg_tables` (one query: no pyiceberg to import, no metadata
-    file parsed; its Iceberg views are left out); any other catalog through pyiceberg."""
+def _sqlite_path(settings: LakeSettings) -> str:
+    """The file of a SQLite catalog."""
+    return make_url(settings.catalog_url).database
+
+
+def _has_tables(con: sqlite3.Connection, names: tuple[str, ...]) -> bool:
+    """Whether the SQLite database has every table of `names`."""
+    marks = ",".join("?" * len(names))
+    found = con.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})", names)
+    return found.fetchone()[0] == len(names)
+
+
+def table_locations(settings: LakeSettings, namespace: str, table: str | None = None) -> dict[str, str]:
+    """Each table of `namespace` (or the one named `table`, if it exists) -> its current metadata file.
+    A SQLite catalog is read where Iceberg's JDBC catalog keeps them, its `iceberg_tables` (one query:
+    no pyiceberg to import, no metadata file parsed; its Iceberg views are left out); any other
+    catalog through pyiceberg."""
     ensure_warehouse(settings)  # an unusable warehouse is a clear error here, as pyiceberg's catalog makes it
     if settings.is_sqlite:
-        path = make_url(settings.catalog_url).database
+        path = _sqlite_path(settings)
         if not path or not os.path.exists(path):
             return {}
         with closing(sqlite3.connect(path, timeout=30)) as con:
-            try:
-                found = con.execute(
-                    "SELECT table_name, metadata_location FROM iceberg_tables"
-                    " WHERE catalog_name = ? AND table_namespace = ? AND coalesce(iceberg_type, 'TABLE') = 'TABLE'",
-                    (settings.catalog_name, namespace),
-                ).fetchall()
-            except sqlite3.OperationalError as exc:  # no catalog tables yet: no engine has used this catalog
-                if "no such table" in str(exc):
-                    return {}
-                raise
+            if not _has_tables(con, CATALOG_TABLES[:1]):  # no engine has used this catalog yet
+                return {}
+            found = con.execute(
+                "SELECT table_name, metadata_location FROM iceberg_tables"
+                " WHERE catalog_name = ? AND table_namespace = ? AND coalesce(iceberg_type, 'TABLE') = 'TABLE'"
+                + (" AND table_name = ?" if table is not None else ""),
+                (settings.catalog_name, namespace, *((table,) if table is not None else ())),
+            ).fetchall()
         return {name: location for name, location in found if location}
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     catalog = pyiceberg_catalog(settings)
     try:
-        identifiers = catalog.list_tables(namespace)
+        identifiers = [(namespace, table)] if table is not None else catalog.list_tables(namespace)
     except NoSuchNamespaceError:
         return {}
     locations = {}
     for identifier in identifiers:
         try:
             locations[identifier[-1]] = catalog.load_table(identifier).metadata_location
-        except NoSuchTableError:  # dropped between listing and loading
+        except (NoSuchTableError, NoSuchNamespaceError):  # not there, or dropped between listing and loading
             continue
     return locations
 

@@ -54,7 +54,7 @@ def s3_secret(settings: LakeSettings) -> str:
 
 def metadata_location(settings: LakeSettings, namespace: str, table: str) -> str | None:
     """Current metadata file of an Iceberg table, or None if the table does not exist yet."""
-    return table_locations(settings, namespace).get(table)
+    return table_locations(settings, namespace, table).get(table)
 
 
 def view_tables(settings: LakeSettings) -> dict[str, str]:
@@ -88,7 +88,7 @@ def lake_connection(
         if name in sources or name.endswith(CHANGES_SUFFIX):
             continue  # a source's mirror wins (view names are checked against sources when planned); a feed table of an older lakemv: replaced below
         con.execute(f"CREATE VIEW {ansi_ident(name)} AS SELECT * FROM iceberg_scan({ansi_string(location)})")
-    feeds = table_locations(settings, OPS_NAMESPACE).get(FEEDS) if views else None
+    feeds = metadata_location(settings, OPS_NAMESPACE, FEEDS) if views else None
     if feeds is not None:  # each view's feed: its rows of the one feeds table, under the name it always had
         con.execute(f"CREATE VIEW _lmv_feeds AS SELECT * FROM iceberg_scan({ansi_string(feeds)})")
         for view, key in sorted(feed_views(con, "_lmv_feeds").items()):

@@ -67,6 +67,8 @@ def test_table_locations_are_read_off_a_sqlite_catalog_as_pyiceberg_loads_them(t
         )
     expected = {name: catalog.load_table(("views", name)).metadata_location for name in ("user_profile", "repo_summary")}
     assert table_locations(settings, "views") == expected
+    assert table_locations(settings, "views", "repo_summary") == {"repo_summary": expected["repo_summary"]}  # one table only
+    assert table_locations(settings, "views", "user_profile__changes") == {} and table_locations(settings, "views", "nope") == {}
     assert table_locations(settings.model_copy(update={"catalog_name": "other"}), "views") == {}
 
 
