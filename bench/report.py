@@ -67,8 +67,12 @@ def summary(results: Results) -> list[dict[str, Any]]:
     if fastest is not None:
         add(f"batch p99 at {fastest:,} events/s", "reported", {_users(s): (_freshness(s, fastest) or {}).get("batch_p99_seconds") for s in scales}, None, "s")
     if all(s.get("driver_memory") for s in scales):
-        add("driver memory (peak resident, Python + JVM) per 1M users", "reported",
-            {_users(s): s["driver_memory"]["peak_bytes_per_million_users"] / 2**20 for s in scales}, None, "MiB")
+        peak = {s["users"]: (s["driver_memory"]["python_peak_bytes"] + s["driver_memory"]["jvm_peak_bytes"]) / 2**20 for s in scales}
+        add("driver memory, peak resident (Python + JVM)", "reported", {_users(s): peak[s["users"]] for s in scales}, None, "MiB")
+        if len(scales) >= 2:  # what more users cost, apart from the fixed JVM heap and interpreter
+            small, big = min(peak), max(peak)
+            add("driver memory per 1M more users", "reported",
+                {f"{small:,}→{big:,}": (peak[big] - peak[small]) * 1_000_000 / (big - small)}, None, "MiB")
     for s in scales:
         if s["users"] != top or not s["batches"] or not s["full_recompute"]:
             continue
@@ -260,7 +264,7 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
         memory = scale.get("driver_memory")
         if memory:
             lines += ["", f"Driver memory at the end of this scale: peak resident {memory['python_peak_bytes'] / 2**20:,.0f} MiB (Python) + "
-                      f"{memory['jvm_peak_bytes'] / 2**20:,.0f} MiB (JVM), = {memory['peak_bytes_per_million_users'] / 2**20:,.0f} MiB per 1M users; "
+                      f"{memory['jvm_peak_bytes'] / 2**20:,.0f} MiB (JVM); "
                       f"JVM heap in use {memory['jvm_heap_used_bytes'] / 2**20:,.0f} of {memory['jvm_heap_max_bytes'] / 2**20:,.0f} MiB "
                       "(peaks are since the process started: a later scale's include the earlier ones)."]  # fmt: skip
         v = scale.get("many_views")
