@@ -418,7 +418,9 @@ class Scale:
             seen[result.batch_id] = now
             view = result.views.get(VIEW)
             batches.append({"at": now, "batch_id": result.batch_id, "events": result.events, "seconds": round(result.seconds, 3),
-                            "view_seconds": round(view.seconds, 3) if view else 0.0})  # fmt: skip
+                            "view_seconds": round(view.seconds, 3) if view else 0.0, "keys": view.keys if view else 0,
+                            "note": view.note if view else None, "steps": dict(result.steps),
+                            "view_steps": dict(view.steps) if view else {}})  # fmt: skip
 
         for table in self.workload.sources:
             (landing / table).mkdir(parents=True, exist_ok=True)
