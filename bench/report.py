@@ -70,9 +70,9 @@ def summary(results: Results) -> list[dict[str, Any]]:
         peak = {s["users"]: (s["driver_memory"]["python_peak_bytes"] + s["driver_memory"]["jvm_peak_bytes"]) / 2**20 for s in scales}
         add("driver memory, peak resident (Python + JVM)", "reported", {_users(s): peak[s["users"]] for s in scales}, None, "MiB")
         if len(scales) >= 2:  # what more users cost, apart from the fixed JVM heap and interpreter
-            small, big = min(peak), max(peak)
-            add("driver memory per 1M more users", "reported",
-                {f"{small:,}→{big:,}": (peak[big] - peak[small]) * 1_000_000 / (big - small)}, None, "MiB")
+            small, big = min(scales, key=lambda s: s["users"]), max(scales, key=lambda s: s["users"])
+            growth = (peak[big["users"]] - peak[small["users"]]) * 1_000_000 / (big["users"] - small["users"])
+            add("driver memory per 1M more users", "reported", {f"{_users(small)}→{_users(big)}": growth}, None, "MiB")
     for s in scales:
         if s["users"] != top or not s["batches"] or not s["full_recompute"]:
             continue

@@ -1,6 +1,8 @@
 """The bench's judgement of a run (steady latencies, a ramp's highest sustained rate) and its report of
 the figures a run records: pure functions over results, no Spark."""
 
+import pytest
+
 from bench.report import markdown, summary
 from bench.suite import TARGETS, steady
 
@@ -40,10 +42,22 @@ def test_the_report_shows_the_sustained_rate_both_catch_ups_batch_p99_and_driver
     assert rows["highest rate ingest sustains (p99 within target, not growing)"]["values"] == {"1M": 2250}
     assert rows["catch-up throughput, the local state rebuilt from the tables first"]["values"] == {"1M": 8_000}
     assert rows["batch p99 at 2,000 events/s"]["values"] == {"1M": 3.4}
-    assert rows["driver memory (peak resident, Python + JVM) per 1M users"]["values"] == {"1M": 5 * 1024}
+    assert rows["driver memory, peak resident (Python + JVM)"]["values"] == {"1M": 5 * 1024}
+    assert "driver memory per 1M more users" not in rows  # one scale: no slope to give
     text = markdown(results, [])
     assert "**Highest sustained: 2,250 events/s**" in text and "3,375 events/s p99 30.00 s **not**" in text
     assert "ready to drain after 12.0 s" in text and "units p50 4.00 s, p99 6.00 s" in text
     assert "| 2,000 events/s | 2,001.0 | 600 | 1,200,000 | 2.50 | 7.00 | 9.00 | **no** |" in text
-    assert "= 5,120 MiB per 1M users" in text
+    assert "peak resident 2,048 MiB (Python) + 3,072 MiB (JVM);" in text
     assert "**startup failed**: `internal error: it broke`" in text  # a failed measure is reported, the others kept
+
+
+def test_driver_memory_per_1m_users_is_the_growth_between_two_scales_not_a_peak_multiplied():
+    small, big = _scale(100_000), _scale(1_000_000)
+    small["driver_memory"] = {**small["driver_memory"], "python_peak_bytes": 1 * 2**30, "jvm_peak_bytes": 3 * 2**30}  # 4 GiB
+    big["driver_memory"] = {**big["driver_memory"], "python_peak_bytes": 2 * 2**30, "jvm_peak_bytes": 3 * 2**30 + 2**29}  # 5.5 GiB
+    results = {"targets": TARGETS, "scales": [small, big], "started": "s", "finished": "f", "command": "c",
+               "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "python": "3", "spark": "4", "duckdb": "1", "os": "linux"}}  # fmt: skip
+    rows = {row["measure"]: row for row in summary(results)}
+    assert rows["driver memory, peak resident (Python + JVM)"]["values"] == {"100k": 4 * 1024, "1M": 5.5 * 1024}
+    assert rows["driver memory per 1M more users"]["values"] == {"100k→1M": pytest.approx(1.5 * 1024 / 0.9)}
