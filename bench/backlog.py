@@ -14,33 +14,14 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import time
 from pathlib import Path
 
+from bench.memory import PeakMemory
 from lakemv.catalog.settings import PROJECT_ROOT
 
 LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 RESULTS = PROJECT_ROOT / "bench" / "results"
-
-
-def _rss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", encoding="utf-8") as handle:
-            return [int(p) for p in handle.read().split()]
-    except OSError:
-        return []
 
 
 def main() -> None:
@@ -59,27 +40,18 @@ def main() -> None:
         [LAKEMV, "--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--once"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-    peaks = {"python_kib": 0, "jvm_kib": 0}
-
-    def sample() -> None:
-        while process.poll() is None:
-            peaks["python_kib"] = max(peaks["python_kib"], _rss_kib(process.pid))
-            peaks["jvm_kib"] = max(peaks["jvm_kib"], sum(_rss_kib(c) for c in _children(process.pid)))
-            time.sleep(0.2)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    memory = PeakMemory(process)
     output = process.communicate()[0]
     seconds = time.perf_counter() - started
-    sampler.join()
+    peaks = memory.stop()
     units = [line for line in output.splitlines() if line.startswith("batch ")]
     result = {
         "events": events,
         "seconds": round(seconds, 1),
         "events_per_second": round(events / seconds),
         "units": len(units),
-        "peak_python_rss_mib": round(peaks["python_kib"] / 1024),
-        "peak_jvm_rss_mib": round(peaks["jvm_kib"] / 1024),
+        "peak_python_rss_mib": peaks["python_mib"],
+        "peak_jvm_rss_mib": peaks["jvm_mib"],
         "driver_memory": args.driver_memory,
         "exit_code": process.returncode,
         "last_lines": output.splitlines()[-3:],

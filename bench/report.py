@@ -66,9 +66,13 @@ def summary(results: Results) -> list[dict[str, Any]]:
             {_users(s): s["sustain"]["highest_sustained_events_per_second"] for s in scales}, None, "events/s")
     if fastest is not None:
         add(f"batch p99 at {fastest:,} events/s", "reported", {_users(s): (_freshness(s, fastest) or {}).get("batch_p99_seconds") for s in scales}, None, "s")
+    if all(s.get("startup") and "peak_python_mib" in s["startup"]["runs"][0] for s in scales):  # a real `lakemv ingest` driver
+        add("driver memory of `ingest --once`, peak resident (Python + JVM)", "reported",
+            {_users(s): max(r["peak_python_mib"] + r["peak_jvm_mib"] for r in s["startup"]["runs"]) for s in scales}, None, "MiB")
     if all(s.get("driver_memory") for s in scales):
         peak = {s["users"]: (s["driver_memory"]["python_peak_bytes"] + s["driver_memory"]["jvm_peak_bytes"]) / 2**20 for s in scales}
-        add("driver memory, peak resident (Python + JVM)", "reported", {_users(s): peak[s["users"]] for s in scales}, None, "MiB")
+        add("the suite's process, peak resident (Python, with the generated workload, + JVM)", "reported",
+            {_users(s): peak[s["users"]] for s in scales}, None, "MiB")
         if len(scales) >= 2:  # what more users cost, apart from the fixed JVM heap and interpreter
             small, big = min(scales, key=lambda s: s["users"]), max(scales, key=lambda s: s["users"])
             growth = (peak[big["users"]] - peak[small["users"]]) * 1_000_000 / (big["users"] - small["users"])
@@ -254,7 +258,9 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
         start = scale.get("startup")
         if start:
             lines += ["", "Start-up of `lakemv ingest --once` on this lake (its state in place, one new file): "
-                      + ", ".join(f"{r['to_first_batch_seconds']:.2f} s to the first batch ({r['seconds']:.1f} s in all)" for r in start["runs"]) + "."]
+                      + ", ".join(f"{r['to_first_batch_seconds']:.2f} s to the first batch ({r['seconds']:.1f} s in all"
+                                  + (f"; peak resident {r['peak_python_mib']:,} MiB Python + {r['peak_jvm_mib']:,} MiB JVM" if "peak_python_mib" in r else "")
+                                  + ")" for r in start["runs"]) + "."]  # fmt: skip
         for label, c in (("Catch-up", scale["catch_up"]), ("Catch-up with the local state rebuilt from the tables first", scale.get("catch_up_rebuilt"))):
             if c:
                 ready = f"; ready to drain after {c['ready_seconds']:.1f} s" if c.get("ready_seconds") is not None else ""
@@ -263,7 +269,7 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
                           f"({len(c['units'])} units, {c['cpu_seconds']:.0f} CPU s{ready}{p99})."]  # fmt: skip
         memory = scale.get("driver_memory")
         if memory:
-            lines += ["", f"Driver memory at the end of this scale: peak resident {memory['python_peak_bytes'] / 2**20:,.0f} MiB (Python) + "
+            lines += ["", f"The suite's own process at the end of this scale (its Python also holds the generated workload): peak resident {memory['python_peak_bytes'] / 2**20:,.0f} MiB (Python) + "
                       f"{memory['jvm_peak_bytes'] / 2**20:,.0f} MiB (JVM); "
                       f"JVM heap in use {memory['jvm_heap_used_bytes'] / 2**20:,.0f} of {memory['jvm_heap_max_bytes'] / 2**20:,.0f} MiB "
                       "(peaks are since the process started: a later scale's include the earlier ones)."]  # fmt: skip

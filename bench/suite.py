@@ -58,6 +58,7 @@ import pyspark
 from rich.console import Console
 
 from bench import lakecopy
+from bench.memory import PeakMemory
 from bench.report import write_report
 from lakemv.catalog.declarations import load_sources
 from lakemv.catalog.settings import PROJECT_ROOT, LakeSettings
@@ -564,7 +565,7 @@ class Scale:
             started = time.perf_counter()
             process = subprocess.Popen([str(LAKEMV), "ingest", "--landing", str(landing), "--once"], env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-            first, lines = None, []
+            first, lines, memory = None, [], PeakMemory(process)
             assert process.stdout is not None
             for line in process.stdout:
                 lines.append(line)
@@ -572,12 +573,15 @@ class Scale:
                 if first is None and found:
                     first = time.perf_counter() - started - float(found.group(1))
             total = time.perf_counter() - started
+            peaks = memory.stop()
             if process.wait() != 0 or first is None:
                 raise RuntimeError(f"lakemv ingest --once failed or ran no batch:\n{''.join(lines)[-3000:]}")
             if number < 0:
                 continue
-            runs.append({"to_first_batch_seconds": round(first, 3), "seconds": round(total, 3)})
-            self.say(f"start-up: ingest --once reached its first batch after {first:.2f}s (whole run {total:.2f}s)")
+            runs.append({"to_first_batch_seconds": round(first, 3), "seconds": round(total, 3),
+                         "peak_python_mib": peaks["python_mib"], "peak_jvm_mib": peaks["jvm_mib"]})  # fmt: skip
+            self.say(f"start-up: ingest --once reached its first batch after {first:.2f}s (whole run {total:.2f}s; "
+                     f"peak resident {peaks['python_mib']:,} MiB Python + {peaks['jvm_mib']:,} MiB JVM)")  # fmt: skip
         return {"runs": runs, "median_to_first_batch_seconds": statistics.median(r["to_first_batch_seconds"] for r in runs)}
 
     # ---- 6: many views ------------------------------------------------------------------------

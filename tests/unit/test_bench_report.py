@@ -24,12 +24,14 @@ def _scale(users: int) -> dict:
     return {
         "users": users,
         "setup": {"snapshot_events": 1000, "load_seconds": 1.0, "mirror_rows": {"users": 10}, "view_rows": 10, "build": {"seconds": 1.0}},
-        "batches": None, "full_recompute": None, "freshness": [freshness], "single_changes": None, "startup": None,
+        "batches": None, "full_recompute": None, "freshness": [freshness], "single_changes": None, "startup": {"runs": [{"to_first_batch_seconds": 7.5, "seconds": 12.0, "peak_python_mib": 400, "peak_jvm_mib": 1500},
+                                                     {"to_first_batch_seconds": 7.0, "seconds": 11.0, "peak_python_mib": 420, "peak_jvm_mib": 1600}],
+                                            "median_to_first_batch_seconds": 7.25},
         "sustain": {"highest_sustained_events_per_second": 2250, "step_seconds": 60.0,
                     "steps": [{"rate": 1000, "p99_seconds": 2.0, "sustained": True}, {"rate": 2250, "p99_seconds": 8.0, "sustained": True},
                               {"rate": 3375, "p99_seconds": 30.0, "sustained": False}]},
         "catch_up": catch_up, "catch_up_rebuilt": {**catch_up, "events_per_second": 8_000, "ready_seconds": 12.0},
-        "errors": {"startup": "RuntimeError: lakemv ingest --once failed or ran no batch:\ninternal error: it broke"},
+        "errors": {"cost": "RuntimeError: the cost measure failed:\ninternal error: it broke"},
         "driver_memory": {"python_peak_bytes": 2 * 2**30, "jvm_peak_bytes": 3 * 2**30, "jvm_heap_used_bytes": 2**30,
                           "jvm_heap_max_bytes": 4 * 2**30, "peak_bytes_per_million_users": 5 * 2**30},
     }  # fmt: skip
@@ -42,14 +44,16 @@ def test_the_report_shows_the_sustained_rate_both_catch_ups_batch_p99_and_driver
     assert rows["highest rate ingest sustains (p99 within target, not growing)"]["values"] == {"1M": 2250}
     assert rows["catch-up throughput, the local state rebuilt from the tables first"]["values"] == {"1M": 8_000}
     assert rows["batch p99 at 2,000 events/s"]["values"] == {"1M": 3.4}
-    assert rows["driver memory, peak resident (Python + JVM)"]["values"] == {"1M": 5 * 1024}
+    assert rows["the suite's process, peak resident (Python, with the generated workload, + JVM)"]["values"] == {"1M": 5 * 1024}
     assert "driver memory per 1M more users" not in rows  # one scale: no slope to give
+    assert rows["driver memory of `ingest --once`, peak resident (Python + JVM)"]["values"] == {"1M": 2020}
     text = markdown(results, [])
     assert "**Highest sustained: 2,250 events/s**" in text and "3,375 events/s p99 30.00 s **not**" in text
     assert "ready to drain after 12.0 s" in text and "units p50 4.00 s, p99 6.00 s" in text
     assert "| 2,000 events/s | 2,001.0 | 600 | 1,200,000 | 2.50 | 7.00 | 9.00 | **no** |" in text
     assert "peak resident 2,048 MiB (Python) + 3,072 MiB (JVM);" in text
-    assert "**startup failed**: `internal error: it broke`" in text  # a failed measure is reported, the others kept
+    assert "7.50 s to the first batch (12.0 s in all; peak resident 400 MiB Python + 1,500 MiB JVM)" in text
+    assert "**cost failed**: `internal error: it broke`" in text  # a failed measure is reported, the others kept
 
 
 def test_driver_memory_per_1m_users_is_the_growth_between_two_scales_not_a_peak_multiplied():
@@ -59,5 +63,5 @@ def test_driver_memory_per_1m_users_is_the_growth_between_two_scales_not_a_peak_
     results = {"targets": TARGETS, "scales": [small, big], "started": "s", "finished": "f", "command": "c",
                "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "python": "3", "spark": "4", "duckdb": "1", "os": "linux"}}  # fmt: skip
     rows = {row["measure"]: row for row in summary(results)}
-    assert rows["driver memory, peak resident (Python + JVM)"]["values"] == {"100k": 4 * 1024, "1M": 5.5 * 1024}
+    assert rows["the suite's process, peak resident (Python, with the generated workload, + JVM)"]["values"] == {"100k": 4 * 1024, "1M": 5.5 * 1024}
     assert rows["driver memory per 1M more users"]["values"] == {"100k→1M": pytest.approx(1.5 * 1024 / 0.9)}
