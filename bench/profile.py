@@ -5,6 +5,7 @@ optional JVM profile. For before/after figures of one optimization, run it befor
     .venv/bin/python -m bench.profile --users 100000 --jfr        # ... plus where the JVM's CPU went
     .venv/bin/python -m bench.profile --users 100000 --conf spark.sql.adaptive.enabled=false
     .venv/bin/python -m bench.profile --users 100000 --views 32   # the many-views measure, view by view
+    .venv/bin/python -m bench.profile --users 100000 --whole      # each view recomputed whole and diffed
     .venv/bin/python -m bench.profile --users 100000 --views 32 --freshness '1 hour'   # 31 of them waiting
 
 The first run loads the snapshot and keeps a pristine copy of the lake under `--root`; later runs
@@ -30,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.suite import RESULTS, Scale
+from lakemv.core.batch import choice
 from lakemv.core.durations import parse_duration
 from lakemv.spark.batch.runner import VIEW_WORKERS
 
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--scan", action="store_true", help="without the local state (every lookup scans Iceberg)")
     parser.add_argument("--no-direct", action="store_true", help="with the local state, but Spark MERGEs instead of direct commits")
     parser.add_argument("--views", type=int, default=1, help="maintain this many views (bench.suite's copies of every shape)")
+    parser.add_argument("--whole", action="store_true", help="every batch recomputes its views whole (as the end of a large backlog does)")
     parser.add_argument("--freshness", help="with --views: every view but user_profile waits for this budget, e.g. '1 hour'")
     args = parser.parse_args()
     console = Console()
@@ -78,6 +81,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
         subprocess.run(["cp", "-a", str(pristine), str(work)], check=True)
     settings = argparse.Namespace(seed=42, load_chunk=500_000, scan=args.scan, no_direct=args.no_direct, view_workers=VIEW_WORKERS)
+    if args.whole:  # before any view is built: a view reads its priors once
+        choice.PRIORS = choice.ALWAYS_WHOLE
     scale = Scale(args.users, args.root, settings, console)
     if not pristine.exists():
         scale.load()
@@ -121,7 +126,7 @@ def main() -> None:
             steps = ", ".join(f"{k} {statistics.median(r['steps'].get(k, 0.0) for r in runs):.2f}" for k in kinds)
             by_view.add_row(name, f"{statistics.median(r['keys'] for r in runs):,.0f}", f"{statistics.median(r['seconds'] for r in runs):.3f}", steps)
         console.print(by_view)
-    summary = {"users": args.users, "conf": args.conf, "views": args.views, "freshness": args.freshness, "batches": measured,
+    summary = {"users": args.users, "conf": args.conf, "views": args.views, "whole": args.whole, "freshness": args.freshness, "batches": measured,
                "median_seconds": statistics.median(b["seconds"] for b in measured),
                "median_cpu_seconds": statistics.median(b["cpu_seconds"] for b in measured)}  # fmt: skip
     if args.jfr:
