@@ -92,9 +92,11 @@ TARGETS = {  # issue 13's, on 2 cores
     "freshness_p50_seconds": 3.0,
     "freshness_p99_seconds": 10.0,
     "catch_up_events_per_second": 50_000,
+    "catch_up_events_per_second_1m": 25_000,  # issue 31: >= 50k events/s at 100k users, >= 25k at 1M
     "snapshot_events_per_second": 100_000,
     "cheaper_than_spark_full": 20.0,
     "faster_than_duckdb_full": 10.0,
+    "faster_than_duckdb_full_100k": 3.0,  # issue 31: >= 10x at 1M users, >= 3x at 100k
     "growth_for_10x_state": 1.2,
     "empty_batch_seconds": 1.0,
     "fan_out_seconds": 3.0,
