@@ -5,7 +5,8 @@ optional JVM profile. For before/after figures of one optimization, run it befor
     .venv/bin/python -m bench.profile --users 100000 --jfr        # ... plus where the JVM's CPU went
     .venv/bin/python -m bench.profile --users 100000 --conf spark.sql.adaptive.enabled=false
     .venv/bin/python -m bench.profile --users 100000 --views 32   # the many-views measure, view by view
-    .venv/bin/python -m bench.profile --users 100000 --whole      # each view recomputed whole and diffed
+    .venv/bin/python -m bench.profile --users 100000 --whole      # each view recomputed whole and diffed,
+                                                                  # then Spark's and DuckDB's full recomputes
     .venv/bin/python -m bench.profile --users 100000 --views 32 --freshness '1 hour'   # 31 of them waiting
 
 The first run loads the snapshot and keeps a pristine copy of the lake under `--root`; later runs
@@ -80,7 +81,8 @@ def main() -> None:
     if pristine.exists():  # same absolute paths: the catalog's metadata locations stay valid
         shutil.rmtree(work, ignore_errors=True)
         subprocess.run(["cp", "-a", str(pristine), str(work)], check=True)
-    settings = argparse.Namespace(seed=42, load_chunk=500_000, scan=args.scan, no_direct=args.no_direct, view_workers=VIEW_WORKERS)
+    settings = argparse.Namespace(seed=42, load_chunk=500_000, scan=args.scan, no_direct=args.no_direct, view_workers=VIEW_WORKERS,
+                                  repeat=args.batches)  # fmt: skip
     if args.whole:  # before any view is built: a view reads its priors once
         choice.PRIORS = choice.ALWAYS_WHOLE
     scale = Scale(args.users, args.root, settings, console)
@@ -110,6 +112,8 @@ def main() -> None:
     if args.jfr:
         subprocess.run(["jcmd", str(pid), "JFR.stop", "name=lakemv"], check=True, capture_output=True)
 
+    full = scale.full_recomputes() if args.whole else None  # side by side: what a user would run instead
+
     steps = sorted({k for b in measured for k in b["steps"]} | {f"view {k}" for b in measured for k in b["view_steps"]},
                    key=lambda k: (k.startswith("view "), k))  # fmt: skip
     table = Table("step", *[f"batch {i + 1}" for i in range(len(measured))], "median", title=f"{args.users:,} users")
@@ -129,6 +133,8 @@ def main() -> None:
     summary = {"users": args.users, "conf": args.conf, "views": args.views, "whole": args.whole, "freshness": args.freshness, "batches": measured,
                "median_seconds": statistics.median(b["seconds"] for b in measured),
                "median_cpu_seconds": statistics.median(b["cpu_seconds"] for b in measured)}  # fmt: skip
+    if full is not None:
+        summary["full_recomputes"] = full
     if args.jfr:
         summary["jvm_profile"] = jfr_summary(recording)
         for name, share in summary["jvm_profile"]:

@@ -8,6 +8,8 @@ use its connection, lock and transactions.
 
 from __future__ import annotations
 
+import ast
+import math
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,6 +27,26 @@ Location = tuple[str, int]  # (data file path as the table's metadata spells it,
 def key_blob(key: Values) -> bytes:
     """A canonical encoding of a view key (equal keys, equal bytes)."""
     return repr(tuple(index_value(v) for v in key)).encode()
+
+
+_FLOATS = {"nan": math.nan, "inf": math.inf}
+
+
+def key_of(blob: bytes) -> Values:
+    """The key `key_blob` encoded (booleans come back as integers, as SQLite compares them). Its text is a
+    tuple of Python literals, but for the floats whose repr is not one (nan, inf)."""
+
+    def value(node: ast.expr) -> object:
+        if isinstance(node, ast.Name) and node.id in _FLOATS:
+            return _FLOATS[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Name):
+            return -value(node.operand)  # type: ignore[operator]
+        return ast.literal_eval(node)
+
+    tree = ast.parse(blob.decode(), mode="eval").body
+    if not isinstance(tree, ast.Tuple):
+        raise ValueError(f"not a key: {blob!r}")
+    return tuple(value(node) for node in tree.elts)
 
 
 class FilePlaces:

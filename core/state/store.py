@@ -299,8 +299,14 @@ class Store(FilePlaces, ViewBook):
 
     def stored_digests(self, view: str) -> list[str]:
         """Every digest the view part holds, one per row (a digest covers the row's key)."""
+        return self.stored_keys(view)[1]
+
+    def stored_keys(self, view: str) -> tuple[list[bytes], list[str]]:
+        """Every row the view part holds: the encoded keys (`lakemv.core.state.places.key_of` decodes one)
+        and, in the same order, the digests."""
         with self._lock:
-            return [digest for (digest,) in self._db.execute(f"SELECT digest FROM {ansi_ident(f'v_{view}')}")]
+            rows = self._db.execute(f"SELECT k, digest FROM {ansi_ident(f'v_{view}')}").fetchall()
+        return [k for k, _ in rows], [d for _, d in rows]
 
     def put_digests(
         self,

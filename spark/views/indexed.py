@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -348,16 +348,16 @@ class IndexedView:
         select = f"SELECT {index} AS {VIEW}, {outputs} FROM (SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b) AS b"
         return f"(WITH {', '.join(ctes)} {select})"
 
-    def diff_rows(self, new: pa.Table, keys: list[Values]) -> _Diff:
+    def diff_rows(self, new: pa.Table, keys: list[Values], also: Set[Values] = frozenset()) -> _Diff:
         """The rows that changed against the stored digests (see `_Diff`). A direct commit deletes
         exactly the held keys' rows, by position. A key with several new rows (a unique violation,
-        lakemv.core.sql.diff.repeated) is left alone."""
+        lakemv.core.sql.diff.repeated; `also` names more, whose other rows `new` leaves out) is left alone."""
         stored = self.store.digests(self.plan.name, keys)
         new_keys = rows_of(new, self.plan.key_names)
-        duplicated = repeated(new_keys)
+        duplicated = repeated(new_keys) | also
         digests = new.column(DIGEST).to_pylist()
         changed = [i for i, (k, d) in enumerate(zip(new_keys, digests, strict=True)) if k not in duplicated and stored.get(k) != d]
-        present = set(new_keys)  # a duplicated key is present: its stored row stays
+        present = set(new_keys) | duplicated  # a duplicated key is present: its stored row stays
         gone = [k for k in keys if k not in present and k in stored]
         schema = self._view_schema()
         fields = [f.with_nullable(True) for f in schema] + [pa.field(DIFF_OP, pa.string())]

@@ -1,74 +1,88 @@
 """A view recomputed whole by Spark and diffed against the local state's digests.
 
 The view's SQL runs over the mirrors, as a full recompute does, each row with its digest (the text the
-state stores for it, `lakemv.spark.batch.sync.digest_sql`). Only what differs comes back to the driver:
-the rows whose digest the state does not hold (new or changed content; a digest covers the key), every
-row of a key with several (left alone, as the incremental diff leaves them), and the keys the view
-table holds that no row has any more. From there the write is the incremental one's: the changed rows'
-feed rows, a direct commit deleting the rows they replace by position, and their digests into the state.
+state stores for it, `lakemv.spark.batch.sync.digest_sql`; a digest covers the key). One pass matches
+every row's digest against the state's, broadcast with each stored row's number: a row whose digest
+the state holds comes back as that number alone, any other row whole (new or changed content). In the
+driver, the stored rows no number came back for are the changed and the gone ones; a number that came
+back twice, or a changed row whose key also matched, is a key with several rows (left alone, as the
+incremental diff leaves them). From there the write is the incremental one's: the changed rows' feed
+rows, a direct commit deleting the rows they replace by position, and their digests into the state.
 
-Against a join with the view table's rows (`lakemv.core.sql.viewsql.diff_sql`), no stored row is read
-but its key, nothing is materialised, no MERGE reads the table, and the state is not reloaded after.
-A view whose rows settle keeps that path: the state drops settled rows' digests.
+No stored row is read, no key of the view table either: the state holds every row's key and digest.
+Nothing is shuffled beyond the view's own SQL, nothing is materialised, no MERGE reads the table, and
+the state is not reloaded after. A view whose rows settle is diffed against its table's rows instead:
+the state drops settled rows' digests.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakemv.core.batch.result import ViewResult
+from lakemv.core.sql.diff import repeated
 from lakemv.core.sql.quote import q
 from lakemv.core.sql.viewsql import recompute_sql
 from lakemv.core.state.codec import Values, rows_of
+from lakemv.core.state.places import key_blob, key_of
 from lakemv.spark.batch.sync import DIGEST, digest_sql
 
 if TYPE_CHECKING:
     from lakemv.spark.views.indexed import IndexedView
     from lakemv.spark.views.maintain import Writing
 
-_ROWS = "_lmv_rows"  # how many new rows the key has
-_GONE = "_lmv_gone"  # a key the view holds that has no new row
+_AT = "_lmv_at"  # the number of the stored row whose digest a new row has (NULL: none has it)
 
 
-def changed_rows(view: IndexedView) -> tuple[pa.Table, list[Values]]:
-    """The view's recomputed rows the state does not hold as they are, with their digests, and the keys
-    to diff: theirs, then those of the view's rows that are gone (see the module docstring)."""
-    spark, plan, maintainer = view.spark, view.plan, view.maintainer
+class Changed(NamedTuple):
+    """What a whole recompute found: the rows the state does not hold as they are (with their digests),
+    the keys to diff (theirs, then the gone ones), and the keys with several rows."""
+
+    rows: pa.Table
+    keys: list[Values]
+    duplicated: set[Values]
+
+
+def changed_rows(view: IndexedView) -> Changed:
+    """Recompute the view whole and compare it with the state (see the module docstring)."""
+    spark, plan = view.spark, view.plan
+    blobs, digests = view.store.stored_keys(plan.name)
     stored = f"_lmv_{plan.name}_digests"
-    held = view.store.stored_digests(plan.name)
-    spark.createDataFrame(pa.table({DIGEST: pa.array(held, pa.string())})).createOrReplaceTempView(stored)
-    record = view.store.record(view.name)
-    travel = f" VERSION AS OF {record.snapshot}" if record is not None and record.snapshot is not None else ""
-    keys = [q(k) for k in plan.key_names]
-    values = [q(c) for c in plan.columns if c not in plan.key_names]
-    body = recompute_sql(plan, maintainer.live, None, maintainer.watermarks)
-    new = (
-        f"SELECT b.*, {digest_sql(list(plan.columns), 'b')} AS {DIGEST}, "
-        f"count(*) OVER (PARTITION BY {', '.join(f'b.{k}' for k in keys)}) AS {_ROWS} FROM ({body}) AS b"
-    )
-    old = f"SELECT DISTINCT {', '.join(keys)} FROM {maintainer.table}{travel}"
-    # `=` where no new key can be NULL (the same match): `<=>` would shuffle the new rows again by other expressions
-    nullable = {f.name for f in spark.sql(new).schema.fields if f.nullable}
-    same = " AND ".join(f"n.{q(k)} {'<=>' if k in nullable else '='} o.{q(k)}" for k in plan.key_names)
-    select = [f"coalesce(n.{k}, o.{k}) AS {k}" for k in keys] + [f"n.{c}" for c in values]
-    sql = (
-        f"SELECT /*+ BROADCAST(s) */ {', '.join(select)}, n.{DIGEST}, n.{_ROWS} IS NULL AS {_GONE} "
-        f"FROM ({new}) AS n FULL OUTER JOIN ({old}) AS o ON {same} "
-        f"LEFT JOIN {stored} AS s ON s.{DIGEST} = n.{DIGEST} "
-        f"WHERE n.{_ROWS} IS NULL OR n.{_ROWS} > 1 OR s.{DIGEST} IS NULL"
-    )
+    numbered = pa.table({DIGEST: pa.array(digests, pa.string()), _AT: pa.array(range(len(digests)), pa.int32())})
+    spark.createDataFrame(numbered).createOrReplaceTempView(stored)
+    body = recompute_sql(plan, view.maintainer.live, None, view.maintainer.watermarks)
+    new = f"SELECT b.*, {digest_sql(list(plan.columns), 'b')} AS {DIGEST} FROM ({body}) AS b"
+    kept = ", ".join(f"IF(s.{_AT} IS NULL, n.{q(c)}, NULL) AS {q(c)}" for c in [*plan.columns, DIGEST])
+    sql = f"SELECT /*+ BROADCAST(s) */ {kept}, s.{_AT} FROM ({new}) AS n LEFT JOIN {stored} AS s ON s.{DIGEST} = n.{DIGEST}"
     try:
         found = spark.sql(sql).toArrow()
     finally:
         spark.catalog.dropTempView(stored)
-    gone = found.column(_GONE)
-    rows = found.filter(pc.invert(gone)).drop_columns([_GONE])
-    left = rows_of(found.filter(gone), plan.key_names)
-    return rows, rows_of(rows, plan.key_names) + left
+    at = found.column(_AT)
+    rows = found.filter(pc.is_null(at)).drop_columns([_AT])
+    keys = rows_of(rows, plan.key_names)
+    flags = [pa.types.is_boolean(found.schema.field(k).type) for k in plan.key_names]
+    counts = pc.value_counts(at.drop_null())
+    matched = counts.field("values")
+    twice = pc.filter(matched, pc.greater(counts.field("counts"), 1))
+    duplicated = repeated(keys) | {_key(blobs[i], flags) for i in twice.to_pylist()}
+    # where each changed row's key was stored; one whose stored row matched another new row has several rows
+    was = pc.index_in(pa.array([key_blob(k) for k in keys], pa.binary()), value_set=pa.array(blobs, pa.binary()))
+    duplicated |= {k for k, also in zip(keys, pc.is_in(was, value_set=matched).to_pylist(), strict=True) if also}
+    numbers = numbered.column(_AT)
+    unmatched = pc.filter(numbers, pc.invert(pc.is_in(numbers, value_set=pa.concat_arrays([matched, was.drop_null().cast(pa.int32())]))))
+    gone = [_key(blobs[i], flags) for i in unmatched.to_pylist()]
+    return Changed(rows, keys + gone, duplicated)
+
+
+def _key(blob: bytes, flags: list[bool]) -> Values:
+    """A stored key as the view's rows give it: `flags` marks its boolean columns (the encoding keeps
+    booleans as integers)."""
+    return tuple(bool(v) if flag and v is not None else v for v, flag in zip(key_of(blob), flags, strict=True))
 
 
 def write_whole(view: IndexedView, writing: Writing) -> ViewResult:
@@ -82,9 +96,9 @@ def write_whole(view: IndexedView, writing: Writing) -> ViewResult:
         return result
     steps = writing.steps
     clock = time.perf_counter()
-    new, keys = changed_rows(view)
+    changed = changed_rows(view)
     steps["recompute"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    diff = view.diff_rows(new, keys)
+    diff = view.diff_rows(changed.rows, changed.keys, changed.duplicated)
     steps["diff"] = time.perf_counter() - clock
     return view.write(diff, writing)

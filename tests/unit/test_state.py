@@ -15,6 +15,7 @@ from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
 from lakemv.core.state.codec import decode, encode, rows_of, to_arrow
 from lakemv.core.state.layout import NOT_CONSTANT, MirrorPart, ViewPart, constant, mirror_parts, plain_column, route
+from lakemv.core.state.places import key_blob, key_of
 from lakemv.core.state.store import Store
 from lakemv.core.state.walk import direct_keys, gather, project_keys, reach
 
@@ -294,6 +295,24 @@ def test_store_layout_changes_reload_only_what_they_must(tmp_path):
     assert again.digests("v", [("x",), (None,), ("y",)]) == {("x",): "d1", (None,): "d2"}
     again.put_digests("v", [], deletes=[("x",)])
     assert again.digests("v", [("x",)]) == {}
+    blobs, digests = again.stored_keys("v")  # every row, its key decoded on demand (a whole recompute's gone keys)
+    assert [key_of(b) for b in blobs] == [(None,)] and digests == ["d2"] == again.stored_digests("v")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [("a'b\"c",), (1, None, -7), (1.5, -0.0, b"\x00b"), (math.inf, -math.inf), ("", 0), ("é", 2**70), ("nan", "inf")],
+)
+def test_a_stored_view_key_decodes_to_what_was_encoded(key):
+    assert key_of(key_blob(key)) == key
+    assert key_blob(key_of(key_blob(key))) == key_blob(key)
+
+
+def test_a_stored_view_key_keeps_nan_and_gives_booleans_back_as_integers():
+    (value, flag) = key_of(key_blob((math.nan, True)))
+    assert math.isnan(value) and flag == 1 and type(flag) is int
+    with pytest.raises(ValueError):
+        key_of(b"__import__('os')")
 
 
 def test_a_located_store_keeps_where_each_row_lives_and_follows_it_into_new_files(tmp_path):
