@@ -348,11 +348,10 @@ class IndexedView:
         select = f"SELECT {index} AS {VIEW}, {outputs} FROM (SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b) AS b"
         return f"(WITH {', '.join(ctes)} {select})"
 
-    def diff_rows(self, new: pa.Table, keys: list[Values], also: Set[Values] = frozenset()) -> _Diff:
-        """The rows that changed against the stored digests (see `_Diff`). A direct commit deletes
-        exactly the held keys' rows, by position. A key with several new rows (a unique violation,
-        lakemv.core.sql.diff.repeated; `also` names more, whose other rows `new` leaves out) is left alone."""
-        stored = self.store.digests(self.plan.name, keys)
+    def diff_rows(self, new: pa.Table, keys: list[Values], also: Set[Values] = frozenset(), stored: Mapping[Values, str] | None = None) -> _Diff:
+        """The rows that changed against the stored digests of `keys` (read unless given; see `_Diff`). A
+        key with several new rows (lakemv.core.sql.diff.repeated; `also`: more, left out of `new`) is left alone."""
+        stored = self.store.digests(self.plan.name, keys) if stored is None else stored
         new_keys = rows_of(new, self.plan.key_names)
         duplicated = repeated(new_keys) | also
         digests = new.column(DIGEST).to_pylist()

@@ -40,11 +40,13 @@ _AT = "_lmv_at"  # the number of the stored row whose digest a new row has (NULL
 
 class Changed(NamedTuple):
     """What a whole recompute found: the rows the state does not hold as they are (with their digests),
-    the keys to diff (theirs, then the gone ones), and the keys with several rows."""
+    the keys to diff (theirs, then the gone ones), the keys with several rows, and the stored digest of
+    each key to diff that the state holds."""
 
     rows: pa.Table
     keys: list[Values]
     duplicated: set[Values]
+    stored: dict[Values, str]
 
 
 def changed_rows(view: IndexedView) -> Changed:
@@ -75,8 +77,11 @@ def changed_rows(view: IndexedView) -> Changed:
     duplicated |= {k for k, also in zip(keys, pc.is_in(was, value_set=matched).to_pylist(), strict=True) if also}
     numbers = numbered.column(_AT)
     unmatched = pc.filter(numbers, pc.invert(pc.is_in(numbers, value_set=pa.concat_arrays([matched, was.drop_null().cast(pa.int32())]))))
-    gone = [_key(blobs[i], flags) for i in unmatched.to_pylist()]
-    return Changed(rows, keys + gone, duplicated)
+    numbers = unmatched.to_pylist()
+    gone = [_key(blobs[i], flags) for i in numbers]
+    stored = {k: digests[i] for k, i in zip(keys, was.to_pylist(), strict=True) if i is not None}
+    stored.update((k, digests[i]) for k, i in zip(gone, numbers, strict=True))
+    return Changed(rows, keys + gone, duplicated, stored)
 
 
 def _key(blob: bytes, flags: list[bool]) -> Values:
@@ -99,6 +104,6 @@ def write_whole(view: IndexedView, writing: Writing) -> ViewResult:
     changed = changed_rows(view)
     steps["recompute"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    diff = view.diff_rows(changed.rows, changed.keys, changed.duplicated)
+    diff = view.diff_rows(changed.rows, changed.keys, changed.duplicated, changed.stored)
     steps["diff"] = time.perf_counter() - clock
     return view.write(diff, writing)
