@@ -188,6 +188,15 @@ def batch_figures(result: BatchResult, figures: dict[str, Any]) -> dict[str, Any
     }
 
 
+def streamed_batch(result: BatchResult) -> dict[str, Any]:
+    """A batch of a streaming measure (freshness, catch-up) as its results record it: its size, its
+    seconds and steps, and `VIEW`'s keys, seconds, steps and note (e.g. recomputed whole)."""
+    view = result.views.get(VIEW)
+    return {"batch_id": result.batch_id, "events": result.events, "seconds": round(result.seconds, 3),
+            "view_seconds": round(view.seconds, 3) if view else 0.0, "keys": view.keys if view else 0,
+            "note": view.note if view else None, "steps": dict(result.steps), "view_steps": dict(view.steps) if view else {}}  # fmt: skip
+
+
 class Scale:
     """One lake of `users` users, and every measure run against it."""
 
@@ -419,11 +428,7 @@ class Scale:
         def on_batch(result: BatchResult) -> None:
             now = time.time()
             seen[result.batch_id] = now
-            view = result.views.get(VIEW)
-            batches.append({"at": now, "batch_id": result.batch_id, "events": result.events, "seconds": round(result.seconds, 3),
-                            "view_seconds": round(view.seconds, 3) if view else 0.0, "keys": view.keys if view else 0,
-                            "note": view.note if view else None, "steps": dict(result.steps),
-                            "view_steps": dict(view.steps) if view else {}})  # fmt: skip
+            batches.append({"at": now, **streamed_batch(result)})
 
         for table in self.workload.sources:
             (landing / table).mkdir(parents=True, exist_ok=True)
@@ -533,10 +538,7 @@ class Scale:
         began, ready_at = time.perf_counter(), []
 
         def on_batch(result: BatchResult) -> None:
-            view = result.views.get(VIEW)
-            units.append({"batch_id": result.batch_id, "chunk": result.chunk, "events": result.events, "seconds": round(result.seconds, 3),
-                          "view_seconds": round(view.seconds, 3) if view else 0.0, "keys": view.keys if view else 0,
-                          "steps": dict(result.steps), "view_steps": dict(view.steps) if view else {}})  # fmt: skip
+            units.append({**streamed_batch(result), "chunk": result.chunk})
 
         label = "catch-up, the state rebuilt first" if rebuild else "catch-up"
         self.say(f"{label}: draining a backlog of {total:,} events...")
@@ -728,13 +730,14 @@ class Scale:
 
     def driver_memory(self) -> dict[str, Any]:
         """The driver's peak resident memory so far (this Python process and its JVM, each its high-water
-        mark since it started: a later scale's includes the earlier ones), the JVM's heap in use now,
-        and their peak per million users."""
+        mark since it started: a later scale's includes the earlier ones) and the JVM's heap in use now.
+        The report gives the peak per scale and the growth between scales (a real ingest's memory is
+        `bench.memory`'s, in the start-up and backlog measures)."""
         jvm = self.spark.sparkContext._jvm
         heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
         python, java = _peak_resident(os.getpid()), _peak_resident(self.meter.jvm_pid)
         figures = {"python_peak_bytes": python, "jvm_peak_bytes": java, "jvm_heap_used_bytes": int(heap.getUsed()),
-                   "jvm_heap_max_bytes": int(heap.getMax()), "peak_bytes_per_million_users": round((python + java) * 1_000_000 / self.users)}  # fmt: skip
+                   "jvm_heap_max_bytes": int(heap.getMax())}  # fmt: skip
         self.say(f"driver memory: peak {python / 2**20:,.0f} MiB Python + {java / 2**20:,.0f} MiB JVM "
                  f"(heap in use {figures['jvm_heap_used_bytes'] / 2**20:,.0f} of {figures['jvm_heap_max_bytes'] / 2**20:,.0f} MiB)")  # fmt: skip
         return figures

@@ -33,7 +33,7 @@ def _scale(users: int) -> dict:
         "catch_up": catch_up, "catch_up_rebuilt": {**catch_up, "events_per_second": 8_000, "ready_seconds": 12.0},
         "errors": {"cost": "RuntimeError: the cost measure failed:\ninternal error: it broke"},
         "driver_memory": {"python_peak_bytes": 2 * 2**30, "jvm_peak_bytes": 3 * 2**30, "jvm_heap_used_bytes": 2**30,
-                          "jvm_heap_max_bytes": 4 * 2**30, "peak_bytes_per_million_users": 5 * 2**30},
+                          "jvm_heap_max_bytes": 4 * 2**30},
     }  # fmt: skip
 
 
