@@ -28,7 +28,7 @@ from typing import Any
 from lakemv.core.sql.quote import ansi_ident
 from lakemv.core.state.book import ViewBook
 from lakemv.core.state.codec import Values, decode, encode, index_value
-from lakemv.core.state.dbfile import close_sealed, open_checked
+from lakemv.core.state.dbfile import Checkpointer, close_sealed, open_checked
 from lakemv.core.state.layout import MirrorPart, ViewPart
 from lakemv.core.state.places import CHUNK, FilePlaces, Location, key_blob
 
@@ -81,12 +81,15 @@ class Store(FilePlaces, ViewBook):
 
     def _open(self) -> sqlite3.Connection:
         """Connect, checking the file is one SQLite can read whole unless a clean close sealed it
-        (`lakemv.core.state.dbfile`); raises sqlite3.DatabaseError."""
+        (`lakemv.core.state.dbfile`), and start its checkpoint thread; raises sqlite3.DatabaseError."""
         db, self.checked = open_checked(self.path)
+        self.checkpointer = Checkpointer(self.path) if self.path != ":memory:" else None
         return db
 
     def close(self) -> None:
         with self._lock:
+            if self.checkpointer is not None:
+                self.checkpointer.stop()
             close_sealed(self._db, self.path)
 
     @contextmanager
@@ -103,6 +106,8 @@ class Store(FilePlaces, ViewBook):
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            if self.checkpointer is not None:
+                self.checkpointer.committed(self._db)
 
     # ---- parts ---------------------------------------------------------------------------------------
     def record(self, name: str) -> Record | None:

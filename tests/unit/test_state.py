@@ -407,6 +407,37 @@ def test_a_cleanly_closed_store_opens_unchecked_and_any_other_checked(tmp_path):
     changed.close()
 
 
+def test_commits_leave_folding_the_wal_to_the_checkpoint_thread(tmp_path, monkeypatch):
+    """A commit only appends to the WAL; the store's checkpoint thread folds it into the database
+    (lakemv.core.state.dbfile), and a commit folds it in itself once the thread falls far behind."""
+    from lakemv.core.state import dbfile
+
+    monkeypatch.setattr(dbfile, "WAL_FOLD", 0)
+    path = tmp_path / "state.sqlite"
+    part = MirrorPart(table="t", primary_key=("id",), columns=(("id", "bigint"), ("g", "string")), indexes=(("g",),))
+    store = Store(path)
+    assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    store.attach_mirror(part)
+    store.checkpointer.wait_idle()
+    folds = store.checkpointer.folds
+    store.put_rows("t", [((i, f"g{i % 7}"), i, False) for i in range(5000)])
+    assert store.checkpointer.wait_idle() and store.checkpointer.folds > folds
+    with sqlite3.connect(path) as other:  # every frame of the WAL is in the database already
+        busy, frames, folded = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert busy == 0 and frames == folded > 0
+    store.checkpointer.stop()  # fallen behind: the next commit folds the WAL in itself past the limit
+    monkeypatch.setattr(dbfile, "WAL_LIMIT", 0)
+    store.put_rows("t", [((i, "h"), i, False) for i in range(5000)])
+    with sqlite3.connect(path) as other:
+        busy, frames, folded = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert frames == folded
+    store.close()
+    assert Path(f"{path}.sealed").exists()
+    again = Store(path)
+    assert not again.checked and again.count("t") == 5000
+    again.close()
+
+
 class _History:
     """A fake table history for in_step: snapshots newest first, as Snapshots.since returns them."""
 
