@@ -302,13 +302,9 @@ class Store(FilePlaces, ViewBook):
         """The stored digest of each of `keys` that the view holds."""
         return {key: digest for key, digest in self._view_rows(view, keys, "digest")}
 
-    def stored_digests(self, view: str) -> list[str]:
-        """Every digest the view part holds, one per row (a digest covers the row's key)."""
-        return self.stored_keys(view)[1]
-
     def stored_keys(self, view: str) -> tuple[list[bytes], list[str]]:
         """Every row the view part holds: the encoded keys (`lakemv.core.state.places.key_of` decodes one)
-        and, in the same order, the digests."""
+        and, in the same order, the digests (a digest covers the row's key)."""
         with self._lock:
             rows = self._db.execute(f"SELECT k, digest FROM {ansi_ident(f'v_{view}')}").fetchall()
         return [k for k, _ in rows], [d for _, d in rows]

@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakemv.core.batch.result import ViewResult
-from lakemv.core.sql.diff import repeated
 from lakemv.core.sql.quote import q
 from lakemv.core.sql.viewsql import recompute_sql
 from lakemv.core.state.codec import Values, rows_of
@@ -40,8 +39,9 @@ _AT = "_lmv_at"  # the number of the stored row whose digest a new row has (NULL
 
 class Changed(NamedTuple):
     """What a whole recompute found: the rows the state does not hold as they are (with their digests),
-    the keys to diff (theirs, then the gone ones), the keys with several rows, and the stored digest of
-    each key to diff that the state holds."""
+    the keys to diff (theirs, then the gone ones), the keys with several rows whose other rows `rows`
+    leaves out (they matched the state; `IndexedView.diff_rows` finds those repeated within `rows`),
+    and the stored digest of each key to diff that the state holds."""
 
     rows: pa.Table
     keys: list[Values]
@@ -71,16 +71,16 @@ def changed_rows(view: IndexedView) -> Changed:
     counts = pc.value_counts(at.drop_null())
     matched = counts.field("values")
     twice = pc.filter(matched, pc.greater(counts.field("counts"), 1))
-    duplicated = repeated(keys) | {_key(blobs[i], flags) for i in twice.to_pylist()}
+    duplicated = {_key(blobs[i], flags) for i in twice.to_pylist()}
     # where each changed row's key was stored; one whose stored row matched another new row has several rows
     was = pc.index_in(pa.array([key_blob(k) for k in keys], pa.binary()), value_set=pa.array(blobs, pa.binary()))
     duplicated |= {k for k, also in zip(keys, pc.is_in(was, value_set=matched).to_pylist(), strict=True) if also}
     numbers = numbered.column(_AT)
     unmatched = pc.filter(numbers, pc.invert(pc.is_in(numbers, value_set=pa.concat_arrays([matched, was.drop_null().cast(pa.int32())]))))
-    numbers = unmatched.to_pylist()
-    gone = [_key(blobs[i], flags) for i in numbers]
+    left = unmatched.to_pylist()
+    gone = [_key(blobs[i], flags) for i in left]
     stored = {k: digests[i] for k, i in zip(keys, was.to_pylist(), strict=True) if i is not None}
-    stored.update((k, digests[i]) for k, i in zip(gone, numbers, strict=True))
+    stored.update((k, digests[i]) for k, i in zip(gone, left, strict=True))
     return Changed(rows, keys + gone, duplicated, stored)
 
 

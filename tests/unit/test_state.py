@@ -296,7 +296,7 @@ def test_store_layout_changes_reload_only_what_they_must(tmp_path):
     again.put_digests("v", [], deletes=[("x",)])
     assert again.digests("v", [("x",)]) == {}
     blobs, digests = again.stored_keys("v")  # every row, its key decoded on demand (a whole recompute's gone keys)
-    assert [key_of(b) for b in blobs] == [(None,)] and digests == ["d2"] == again.stored_digests("v")
+    assert [key_of(b) for b in blobs] == [(None,)] and digests == ["d2"]
 
 
 @pytest.mark.parametrize(
