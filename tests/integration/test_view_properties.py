@@ -491,7 +491,7 @@ def examples(count: int) -> settings:
 
 
 @pytest.mark.slow(200)
-@examples(int(os.environ.get("LAKEMV_VIEW_EXAMPLES", "4")))
+@examples(int(os.environ.get("LAKEMV_VIEW_EXAMPLES", "3")))
 @given(history=histories(), mode=st.sampled_from(["scan", "indexed", "direct"]))
 def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history, mode):
     note(history.describe() + f"\nlookups and writes: {mode}")
