@@ -186,14 +186,16 @@ def serve(
         from lakemv.catalog.brokers import check_bootstrap
 
         kafka = check_bootstrap(kafka)  # type: ignore[arg-type]
-    ctx.obj.checked_plans()  # a refused view fails here, before anything starts
     from lakemv.spark.session import stop_spark
 
-    stop_spark()  # if the check started a JVM: serve itself runs no Spark (flow runs have their own)
-    os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "INFO"  # flow runs log to this terminal
+    def check() -> None:
+        ctx.obj.checked_plans()  # a refused view fails here, before any deployment is served
+        stop_spark()  # if the check started a JVM: serve itself runs no Spark (flow runs have their own)
+
     with ExitStack() as stack:
-        with console.status("starting the Prefect server..."):
-            api = stack.enter_context(prefect_api(settings.local_root / "_prefect", port))
+        with console.status("checking the views, starting the Prefect server..."):  # side by side
+            api = stack.enter_context(prefect_api(settings.local_root / "_prefect", port, meanwhile=check))
+        os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "INFO"  # flow runs log to this terminal
         from prefect import serve as serve_deployments
         from prefect.settings import PREFECT_API_URL, temporary_settings
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -140,10 +140,13 @@ def export_api_url(url: str | None) -> None:
 
 
 @contextmanager
-def prefect_api(home: Path, port: int | None = None, timeout: float = 90.0) -> Iterator[str]:
-    """`lakemv serve`'s API: the configured one, or a full local server started for it."""
+def prefect_api(home: Path, port: int | None = None, timeout: float = 90.0, meanwhile: Callable[[], None] | None = None) -> Iterator[str]:
+    """`lakemv serve`'s API: the configured one, or a full local server started for it; `meanwhile`
+    runs while that server boots (an error there stops it again)."""
     api = PrefectApi.configured() or PrefectApi.server(home, port)
     try:
+        if meanwhile is not None:
+            meanwhile()
         yield api.ready(timeout)
     finally:
         api.stop()
