@@ -1,8 +1,8 @@
 """An empty Prefect database, migrated once per Prefect version, that a new `lakemv serve` server starts from.
 
 A Prefect server on a database that does not exist yet first runs every migration of Prefect's schema:
-on these machines a server on a new database answered after 33-36 s, one on a migrated copy after
-15-17 s (`prefect server start`, an idle machine). `make setup` migrates an empty database once
+on these machines a server on a new database answered after 22-25 s, one on a migrated copy after
+8-9 s (`prefect server start`, an idle machine). `make setup` migrates an empty database once
 (`python -m lakemv.flows.prefectdb`, kept in `.setup/`); a `serve` on a lake whose Prefect database does
 not exist yet starts from a copy of it. Prefect still checks the copy's revision as it starts, so a
 template left by another Prefect version would only be migrated further; the template's name carries the
