@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -40,12 +39,17 @@ def seed(home: Path, template: Path | None = None) -> bool:
     target = home / DATABASE
     if target.exists() or any(os.environ.get(name) for name in CONFIGURED) or not template.is_file():
         return False
-    home.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{DATABASE}.partial")
-    with closing(sqlite3.connect(template)) as source, closing(sqlite3.connect(partial)) as copy:
-        source.backup(copy)  # a consistent copy even of a database in WAL mode
-    partial.replace(target)
+    _copy(template, target)
     return True
+
+
+def _copy(source: Path, target: Path) -> None:
+    """A consistent copy of the SQLite database `source` (even one in WAL mode), in place at once."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.partial")
+    with closing(sqlite3.connect(source)) as origin, closing(sqlite3.connect(partial)) as copy:
+        origin.backup(copy)
+    partial.replace(target)
 
 
 def build(template: Path | None = None) -> Path:
@@ -57,10 +61,7 @@ def build(template: Path | None = None) -> Path:
         done = subprocess.run([str(prefect), "server", "database", "upgrade", "-y"], env=env, capture_output=True, text=True, check=False)  # noqa: S603
         if done.returncode != 0:
             raise RuntimeError(f"prefect server database upgrade failed:\n{(done.stderr or done.stdout)[-2000:]}")
-        template.parent.mkdir(parents=True, exist_ok=True)
-        partial = template.with_suffix(".partial")
-        shutil.copyfile(Path(scratch) / DATABASE, partial)
-        partial.replace(template)
+        _copy(Path(scratch) / DATABASE, template)
     for old in template.parent.glob("prefect-*.db"):
         if old != template:
             old.unlink(missing_ok=True)
