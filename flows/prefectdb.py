@@ -32,11 +32,11 @@ def template_path(folder: Path = PROJECT_ROOT / ".setup") -> Path:
     return folder / f"prefect-{importlib.metadata.version('prefect')}.db"
 
 
-def seed(home: Path, template: Path | None = None) -> bool:
-    """Give the Prefect home `home` a copy of the migrated empty database, unless it has a database
-    already, its database is configured elsewhere, or there is no template. Returns whether it did."""
+def seed(home: Path, template: Path | None = None, database: str = DATABASE) -> bool:
+    """Give the Prefect home `home` a copy of the migrated empty database (as `database`), unless it
+    has one already, its database is configured elsewhere, or there is no template. Returns whether it did."""
     template = template or template_path()
-    target = home / DATABASE
+    target = home / database
     if target.exists() or any(os.environ.get(name) for name in CONFIGURED) or not template.is_file():
         return False
     _copy(template, target)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -21,8 +23,10 @@ LAKEMV = str(PROJECT_ROOT / ".venv" / "bin" / "lakemv")
 
 # The JVMs of the `lakemv` processes the suite starts compile with C1 only: each lives seconds and
 # otherwise spends most of its CPU in the C2 compiler (an `ingest --once` of 1,000 events: 50
-# CPU-seconds, 28 with C1 only). The session's own JVM lives for the whole run and keeps Java's
-# default, as users do (LAKEMV_JVM_OPTIONS): its long hypothesis runs are what C2 is for. Without
+# CPU-seconds, 28 with C1 only). So does each worker's own session JVM (the `spark` fixture): it
+# lives the whole run, but runs thousands of small distinct queries, each compiled once and run on a
+# few rows, where C2 spent more than it won (one worker's session JVM over the view shapes and the
+# view property test: 246 CPU-seconds and 159 s with C2, 142 and 146 s with C1 only). Without
 # tiered compilation the JVM reserves only 48 MB for compiled code, which a minute of ingest filled
 # ("CodeCache is full. Compiler has been disabled", then executors died of VirtualMachineError):
 # the 240 MB a tiered JVM reserves by default. They collect garbage on one thread (SerialGC): G1's
@@ -71,18 +75,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=expected_seconds, reverse=True)  # stable: the rest keeps pytest's order
 
 
+def _seeded_folder(*args, **kwargs) -> str:
+    """tempfile.mkdtemp, holding a copy of the migrated empty Prefect database as prefect_test_harness names it."""
+    from lakemv.flows.prefectdb import seed
+
+    folder = tempfile.mkdtemp(*args, **kwargs)
+    seed(Path(folder), database="prefect-test.db")
+    return folder
+
+
 @pytest.fixture(scope="session")
 def prefect_server():
     """One temporary Prefect API per test session (prefect_test_harness), for the tests that run
     flows: flows called here record their runs in it, and `lakemv` subprocesses reach it through
     PREFECT_API_URL instead of each starting a temporary API of their own. Unit tests never start it."""
+    import prefect.testing.utilities as prefect_testing
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
     from lakemv.flows.server import export_api_url
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    with prefect_test_harness(server_startup_timeout=120):
+    # The harness's server would first migrate a new database in the folder it makes; it starts from
+    # a copy of the one `make setup` migrated instead (lakemv.flows.prefectdb), as `serve` does: up
+    # after 3.3-3.8 s instead of 7.2-9.8 s on an idle machine, more while the other worker starts its
+    # JVM. Should Prefect rename its file, the copy goes unused and the server migrates as before.
+    with mock.patch.object(prefect_testing, "mkdtemp", _seeded_folder), prefect_test_harness(server_startup_timeout=120):
         export_api_url(PREFECT_API_URL.value())  # Spark's callback thread logs to it too
         try:
             yield PREFECT_API_URL.value()
@@ -105,7 +123,7 @@ def small_settings(warehouse: Path, catalog_name: str = "lake") -> LakeSettings:
 def spark(tmp_path_factory: pytest.TempPathFactory):
     from lakemv.spark.session import get_spark
 
-    settings = small_settings(tmp_path_factory.mktemp("session-warehouse")).model_copy(update={"jvm_options": ""})
+    settings = small_settings(tmp_path_factory.mktemp("session-warehouse")).model_copy(update={"jvm_options": SHORT_LIVED_JVM})
     session = get_spark(settings)
     yield session
     session.stop()
