@@ -130,6 +130,11 @@ class LakeSettings(BaseSettings):
         default=4, ge=1, description="Views a batch maintains at once from the local state (each writes its own "
         "tables, so while one view's Spark job runs another plans or commits); 1 maintains them one by one.",
     )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="How `ingest` reports: a line of text per batch, or `json`: one JSON object per line "
+        "(a batch's: its tables, dead letters, late events per source, and per view its keys, plan and reason); "
+        "`ingest --log-format` sets it for one run.",
+    )
     kafka_bootstrap: str | None = Field(
         default=None, description="Kafka brokers (HOST:PORT,...) to read Debezium's topics from; `ingest --kafka` sets it too."
     )

@@ -1,4 +1,6 @@
-"""DuckDB over the lake: each mirror and each materialized view as a plain-named DuckDB view.
+"""DuckDB over the lake: each mirror and each materialized view as a plain-named DuckDB view, and
+lakemv's own tables (`OPERATIONAL`) in the schema `lakemv`, and by plain name where no source or view
+has that name.
 
 Extensions cannot be downloaded here, so iceberg (and its avro dependency) are installed from the
 PyPI wheels `duckdb-extension-*`. Each table is pinned to the metadata file the catalog points at
@@ -16,7 +18,16 @@ import pyarrow as pa
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.lake import table_locations
 from lakemv.catalog.settings import LakeSettings
-from lakemv.catalog.tables import BOOKKEEPING_NAMES, CHANGES_SUFFIX, DELETED, MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE
+from lakemv.catalog.tables import (
+    BOOKKEEPING_NAMES,
+    CHANGES_SUFFIX,
+    DEAD_LETTERS,
+    DELETED,
+    LEDGER,
+    MIRROR_NAMESPACE,
+    OPS_NAMESPACE,
+    VIEW_NAMESPACE,
+)
 from lakemv.core.errors import QueryError
 from lakemv.core.sql.feedsql import FEEDS, ROW, feed_column, feed_view_sql
 from lakemv.core.sql.quote import ansi_ident, ansi_string
@@ -74,6 +85,32 @@ def feed_views(con: duckdb.DuckDBPyConnection, feeds: str) -> dict[str, list[str
     }
 
 
+LATE_EVENTS = "late_events"
+# lakemv's own tables as `lakemv query` names them: every line that could not be applied with its
+# reason, one row per committed unit (the ledger), and per unit and event source its late events.
+OPERATIONAL = (DEAD_LETTERS, LEDGER, LATE_EVENTS)
+
+
+def _operational(con: duckdb.DuckDBPyConnection, ops: Mapping[str, str], taken: set[str]) -> None:
+    """The dead letters, the ledger and the late events as views of the schema `lakemv`, and by plain
+    name unless a source or a view (`taken`) has it; a table not created yet is left out."""
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {OPS_NAMESPACE}")
+    for name in (DEAD_LETTERS, LEDGER):
+        if name in ops:
+            con.execute(f"CREATE VIEW {OPS_NAMESPACE}.{name} AS SELECT * FROM iceberg_scan({ansi_string(ops[name])})")
+    if LEDGER in ops:
+        columns = [row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {OPS_NAMESPACE}.{LEDGER}").fetchall()]
+        late = "unnest(late)" if "late" in columns else "NULL::STRUCT(name VARCHAR, events BIGINT)"  # a ledger from before late counts
+        con.execute(
+            f"CREATE VIEW {OPS_NAMESPACE}.{LATE_EVENTS} AS SELECT stream_id, batch_id, chunk, finished_at, "
+            "struct_extract(l, 'name') AS source, struct_extract(l, 'events') AS events "
+            f"FROM (SELECT stream_id, batch_id, chunk, finished_at, {late} AS l FROM {OPS_NAMESPACE}.{LEDGER}) WHERE l IS NOT NULL"
+        )
+    for name in OPERATIONAL:
+        if name not in taken and (name in ops or (name == LATE_EVENTS and LEDGER in ops)):
+            con.execute(f"CREATE VIEW {ansi_ident(name)} AS SELECT * FROM {OPS_NAMESPACE}.{name}")
+
+
 def lake_connection(
     settings: LakeSettings, sources: Mapping[str, SourceTable], snapshots: Mapping[str, int | None] | None = None, views: bool = True
 ) -> duckdb.DuckDBPyConnection:
@@ -84,15 +121,20 @@ def lake_connection(
     """
     con = connect_duckdb(settings=settings)
     mirrors = table_locations(settings, MIRROR_NAMESPACE)
+    made = set(sources)
     for name, location in sorted(view_tables(settings).items() if views else ()):
         if name in sources or name.endswith(CHANGES_SUFFIX):
             continue  # a source's mirror wins (view names are checked against sources when planned); a feed table of an older lakemv: replaced below
         con.execute(f"CREATE VIEW {ansi_ident(name)} AS SELECT * FROM iceberg_scan({ansi_string(location)})")
-    feeds = metadata_location(settings, OPS_NAMESPACE, FEEDS) if views else None
-    if feeds is not None:  # each view's feed: its rows of the one feeds table, under the name it always had
-        con.execute(f"CREATE VIEW _lmv_feeds AS SELECT * FROM iceberg_scan({ansi_string(feeds)})")
+        made.add(name)
+    ops = table_locations(settings, OPS_NAMESPACE) if views else {}
+    if FEEDS in ops:  # each view's feed: its rows of the one feeds table, under the name it always had
+        con.execute(f"CREATE VIEW _lmv_feeds AS SELECT * FROM iceberg_scan({ansi_string(ops[FEEDS])})")
         for view, key in sorted(feed_views(con, "_lmv_feeds").items()):
             con.execute(f"CREATE VIEW {ansi_ident(view + CHANGES_SUFFIX)} AS {feed_view_sql(view, key, '_lmv_feeds', dialect='duckdb')}")
+            made.add(view + CHANGES_SUFFIX)
+    if views:
+        _operational(con, ops, made)
     for source in sources.values():
         location = mirrors.get(source.name)
         if location is None:
@@ -121,7 +163,8 @@ def run_query(settings: LakeSettings, sources: Mapping[str, SourceTable], sql: s
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0]
         if isinstance(exc, duckdb.CatalogException) and "does not exist" in first:
-            tables = ", ".join(sorted(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall() if not r[0].startswith("_lmv")))
+            found = con.execute("SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+            tables = ", ".join(sorted(n if s == "main" else f"{s}.{n}" for s, n in found if not n.startswith("_lmv")))
             first += f" (tables in the lake: {tables or 'none yet - run lakemv ingest'})"
         raise QueryError(first) from None
     finally:

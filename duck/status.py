@@ -1,7 +1,8 @@
 """`lakemv status`: how far each mirror and each view has got, read with DuckDB and pyiceberg (no Spark).
 
 Per source: the last source position applied, live rows, tombstones, dead letters, the source time
-of its newest change, and the values of its declared unique keys several live rows hold now. Per view: rows, the last ledger batch that maintained it, when that was, and the
+of its newest change, the values of its declared unique keys several live rows hold now, and (an
+event source) its late events, counted or dead letters. Per view: rows, the last ledger batch that maintained it, when that was, and the
 lag, now minus the source time of the newest change applied to a table the view reads (from the
 ledger, `lake.lakemv.batches`), and its maintenance state: `active`, `paused` by a backfill (batches
 skip it until the backfill publishes; one killed mid-way leaves it so until the next `lakemv backfill`
@@ -48,6 +49,7 @@ class SourceStatus:
     dead_letters: int  # dead-letter rows whose landing folder is this table
     newest_source_ts: datetime | None  # source time of the newest change the mirror holds
     unique_violations: int = 0  # values of a declared unique key that several live rows hold now
+    late_events: int = 0  # an event source's events older than its watermark, counted or dead letters (the ledger's `late`)
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,8 @@ def _status(
     dead = _table(settings, OPS_NAMESPACE, DEAD_LETTERS)
     if dead.scan:
         letters = dict(con.execute(f"SELECT source_table, count(*) FROM {dead.scan} GROUP BY source_table").fetchall())
+    ledger = _table(settings, OPS_NAMESPACE, LEDGER)
+    late = _late_events(con, ledger.scan) if ledger.scan else {}
 
     source_rows = []
     for name in sources:
@@ -167,11 +171,10 @@ def _status(
                     f'SELECT count(*) FROM (SELECT {listed} FROM {mirror.scan} WHERE NOT "{DELETED}" AND {present} '
                     f"GROUP BY {listed} HAVING count(*) > 1)"
                 ).fetchone()[0]
-        source_rows.append(SourceStatus(name, position, live, tombstones, letters.get(name, 0), _utc(newest), violations))
+        source_rows.append(SourceStatus(name, position, live, tombstones, letters.get(name, 0), _utc(newest), violations, late.get(name, 0)))
 
     refreshed: dict[str, tuple[int, datetime]] = {}  # view -> (batch_id, finished_at) of its latest ledger row
     newest_change: dict[str, datetime] = {}  # table -> newest max_source_ts in the ledger
-    ledger = _table(settings, OPS_NAMESPACE, LEDGER)
     if ledger.scan:
         for view, batch_id, finished in con.execute(
             "SELECT view, arg_max(batch_id, finished_at), max(finished_at) FROM ("
@@ -209,6 +212,17 @@ def _status(
     return LakeStatus(now, tuple(source_rows), tuple(view_rows), unattributed)
 
 
+def _late_events(con: duckdb.DuckDBPyConnection, ledger: str) -> dict[str, int]:
+    """Per event source, the late events of every unit in the ledger (a ledger written before
+    lakemv counted them has no `late` column: none)."""
+    if "late" not in [row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {ledger}").fetchall()]:
+        return {}
+    found = con.execute(
+        f"SELECT struct_extract(l, 'name'), sum(struct_extract(l, 'events')) FROM (SELECT unnest(late) AS l FROM {ledger}) GROUP BY 1"
+    ).fetchall()
+    return {name: int(events) for name, events in found}
+
+
 def _newest_shown(con: duckdb.DuckDBPyConnection, ledger: str, tables: Sequence[str], refreshed: datetime | None) -> datetime | None:
     """The newest source time, among the `tables`, of the ledger's units finished by `refreshed`."""
     if refreshed is None:
@@ -234,6 +248,7 @@ SOURCE_SCHEMA = pa.schema(
         ("dead_letters", pa.int64()),
         ("newest_source_ts", _TS),
         ("unique_violations", pa.int64()),
+        ("late_events", pa.int64()),
     ]
 )
 VIEW_SCHEMA = pa.schema(

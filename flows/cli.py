@@ -26,7 +26,7 @@ from lakemv.catalog.writer import writer_lock
 from lakemv.core.errors import ConfigError, LakemvError
 from lakemv.core.failures import explain as explain_failure
 from lakemv.core.runtime import lifecycle
-from lakemv.flows.cliapp import PIPELINE, _run_flow, app
+from lakemv.flows.cliapp import PIPELINE, LogFormat, _run_flow, app
 from lakemv.flows.console import console, err_console, error_line, render
 
 __all__ = ["app", "main"]
@@ -60,8 +60,12 @@ def ingest(
     once: Annotated[bool, typer.Option("--once", help="Process what is there now, then exit.")] = False,
     trigger_seconds: Annotated[float, typer.Option(min=0.1, help="Seconds between batches when continuous.")] = 2.0,
     max_files_per_trigger: Annotated[int | None, typer.Option(min=1, help="Backpressure: files per batch.")] = None,
+    log_format: Annotated[
+        LogFormat | None, typer.Option("--log-format", help="Each batch as a line of text, or one JSON object per line (env LAKEMV_LOG_FORMAT).")
+    ] = None,
 ) -> None:
     """Stream landing files or Kafka topics into the mirror tables and maintain the views (the `ingest` flow)."""
+    form = {"log_format": log_format.value} if log_format is not None else {}
     option_kafka = kafka is not None
     kafka = kafka or (None if landing is not None else ctx.obj.settings.kafka_bootstrap)
     if (landing is None) == (kafka is None):
@@ -77,7 +81,7 @@ def ingest(
 
         given = check_bootstrap(kafka, "--kafka" if option_kafka else "LAKEMV_KAFKA_BOOTSTRAP")
         reach_brokers(given, settings.kafka_options)  # before Spark, which would wait for one forever
-        _run_flow(ctx, "lakemv.flows.ingest:ingest", spark=True, kafka=given, once=once, trigger_seconds=trigger_seconds)
+        _run_flow(ctx, "lakemv.flows.ingest:ingest", spark=True, kafka=given, once=once, trigger_seconds=trigger_seconds, **form)
         return
     assert landing is not None
     _check_landing(ctx, landing, once)
@@ -89,6 +93,7 @@ def ingest(
         once=once,
         trigger_seconds=trigger_seconds,
         max_files_per_trigger=max_files_per_trigger,
+        **form,
     )
 
 

@@ -37,6 +37,11 @@ class Format(str, Enum):
     csv = "csv"
 
 
+class LogFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from prefect import flow
 
@@ -15,7 +16,7 @@ from lakemv.flows.progress import report
 
 
 def _batch_line(batch) -> None:  # noqa: ANN001 - lakemv.spark.batch.runner.BatchResult
-    report.info(batch.describe())
+    report.record("batch", batch.as_json(), batch.describe())
     for note in batch.notes:
         report.info(f"schema drift: {note}", style="red" if "error:" in note else "yellow")
 
@@ -41,12 +42,14 @@ def ingest(
     max_files_per_trigger: int | None = None,
     warehouse: str | None = None,
     kafka: str | None = None,
+    log_format: Literal["text", "json"] | None = None,
 ) -> dict:
     """Ingest the landing folder's new Debezium files, or Debezium's Kafka topics (`kafka`: the
     brokers, default the setting LAKEMV_KAFKA_BOOTSTRAP), and maintain the views, exactly once.
 
     `once` processes what is there now and returns (the scheduled deployment); otherwise the stream
-    runs until the flow run is cancelled or the process is interrupted.
+    runs until the flow run is cancelled or the process is interrupted. `log_format` "json" reports
+    each batch as one JSON object per line (default: the setting LAKEMV_LOG_FORMAT).
     """
     lifecycle.install()  # in a deployment's flow-run process too: SIGINT/SIGTERM stop it and its JVM
     lake = Lake.at(warehouse)
@@ -60,7 +63,7 @@ def ingest(
 
         reach_brokers(kafka, lake.settings.kafka_options)
     settings = lake.settings
-    with writer_lock(settings.local_root, settings.catalog_name, settings.warehouse, lease=settings.lake, on_lost=_lease_lost):  # refused at once if held
+    with report.lines(log_format or settings.log_format), writer_lock(settings.local_root, settings.catalog_name, settings.warehouse, lease=settings.lake, on_lost=_lease_lost):  # refused at once if held
         return _ingest(lake, landing, kafka, once, trigger_seconds, max_files_per_trigger)
 
 
@@ -94,14 +97,15 @@ def _ingest(lake: Lake, landing: str | None, kafka: str | None, once: bool, trig
             result = run_ingest(spark, lake.settings, sources, Path(landing), max_files_per_trigger=max_files_per_trigger, **common)
     rate = result.events / result.seconds if result.seconds else 0.0
     conflicts = f"; {result.conflicts_retried} commit conflicts retried" if result.conflicts_retried else ""
-    report.info(
-        f"ingested {result.events} events in {len(result.batches)} batches, {result.seconds:.1f}s "
-        f"({rate:,.0f} events/s); {result.dead_letters} dead letters{conflicts}"
-    )
-    return {
+    totals = {
         "events": result.events,
         "batches": len(result.batches),
         "dead_letters": result.dead_letters,
         "conflicts_retried": result.conflicts_retried,
         "seconds": round(result.seconds, 3),
     }
+    report.record(
+        "ingested", totals, f"ingested {result.events} events in {len(result.batches)} batches, {result.seconds:.1f}s "
+        f"({rate:,.0f} events/s); {result.dead_letters} dead letters{conflicts}"
+    )  # fmt: skip
+    return totals

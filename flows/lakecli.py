@@ -72,7 +72,7 @@ def generate_events(
 @app.command(rich_help_panel=LAKE)
 def query(
     ctx: typer.Context,
-    sql: Annotated[str, typer.Argument(help="DuckDB SQL; tables by plain name (users, repos, ...).")],
+    sql: Annotated[str, typer.Argument(help="DuckDB SQL; tables by plain name (users, repos, ...), lakemv's own too: dead_letters, batches, late_events.")],
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,  # noqa: A002
 ) -> None:
     """Query the lake with DuckDB: live rows only, no bookkeeping columns."""

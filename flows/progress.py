@@ -2,13 +2,16 @@
 
 Flows never print. They call `report`; inside a flow run the messages reach Prefect's run logger
 (the UI and the API), and when the `lakemv` CLI runs the flow it also attaches a rich console, so the
-same message shows as a line, a spinner or a progress bar.
+same message shows as a line, a spinner or a progress bar. In JSON lines (`lines("json")`, the
+setting `log_format`), each message is one JSON object per line instead (`{"level", "message"}`; a
+batch's: `record`), and no spinner or bar is drawn.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -57,6 +60,29 @@ class Steps:
 class Report:
     """A flow's voice: `info` lines, `status` spinners and `steps` progress bars."""
 
+    json_lines = False  # every message a JSON object (`lines`)
+
+    @contextmanager
+    def lines(self, form: str) -> Iterator[None]:
+        """While inside, messages are `form`: "text" or "json" (one object per line)."""
+        previous, self.json_lines = self.json_lines, form == "json"
+        try:
+            yield
+        finally:
+            self.json_lines = previous
+
+    def _emit(self, level: int, text: str, style: str | None = None) -> None:
+        _logger().log(level, text)
+        if _terminal is not None:
+            _terminal.print(Text(text, style=style or ""), soft_wrap=self.json_lines)  # data, never read as markup
+
+    def record(self, kind: str, fields: Mapping[str, object], text: str) -> None:
+        """A structured message: `text` as a line, or in JSON lines `{"event": kind, **fields}`."""
+        if self.json_lines:
+            self._emit(logging.INFO, json.dumps({"event": kind, **fields}, default=str))
+        else:
+            self._emit(logging.INFO, text)
+
     @contextmanager
     def bound(self) -> Iterator[None]:
         """Within a flow run: let threads started inside (Spark callbacks) log to this run too."""
@@ -69,12 +95,16 @@ class Report:
 
     def info(self, message: str, style: str | None = None) -> None:
         level = logging.WARNING if style in ("red", "yellow") else logging.INFO
-        _logger().log(level, message)
-        if _terminal is not None:
-            _terminal.print(Text(message, style=style or ""))  # data, never read as markup
+        if self.json_lines:
+            self._emit(level, json.dumps({"level": logging.getLevelName(level).lower(), "message": message}))
+        else:
+            self._emit(level, message, style)
 
     def status(self, message: str):  # noqa: ANN201 - a context manager
         """A spinner while a long step runs (logged once at its start)."""
+        if self.json_lines:
+            self.info(message)
+            return nullcontext()
         _logger().info(message)
         return _terminal.status(message) if _terminal is not None else nullcontext()
 
@@ -82,7 +112,7 @@ class Report:
     def steps(self, total: int, description: str) -> Iterator[Steps]:
         """A bar of `total` steps; each `advance` logs its description."""
         _logger().info(description)
-        if _terminal is None:
+        if _terminal is None or self.json_lines:
             yield Steps(None, None)
             return
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

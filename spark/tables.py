@@ -50,8 +50,9 @@ def create_empty(spark: SparkSession, identifier: str, schema: StructType, prope
 
 
 def ensure_ledger(spark: SparkSession, names: TableNames) -> None:
-    """The ledger, created, or given the fields of its `views` entries that a lake made by an older
-    lakemv lacks (how each view was maintained: lakemv.core.batch.records.VIEW_STRUCT)."""
+    """The ledger, created, or given what a lake made by an older lakemv lacks: the fields of its
+    `views` entries (how each view was maintained: lakemv.core.batch.records.VIEW_STRUCT) and its
+    last column, `late` (each event source's late events)."""
     try:  # one load of Iceberg's own table (a CREATE ... IF NOT EXISTS and a DataFrame's schema cost two, on start-up's path)
         schema = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, names.ledger).schema()
     except AnalysisException as error:
@@ -62,6 +63,8 @@ def ensure_ledger(spark: SparkSession, names: TableNames) -> None:
     for field in VIEW_STRUCT:
         if schema.findField(f"views.element.{field.name}") is None:
             spark.sql(f"ALTER TABLE {names.ledger} ADD COLUMN views.element.{field.name} {spark_ddl(field.type)}")
+    if schema.findField("late") is None:
+        spark.sql(f"ALTER TABLE {names.ledger} ADD COLUMN late {spark_ddl(LEDGER.field('late').type)}")
 
 
 def ensure_dead_letters(spark: SparkSession, names: TableNames) -> None:

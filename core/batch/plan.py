@@ -115,6 +115,7 @@ def ledger_entry(
         dead_letters=result.dead_letters,
         skipped=result.skipped,
         tables=tables,
+        late=dict(result.late),
         views=views,
         conflicts_retried=conflicts_retried,
         replayed=result.replayed,

@@ -4,7 +4,7 @@ derived from these, `lakemv.spark.tables`).
 * The ledger `lake.lakemv.batches`: one row per committed unit of ingest work. Appended as the last
   write of a unit, so a row there means every table the unit touches is done: a replay that finds its
   write id in the ledger has nothing left to do. `lakemv status` reads it for each view's last batch,
-  refresh time and lag.
+  refresh time and lag, and for each event source's late events.
 * Every view's change feed: one table, `lakemv.core.sql.feedsql`.
 * The dead letters `lake.lakemv.dead_letters`: every line that could not be applied, with its reason.
   Nothing is dropped.
@@ -13,7 +13,7 @@ derived from these, `lakemv.spark.tables`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -26,6 +26,8 @@ VIEW_STRUCT = pa.struct(
     [("name", pa.string()), ("keys", pa.int64()), ("upserts", pa.int64()), ("deletes", pa.int64()),
      ("plan", pa.string()), ("reason", pa.string()), ("seconds", pa.float64())]
 )  # fmt: skip
+# per event source: the unit's events older than its watermark (`late = "count"`, or dead letters)
+LATE_STRUCT = pa.struct([("name", pa.string()), ("events", pa.int64())])
 LEDGER = pa.schema(
     [
         ("stream_id", pa.string()),
@@ -42,6 +44,7 @@ LEDGER = pa.schema(
         ("started_at", _TS),
         ("finished_at", _TS),
         ("seconds", pa.float64()),
+        ("late", pa.list_(LATE_STRUCT)),  # last: a lake made by an older lakemv gains it at the end (lakemv.spark.tables)
     ]
 )
 DEAD_LETTERS = pa.schema(
@@ -96,6 +99,7 @@ class LedgerEntry:
     replayed: bool
     started_at_micros: int
     finished_at_micros: int
+    late: Mapping[str, int] = field(default_factory=dict)  # per event source: events older than its watermark
 
     def to_arrow(self) -> pa.Table:
         tables = [
@@ -121,6 +125,7 @@ class LedgerEntry:
             "started_at": self.started_at_micros,
             "finished_at": self.finished_at_micros,
             "seconds": (self.finished_at_micros - self.started_at_micros) / 1e6,
+            "late": [{"name": n, "events": c} for n, c in sorted(self.late.items())],
         }
         return pa.Table.from_pylist([row], schema=LEDGER)
 

@@ -30,6 +30,14 @@ class ViewResult:
         """How the view was maintained: the plan chosen, or whole when every key was (a build, a backfill)."""
         return self.plan or ("whole" if self.keys is None else "incremental")
 
+    def as_json(self) -> dict[str, object]:
+        """What `describe` says, as JSON values (`keys` null: every key)."""
+        return {
+            "keys": self.keys, "upserts": self.upserts, "deletes": self.deletes, "plan": None if self.paused or self.deferred else self.way,
+            "reason": self.reason, "note": self.note, "paused": self.paused, "deferred": self.deferred, "held": self.held,
+            "rows_read": self.rows_read, "seconds": round(self.seconds, 3), "steps": {k: round(v, 3) for k, v in self.steps.items()},
+        }  # fmt: skip
+
     def describe(self) -> str:
         if self.paused:
             return f"{self.view}: {self.note or 'paused'}"
@@ -58,6 +66,7 @@ class BatchResult:
     unique_violations: int = 0  # values of declared unique keys several live rows hold (their changes are dead letters too)
     skipped: int = 0
     skip_reasons: Mapping[str, int] = field(default_factory=dict)
+    late: Mapping[str, int] = field(default_factory=dict)  # per event source: late events (counted, or among the dead letters)
     seconds: float = 0.0
     views: Mapping[str, ViewResult] = field(default_factory=dict)
     chunk: int = 0
@@ -69,6 +78,19 @@ class BatchResult:
     set_wise: bool = False  # Spark parsed the unit's lines (lakemv.spark.bulk)
     waited: float = 0.0  # seconds the unit waited for a compaction turn to end (lakemv.catalog.writer.CommitTurns)
     idle: bool = False  # no lines: views whose freshness budget fell due between batches (lakemv.core.batch.deferral)
+
+    def as_json(self) -> dict[str, object]:
+        """The batch line as JSON values (`lakemv ingest --log-format json`): per table the changes
+        merged, per event source its late events, per view what `ViewResult.as_json` gives."""
+        return {
+            "batch": self.batch_id, "chunk": self.chunk, "idle": self.idle, "replayed": self.replayed,
+            "already_committed": self.already_committed, "set_wise": self.set_wise, "lines": self.lines, "events": self.events,
+            "tables": dict(sorted(self.merged.items())), "dead_letters": self.dead_letters, "unique_violations": self.unique_violations,
+            "skipped": self.skipped, "skip_reasons": dict(sorted(self.skip_reasons.items())), "late": dict(sorted(self.late.items())),
+            "views": {name: v.as_json() for name, v in self.views.items()}, "conflicts_retried": self.conflicts_retried,
+            "waited_seconds": round(self.waited, 3), "notes": list(self.notes), "seconds": round(self.seconds, 3),
+            "steps": {k: round(v, 3) for k, v in self.steps.items()},
+        }  # fmt: skip
 
     def describe(self) -> str:
         name = f"batch {self.batch_id}" + (f".{self.chunk}" if self.chunk else "")
@@ -89,9 +111,10 @@ class BatchResult:
         reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.skip_reasons.items()))
         skipped = f"{self.skipped} skipped" + (f" ({reasons})" if reasons else "")
         unique = f" ({self.unique_violations} unique violations)" if self.unique_violations else ""
+        late = "; late events: " + ", ".join(f"{t} {n}" for t, n in sorted(self.late.items())) if self.late else ""
         return (
             f"{name}{extra}: {self.lines} lines, {self.events} events -> {tables}; "
-            f"{self.dead_letters} dead letters{unique}, {skipped}{views}, {self.seconds:.2f}s"
+            f"{self.dead_letters} dead letters{unique}, {skipped}{late}{views}, {self.seconds:.2f}s"
         )
 
 

@@ -49,6 +49,7 @@ class ChangeSet:
     set_wise: int = 0  # lines Spark parsed (lakemv.spark.bulk)
     line_by_line: int = 0  # lines of such a unit parsed one by one in the driver (parse_line)
     truncates: dict[str, list[Truncate]] = field(default_factory=dict)  # TRUNCATEs per table (see `expand_truncates`)
+    late: Counter[str] = field(default_factory=Counter)  # per event source: events older than its watermark (counted or dead letters)
 
     @property
     def max_position(self) -> dict[str, int]:
@@ -128,6 +129,7 @@ def parse_line(
     if source.is_events and watermarks:
         late = late_reason(outcome, source, watermarks.get(table))
         if late is not None:
+            result.late[table] += 1
             if source.late == "count":
                 result.skipped[LATE_COUNTED] += 1
             else:

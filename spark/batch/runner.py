@@ -275,6 +275,7 @@ class BatchProcessor:
                 unique_violations=sum(len(v) for v in violations.values()),
                 skipped=sum(changeset.skipped.values()),
                 skip_reasons=dict(changeset.skipped),
+                late=dict(changeset.late),
                 views=views,
                 chunk=ref.chunk,
                 replayed=unit.replay,

@@ -83,9 +83,16 @@ def test_each_kind_of_bad_input_is_a_dead_letter_or_a_counted_skip_and_good_line
         assert matching[0]["source_table"] == folder and matching[0]["batch_id"] == 0
         assert matching[0]["raw_chars"] == len(line)
 
-    # Nothing valid was lost, and the stream goes on with the next file.
+    # Nothing valid was lost, and the stream goes on with the next file; its batch reported as JSON lines.
     (landing / "users" / "b.json").write_text(dbz("c", 300, user("late@x", "late", id=7)) + "\n")
-    assert ingest(warehouse, landing, ingest_env(100)) is None
+    said = lakemv("--warehouse", str(warehouse), "ingest", "--landing", str(landing), "--once", "--log-format", "json").stdout
+    reports = [json.loads(line) for line in said.splitlines() if line.strip()]  # every line one object, none wrapped
+    (batch,) = [r for r in reports if r.get("event") == "batch"]
+    assert (batch["lines"], batch["events"], batch["tables"], batch["dead_letters"]) == (1, 1, {"users": 1}, 0), batch
+    assert reports[-1] | {"seconds": 0} == {"event": "ingested", "events": 1, "batches": 1, "dead_letters": 0, "conflicts_retried": 0, "seconds": 0}
+    # The dead letters by their plain name, as any table of the lake.
+    out = lakemv("--warehouse", str(warehouse), "query", "select count(*) as n from dead_letters", "--format", "json").stdout
+    assert json.loads(out)["n"] == len(HOSTILE) + 2
     out = lakemv("--warehouse", str(warehouse), "query", "select email from users order by email", "--format", "json").stdout
     emails = [json.loads(line)["email"] for line in out.splitlines() if line.strip()]
     assert emails == sorted([f"u{i}@x" for i in range(5)] + ["late@x", "b1@x", "w@x"])

@@ -24,7 +24,8 @@ from lakemv.core.cdc.events import DUPLICATE, STORED_DUPLICATE
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
 from lakemv.core.planner.finality import checked_sql
-from lakemv.duck.query import lake_connection
+from lakemv.duck.query import lake_connection, run_query
+from lakemv.duck.status import lake_status
 from lakemv.duck.verify import verify_view
 from lakemv.spark.stream.files import run_ingest
 
@@ -178,6 +179,7 @@ def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path
         reasons, skips = model.round(lines)
         (batch,) = result.batches
         assert batch.dead_letters == len(reasons), batch
+        assert batch.late == ({"page_views": n} if (n := sum("late event" in r for r in reasons)) else {}), batch
         assert {k: v for k, v in batch.skip_reasons.items() if "duplicate" in k} == skips
         letters = lake.spark.sql(
             f"SELECT reason FROM {lake.names.dead_letters} WHERE batch_id = {number} ORDER BY reason"
@@ -198,6 +200,14 @@ def test_event_windows_from_files_with_lateness_and_final_windows(lake, tmp_path
         "(newest event time seen minus the allowed lateness of 10 minutes)"
         for seen, mark in (("10:35", "10:40"), ("11:09", "11:10"))
     ]
+    # lakemv's own tables by plain name (and in the schema `lakemv`), the late events per source in status
+    late_events = run_query(settings, SOURCES, "SELECT source, sum(events)::INT AS events FROM late_events GROUP BY 1")
+    assert late_events.to_pylist() == [{"source": "page_views", "events": 2}]
+    letters = run_query(settings, SOURCES, "SELECT reason FROM dead_letters WHERE reason LIKE 'late event%' ORDER BY batch_id")
+    assert letters.column("reason").to_pylist() == [r.reason for r in late]
+    assert run_query(settings, SOURCES, "SELECT count(*) AS n FROM lakemv.batches").column("n").to_pylist() == [len(ROUNDS)]
+    (source,) = lake_status(settings, SOURCES, {}).sources
+    assert (source.table, source.late_events) == ("page_views", 2)
     partitions = lake.spark.table(f"{lake.names.mirror('page_views')}.partitions").schema["partition"].dataType.fieldNames()
     assert partitions == ["viewed_at_hour"]
     since = micros(at("11:00"))

@@ -60,12 +60,15 @@ def test_a_column_the_source_stopped_sending_is_an_error_only_where_a_view_reads
 def test_the_ledger_row_sums_up_the_unit():
     rows = pa.table({POSITION: [3, 9], SOURCE_TS: pa.array([1_000, 2_000], pa.timestamp("us", tz="UTC"))})
     plans = {"users": TablePlan(rows, None), "stars": TablePlan(rows.slice(0, 0), None)}
-    result = BatchResult(4, lines=5, events=4, views={"v": ViewResult("v", 2, upserts=1, deletes=1)}, replayed=True)
+    result = BatchResult(4, lines=5, events=4, views={"v": ViewResult("v", 2, upserts=1, deletes=1)}, replayed=True, late={"page_views": 3})
     entry = ledger_entry(BatchRef("s", 4, 1), result, plans, conflicts_retried=2, started_at=10, finished_at=2_000_010)
     assert (entry.stream_id, entry.batch_id, entry.chunk, entry.replayed, entry.conflicts_retried) == ("s", 4, 1, True, 2)
     assert entry.tables["users"].max_position == 9 and entry.tables["stars"].max_position is None
     assert entry.views == {"v": ViewEntry(2, 1, 1, "incremental")}
-    assert entry.to_arrow().column("seconds").to_pylist() == [2.0]
+    row = entry.to_arrow()
+    assert row.column("seconds").to_pylist() == [2.0]
+    assert row.column("late").to_pylist() == [[{"name": "page_views", "events": 3}]]
+    assert row.schema.names[-1] == "late"  # where ALTER TABLE ADD COLUMN puts it in a ledger made before it
     assert highest(plans, POSITION) == 9
 
 

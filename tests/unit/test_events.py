@@ -245,6 +245,7 @@ def test_late_event_is_a_dead_letter_and_duplicates_keep_the_first_line():
     assert (dead.table, dead.source_file) == ("page_views", PV_FILE) and json.loads(dead.raw)["view_id"] == "late"
     assert dead.reason.startswith("late event: viewed_at 2024-01-01T10:19:00Z is older than the watermark 2024-01-01T10:20:00Z")
     assert batch.skipped == {events.DUPLICATE: 2}
+    assert batch.late == {"page_views": 1}  # a dead letter, and counted late for its source
     assert batch.events == 6  # every parsed line but the late one, before dedupe
     (user,) = batch.changes["users"]  # CDC: the highest position wins, no lateness, no event dedupe
     assert (user.position, user.row) == (2, ("a@x.io", 20))
@@ -255,12 +256,14 @@ def test_late_event_counted_when_declared():
     batch = build_changeset(batch_lines(), counting, None, WATERMARKS)
     assert batch.dead_letters == []
     assert batch.skipped == {events.LATE_COUNTED: 1, events.DUPLICATE: 2}
+    assert batch.late == {"page_views": 1}
     assert sorted(c.key[0] for c in batch.changes["page_views"]) == ["edge", "v1"]
 
 
 def test_no_watermark_admits_every_event():
     for marks in (None, {"page_views": None}):
         batch = build_changeset(batch_lines(), SOURCES, None, marks)
+        assert batch.late == {}
         assert batch.dead_letters == [] and sorted(c.key[0] for c in batch.changes["page_views"]) == ["edge", "late", "v1"]
 
 
