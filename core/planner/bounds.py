@@ -67,32 +67,37 @@ def _comparisons(condition: exp.Expression) -> list[tuple[exp.Expression, str, e
     return found
 
 
+def event_limits(body: str, aliases: Mapping[str, str], sources: Mapping[str, SourceTable]) -> dict[tuple[str, str], int]:
+    """For the event-source reads of a planned `body` (`aliases`: alias -> table, unique), the upper
+    limits its conditions put on the difference of two of their event times: `(x, y) -> limit` when
+    `x.t - y.t <= limit` for every row the view reads. Every AND-ed comparison of a JOIN's ON or a
+    WHERE counts, in the main query and in any subquery: each bounds the rows that can meet there."""
+    times = {alias: sources[table].event_time or "" for alias, table in aliases.items() if sources[table].is_events}
+    limits: dict[tuple[str, str], int] = {}
+    tree = sqlglot.parse_one(body, read="spark")
+    conditions = [j.args["on"] for j in tree.find_all(exp.Join) if j.args.get("on") is not None]
+    conditions += [w.this for w in tree.find_all(exp.Where)]
+    for condition in conditions:
+        for left, op, right in _comparisons(condition):
+            a, b = _term(left, times), _term(right, times)
+            if a is None or b is None or a[0] == b[0]:
+                continue
+            if op == ">=":  # a.t + a_off >= b.t + b_off  =>  b.t - a.t <= a_off - b_off
+                a, b = b, a
+            # a.t + a_off <= b.t + b_off  =>  a.t - b.t <= b_off - a_off
+            pair, limit = (a[0], b[0]), b[1] - a[1]
+            limits[pair] = min(limits.get(pair, limit), limit)
+    return limits
+
+
 def time_bound(body: str, aliases: Mapping[str, str], sources: Mapping[str, SourceTable]) -> TimeBound | None:
     """The bound between the two event sources a planned `body` reads (`aliases`: alias -> table),
     when it reads exactly two event sources and nothing else, and bounds their difference both ways."""
     tables = set(aliases.values())
     if len(aliases) != 2 or len(tables) != 2 or not all(sources[t].is_events for t in tables):
         return None
-    times = {alias: sources[table].event_time or "" for alias, table in aliases.items()}
     first, second = sorted(aliases)
-    low: int | None = None
-    high: int | None = None
-    tree = sqlglot.parse_one(body, read="spark")
-    conditions = [j.args["on"] for j in tree.args.get("joins") or [] if j.args.get("on") is not None]
-    if tree.args.get("where") is not None:
-        conditions.append(tree.args["where"].this)
-    for condition in conditions:
-        for left, op, right in _comparisons(condition):
-            a, b = _term(left, times), _term(right, times)
-            if a is None or b is None or a[0] == b[0]:
-                continue
-            if a[0] != first:  # as `first - second`: swap the sides and the direction
-                a, b, op = b, a, ">=" if op == "<=" else "<="
-            limit = b[1] - a[1]  # first.t + a_off op second.t + b_off  =>  first.t - second.t op limit
-            if op == ">=":
-                low = limit if low is None else max(low, limit)
-            else:
-                high = limit if high is None else min(high, limit)
-    if low is None or high is None:
+    limits = event_limits(body, aliases, sources)
+    if (first, second) not in limits or (second, first) not in limits:
         return None
-    return TimeBound(first=aliases[first], second=aliases[second], low=low, high=high)
+    return TimeBound(first=aliases[first], second=aliases[second], low=-limits[(second, first)], high=limits[(first, second)])

@@ -91,13 +91,15 @@ def explain(
         ]
     if plan.finality is not None:
         final = plan.finality
-        lines += [
-            "",
-            f"event time - `{final.column}` is a window of {final.source}'s event time, ending at "
-            f"{final.end.format(start=final.column)}:",
-            f"  window_final = the window ends at or before {final.source}'s watermark (newest event time minus its lateness);",
-            "  when the watermark passes a window's end, its row is recomputed once and turns final.",
-        ]
+        lines += ["", f"event time - `{final.column}` is a window of {final.source}'s event time, ending at {final.end.format(start=final.column)}:"]
+        if final.never is not None:
+            lines.append(f"  window_final is always false: {final.never}.")
+        else:
+            waits = "".join(f" and {s}'s watermark at or past its end{_plus(offset)}" for s, offset, _ in final.joined)
+            lines += [
+                f"  window_final = the window ends at or before {final.source}'s watermark (newest event time minus its lateness){waits};",
+                "  when the watermarks pass a window's end, its row is recomputed once and turns final.",
+            ]
     lines += ["", *_state_lines(plan, order, width)]
     if isinstance(stats, Statistics):
         stats = [(plan, stats)]
@@ -154,6 +156,13 @@ def _key_source(expression: str) -> str:
     """Where a key that is no column of the rows comes from: a constant (read off in the driver, when it
     has the view column's type: lakemv.core.state.walk.direct_keys), or Spark's evaluation."""
     return expression if constant(expression) is not NOT_CONSTANT else "<evaluated by Spark>"
+
+
+def _plus(offset: int) -> str:
+    """` plus 1 hour` / ` minus 5 minutes` / nothing, for a joined stream's offset."""
+    if offset == 0:
+        return ""
+    return f" {'plus' if offset > 0 else 'minus'} {format_duration(abs(offset))}"
 
 
 def _state_lines(plan: ViewPlan, order: list[int], width: int) -> list[str]:

@@ -106,7 +106,7 @@ class ViewPlan(BaseModel):
         its windows are judged final by (a new lateness rebuilds it: flags set by the old one go)."""
         if self.finality is None:
             return self.definition.fingerprint
-        return f"{self.definition.fingerprint[:16]}-l{self.finality.lateness}"
+        return f"{self.definition.fingerprint[:16]}-{self.finality.version}"
 
     @property
     def as_of_processing(self) -> bool:

@@ -17,7 +17,7 @@ from lakemv.core.planner.bounds import TimeBound, time_bound
 from lakemv.core.planner.ctes import inline_ctes
 from lakemv.core.planner.definitions import ViewDefinition
 from lakemv.core.planner.edges import _Edges
-from lakemv.core.planner.finality import FINAL, disjoint_windows, finality
+from lakemv.core.planner.finality import FINAL, disjoint_windows, finality, over_joins
 from lakemv.core.planner.keys import _Keys
 from lakemv.core.planner.model import OCCURRENCE, SELF, Branch, KeyColumn, ViewPlan
 from lakemv.core.planner.refusals import _Refusals
@@ -67,6 +67,9 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
                 table.set("db", None)
                 table.set("catalog", None)
         final = finality({k.name: k.expr for k in keys}, self.occurrences[anchor].table, self.sources)
+        if final is not None:  # final only once no other stream it joins can reach the window either
+            reads = [(o.alias, o.table) for o in self.occurrences]
+            final = over_joins(final, self.occurrences[anchor].alias, reads, tree.sql(dialect="spark"), self.sources)
         event_columns: tuple[str, ...] = ()
         if self.definition.enrich == "as_of_processing":
             self._check_as_of(anchor, keys, final)

@@ -290,10 +290,10 @@ class ViewMaintainer(ViewWriter):
         return replace(result, plan=INCREMENTAL, reason=choice.reason)
 
     def closing_query(self) -> str | None:
-        """SQL of the keys whose windows the watermark closed since the last batch (their rows turn
-        final), or None when the view has no window or its source's watermark has not moved."""
+        """SQL of the keys whose windows the watermarks closed since the last batch (their rows turn
+        final), or None when the view has no window or its horizon has not moved."""
         final = self.plan.finality
-        mark = None if final is None else self.watermarks.get(final.source)
+        mark = None if final is None else final.horizon(self.watermarks)
         if final is None or mark is None or mark == self.final_since or not self.on_main:
             return None
         return finalizing_sql(final, self.table, self.plan.key_names, mark, self.final_since)
@@ -301,7 +301,7 @@ class ViewMaintainer(ViewWriter):
     def judged(self) -> None:
         """The batch's rows are written: its watermark is the one the view's windows were judged by."""
         if self.plan.finality is not None:
-            self.final_since = self.watermarks.get(self.plan.finality.source)
+            self.final_since = self.plan.finality.horizon(self.watermarks)
 
     def _choose(self, keys: int) -> Choice:
         """Incremental or whole, by predicted cost (lakemv.core.batch.choice); on a branch, always incremental."""

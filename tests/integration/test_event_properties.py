@@ -4,13 +4,16 @@ round, and the local state keeps exactly the events the views may still read.
 
 Hypothesis draws the workload's shape (seed, size, rounds, jitter, late and duplicate shares) for
 `lakemv.workload.eventstreams`; each round is one ingest with the local state (the default), of the shipped
-sources and views in catalog/sources/events and views/events plus a hopping twin of the hourly view.
+sources and views in catalog/sources/events and views/events plus a hopping twin of the hourly view and
+an hourly aggregate over the stream-stream join of searches and clicks: its windows turn final only
+once the clicks' watermark is an hour past their end too (a click may follow its search by an hour).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -37,7 +40,17 @@ SELECT repo_owner, repo_name, window.start AS window_start, count(*) AS views
 FROM page_views GROUP BY repo_owner, repo_name, window(viewed_at, '1 hour', '20 minutes')""",
     "page_views_sliding",
 )
-PLANS = [plan_view(SHIPPED["page_views_hourly"], SOURCES), plan_view(HOPPING, SOURCES), plan_view(SHIPPED["search_clicks"], SOURCES)]
+CLICKS_HOURLY = parse_view(
+    """-- @key: query, hour
+SELECT s.query, date_trunc('hour', s.searched_at) AS hour, count(*) AS clicks, count(DISTINCT s.search_id) AS searches
+FROM searches s JOIN clicks c ON c.search_id = s.search_id AND c.clicked_at BETWEEN s.searched_at AND s.searched_at + INTERVAL '1' HOUR
+GROUP BY s.query, date_trunc('hour', s.searched_at)""",
+    "search_clicks_hourly",
+)
+PLANS = [
+    plan_view(SHIPPED["page_views_hourly"], SOURCES), plan_view(HOPPING, SOURCES), plan_view(SHIPPED["search_clicks"], SOURCES),
+    plan_view(CLICKS_HOURLY, SOURCES),
+]  # fmt: skip
 STREAMS = ("page_views", "searches", "clicks")
 
 shapes = st.builds(
@@ -94,18 +107,29 @@ def assert_views(lake, model: EventModel) -> None:
     assert rows(lake, "search_clicks", "click_id, search_id, query, result") == {
         (c["click_id"], c["search_id"], s["query"], c["result"]) for c, s in pairs
     }
+    hours: dict[tuple, list[dict]] = defaultdict(list)
+    for _click, search in pairs:
+        t = model.time("searches", search)
+        hours[(search["query"], t - t % HOUR)].append(search)
+    clicks_mark = model.watermark("clicks")
+    assert rows(lake, "search_clicks_hourly", "query, unix_micros(hour), clicks, searches, window_final") == {
+        (*k, len(v), len({s["search_id"] for s in v}),
+         model.final("searches", k[-1], HOUR) and clicks_mark is not None and k[-1] + 2 * HOUR <= clicks_mark)
+        for k, v in hours.items()
+    }  # fmt: skip
 
 
 def assert_state(path: Path, model: EventModel) -> None:
-    """The store keeps the page views of windows not yet final, and each stream of the join while
-    the other may still meet it (and every source what a redelivery may repeat)."""
+    """The store keeps the page views of windows not yet final and every search and click (the
+    hourly clicks may read any again; tests/integration/test_event_joins.py checks the pairs' own
+    retention), and every source what a redelivery may repeat."""
     marks = {s: model.watermark(s) for s in SOURCES}
     if any(m is None for m in marks.values()):
         return  # a stream with no event yet: the other keeps everything
-    horizons = {
+    horizons = {  # the hourly clicks read any search and click again (their retention is not derived): all are kept
         "page_views": marks["page_views"] - HOUR,
-        "searches": min(marks["searches"], marks["clicks"] - HOUR),
-        "clicks": min(marks["clicks"], marks["searches"]),
+        "searches": -(2**62),
+        "clicks": -(2**62),
     }
     con = sqlite3.connect(path)
     try:

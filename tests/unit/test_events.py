@@ -16,6 +16,7 @@ from lakemv.core.durations import format_duration, parse_duration
 from lakemv.core.errors import ConfigError, EnvelopeError, ViewDefinitionError
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
+from lakemv.core.planner.explain import explain
 from lakemv.core.planner.finality import FINAL, Finality, checked_sql, final_rows_sql, finality, finalizing_sql, window_of
 from lakemv.core.planner.retention import horizon, needs, settles, source_needs
 from lakemv.duck.verify import duckdb_sql
@@ -666,3 +667,60 @@ def test_window_calls_are_renamed_outside_literals_and_comments_only():
         "labelled",
     )
     assert "'window (label)'" in view.sql
+
+
+# --- finality over joins: every joined stream's watermark ------------------------------------------
+
+WINDOWED_JOIN = (
+    "-- @key: query, hour\nSELECT s.query, date_trunc('hour', s.searched_at) AS hour, count(*) AS clicks "
+    "FROM searches s JOIN clicks c ON c.search_id = s.search_id AND {condition} GROUP BY s.query, date_trunc('hour', s.searched_at)"
+)
+
+
+@pytest.mark.parametrize(
+    ("condition", "offset"),
+    [
+        ("c.clicked_at BETWEEN s.searched_at AND s.searched_at + INTERVAL '1' HOUR", HOUR),  # a click up to an hour after its search
+        ("c.clicked_at <= s.searched_at + INTERVAL '30' MINUTE", 30 * MIN),  # bounded above only: enough to close a window
+        ("s.searched_at >= c.clicked_at - INTERVAL 5 MINUTES", 5 * MIN),  # the same bound written the other way round
+        ("c.clicked_at < s.searched_at - INTERVAL '10' MINUTE", -10 * MIN),  # clicks before their search
+    ],
+)
+def test_a_window_over_a_join_waits_for_each_joined_streams_watermark(condition, offset):
+    plan = plan_view(parse_view(WINDOWED_JOIN.format(condition=condition), "hourly_clicks"), STREAMS)
+    final = plan.finality
+    assert final is not None and final.source == "searches" and final.never is None
+    assert final.joined == (("clicks", offset, 0),)
+    assert plan.fingerprint.endswith(f"-l{5 * MIN}-clicks{offset:+d}l0")  # a new bound judges windows anew
+    # the window [10:00, 11:00) is final once the searches' watermark passes 11:00 and the clicks' 11:00 + offset
+    assert final.horizon({"searches": 11 * HOUR, "clicks": 11 * HOUR + offset}) == 11 * HOUR
+    assert final.horizon({"searches": 12 * HOUR, "clicks": 11 * HOUR + offset - 1}) == 11 * HOUR - 1  # the clicks hold it open
+    assert final.horizon({"searches": 12 * HOUR, "clicks": None}) is None  # no click yet: any may still come
+    assert "and clicks's watermark at or past its end" in explain(plan)
+
+
+@pytest.mark.parametrize("condition", ["c.clicked_at >= s.searched_at", "s.query <> ''"])
+def test_a_window_over_an_unbounded_join_never_turns_final(condition, duck):
+    plan = plan_view(parse_view(WINDOWED_JOIN.format(condition=condition), "hourly_clicks"), STREAMS)
+    final = plan.finality
+    assert final is not None and final.never is not None and "joins clicks (c) with no bound" in final.never
+    assert final.horizon({"searches": 99 * HOUR, "clicks": 99 * HOUR}) is None
+    assert FINAL in plan.columns and "window_final is always false: it joins clicks" in explain(plan)
+    body = "SELECT CAST('2024-01-01 10:00:00' AS TIMESTAMP) AS hour"
+    assert duck.execute(duckdb_sql(final_rows_sql(body, final, {"searches": micros("2025-01-01T00:00:00")}))).fetchall()[0][1] is False
+    assert duck.execute(duckdb_sql(checked_sql(body, final, STREAMS))).fetchall()[0][1] is False
+
+
+def test_checked_sql_of_a_window_over_a_join_reads_every_streams_watermark(duck):
+    plan = plan_view(parse_view(WINDOWED_JOIN.format(condition="c.clicked_at BETWEEN s.searched_at AND s.searched_at + INTERVAL '1' HOUR"), "h"), STREAMS)
+    duck.execute("CREATE TABLE searches (search_id VARCHAR, searched_at TIMESTAMP)")
+    duck.execute("CREATE TABLE clicks (click_id VARCHAR, clicked_at TIMESTAMP)")
+    # searches' watermark 11:00 (newest 11:05, lateness 5 minutes) closes the 10:00 hour for them; clicks
+    # (no lateness) must reach 12:00 too: at 11:59 the hour stays open, at 12:00 it is final
+    duck.execute("INSERT INTO searches VALUES ('a', '2024-01-01 10:30'), ('b', '2024-01-01 11:05')")
+    body = "SELECT CAST('2024-01-01 10:00:00' AS TIMESTAMP) AS hour"
+    flags = []
+    for newest in ("11:59", "12:00"):
+        duck.execute(f"DELETE FROM clicks; INSERT INTO clicks VALUES ('c', '2024-01-01 {newest}')")
+        flags.append(duck.execute(duckdb_sql(checked_sql(body, plan.finality, STREAMS))).fetchall()[0][1])
+    assert flags == [False, True]
