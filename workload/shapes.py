@@ -138,6 +138,14 @@ SHAPES: dict[str, tuple[str, str]] = {
         "SELECT p.repo_owner, p.repo, p.`index`, p.title, u.email AS author_email, r.description FROM pull_requests p "
         "LEFT JOIN users u ON u.username = p.author LEFT JOIN repos r ON r.owner = p.repo_owner AND r.name = p.repo",
     ),
+    # GROUP BY columns of tables joined by their keys (TPC-H Q3's o_orderdate): the key determines them,
+    # through the repository's primary key and then its owner's unique username
+    "repo_pr_owners": (
+        "repo_owner, repo",
+        "SELECT p.repo_owner, p.repo, r.description, u.email AS owner_email, count(*) AS prs FROM pull_requests p "
+        "JOIN repos r ON r.owner = p.repo_owner AND r.name = p.repo LEFT JOIN users u ON u.username = r.owner "
+        "GROUP BY p.repo_owner, p.repo, r.description, u.email",
+    ),
     # EXISTS inside CASE: a classification from two other tables
     "user_kinds": (
         "email",

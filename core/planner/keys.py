@@ -195,7 +195,13 @@ class _Keys(_Resolution):
         occ, expression = resolved
         anchor_occ = self.occurrences[anchor]
         if occ != anchor:
-            return f"it comes from {self.occurrences[occ].table} {self.occurrences[occ].alias}, the key from {anchor_occ.table} {anchor_occ.alias}"
+            if occ in self._determined(root, anchor, keys):
+                return None  # at most one row of its table per key, joined by a key of it to what the key determines
+            return (
+                f"it comes from {self.occurrences[occ].table} {self.occurrences[occ].alias}, the key from {anchor_occ.table} "
+                f"{anchor_occ.alias}, and the main query does not join {self.occurrences[occ].alias} by its primary key "
+                "(or a unique key) to columns the key determines"
+            )
         if {c.sql(dialect="spark") for c in expression.find_all(exp.Column)} <= {k.expr for k in keys}:
             return None  # an expression over the key columns
         if self._holds_primary_key(anchor, keys):
@@ -204,6 +210,45 @@ class _Keys(_Resolution):
             f"the key does not hold the primary key of {anchor_occ.table} "
             f"({', '.join(self.sources[anchor_occ.table].primary_key)}), so the rows of one key can differ in it"
         )
+
+    def _determined(self, root: Scope, anchor: int, keys: tuple[KeyColumn, ...]) -> set[int]:
+        """The main query's tables of which one key reaches at most one row, so the key determines each
+        of their columns: the anchor when the key holds its primary key, and (repeatedly) a table the
+        main query's ON or WHERE equates by its primary key, or a unique key with `=`, to columns of
+        tables already determined or to the key's own columns (TPC-H Q3: `l_orderkey = o_orderkey`
+        determines `o_orderdate` for the key `l_orderkey`)."""
+        select = root.expression
+        conditions = [select.args["where"].this] if select.args.get("where") else []
+        conditions += [j.args["on"] for j in select.args.get("joins") or [] if j.args.get("on") is not None]
+        equalities = []  # (occurrence, its plain column, other occurrence, the other side's columns, `=` rather than `<=>`)
+        for conjunct in (c for condition in conditions for c in _conjuncts(condition)):
+            if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
+                continue
+            left, right = self._try_resolve(conjunct.left, root), self._try_resolve(conjunct.right, root)
+            if not isinstance(left, tuple) or not isinstance(right, tuple) or left[0] == right[0]:
+                continue
+            for (occ, mine), (other, theirs) in ((left, right), (right, left)):
+                if isinstance(mine, exp.Column) and self.occ_scope.get(occ) is root:
+                    equalities.append((occ, mine.name, other, {c.name for c in theirs.find_all(exp.Column)}, isinstance(conjunct, exp.EQ)))
+        own = {k.expr.split(".", 1)[1] for k in keys if k.expr.startswith(f"{SELF}.") and "(" not in k.expr}
+        whole = {anchor} if self._holds_primary_key(anchor, keys) else set()
+
+        def known(occ: int, columns: set[str]) -> bool:
+            return occ in whole or (occ == anchor and columns <= own)
+
+        changed = True
+        while changed:
+            changed = False
+            for occ in {e[0] for e in equalities} - whole:
+                equated: dict[str, bool] = {}
+                for mine, name, other, theirs, equal in equalities:
+                    if mine == occ and known(other, theirs):
+                        equated[name] = equated.get(name, False) or equal
+                table = exp.to_table(self.occurrences[occ].table)
+                if any(c <= set(equated) and (null_safe or all(equated[n] for n in c)) for c, null_safe in self._unique_keys(table)):
+                    whole.add(occ)
+                    changed = True
+        return whole
 
     def _spanning_tree(self, anchor: int) -> tuple[Link, ...]:
         neighbours: dict[int, list[int]] = {}

@@ -113,6 +113,13 @@ def test_live_rows_hide_tombstones(sources):
             "SELECT p.author, count(*) AS prs FROM pull_requests p GROUP BY p.author",
             {"pull_requests p": []},
         ),
+        (  # GROUP BY columns of tables joined by their keys (TPC-H Q3): repos by its primary key, then users by username
+            "repo_owner, repo",
+            "SELECT p.repo_owner, p.repo, r.description, u.email, count(*) AS prs FROM pull_requests p JOIN repos r "
+            "ON r.owner = p.repo_owner AND r.name = p.repo LEFT JOIN users u ON u.username = r.owner "
+            "GROUP BY p.repo_owner, p.repo, r.description, u.email",
+            {"pull_requests p": [], "repos r": ["r.owner = p.repo_owner", "r.name = p.repo"], "users u": ["u.username = r.owner", "r.owner = p.repo_owner", "r.name = p.repo"]},
+        ),
         (  # a windowed aggregate keyed by (entity, window): the key is an expression over the row
             "author, day",
             "SELECT p.author, date_trunc('DAY', p.created_at) AS day, count(*) AS prs FROM pull_requests p "
@@ -313,9 +320,12 @@ def test_supported_shapes(sources, key, sql, expected):
          "pull_requests (repo, repo_owner, index), so the rows of one key can differ in it"),
         ("author", "SELECT p.author, count(*) AS n FROM pull_requests p GROUP BY p.status", None,
          "with GROUP BY the key (author) must be among the GROUP BY columns"),
-        ("owner, name", "SELECT r.owner, r.name, u.email FROM repos r JOIN users u ON u.username = r.owner "
-         "GROUP BY r.owner, r.name, u.email", "u.email",
-         "GROUP BY u.email is not determined by the key (owner, name): it comes from users u, the key from repos r"),
+        ("owner, name", "SELECT r.owner, r.name, s.username FROM repos r JOIN stars s ON s.repo_owner = r.owner "
+         "GROUP BY r.owner, r.name, s.username", "s.username",
+         "GROUP BY s.username is not determined by the key (owner, name): it comes from stars s, the key from repos r, and the "
+         "main query does not join s by its primary key (or a unique key) to columns the key determines"),
+        ("author", "SELECT p.author, u.email, count(*) AS n FROM pull_requests p JOIN users u ON u.username <=> p.author "
+         "GROUP BY p.author, u.email", "u.email", "the main query does not join u by its primary key"),
         ("author", "SELECT DISTINCT p.author, p.status FROM pull_requests p", "p.status",
          "GROUP BY p.status is not determined by the key (author)"),
         ("author", "SELECT DISTINCT ON (p.author) p.author FROM pull_requests p", None, "DISTINCT ON"),
