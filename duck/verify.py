@@ -12,6 +12,7 @@ and last in DuckDB, so it becomes `array_agg(struct ORDER BY field NULLS FIRST, 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -172,13 +173,31 @@ class VerifyResult:
 
 
 
+_DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
+
+
+def _differ(column: str, expected: str, actual: str) -> str:
+    """SQL: the column's values differ. Where the view's column is a DECIMAL(p, s) and DuckDB's
+    recompute gives a DOUBLE (DuckDB averages and divides decimals in double precision, Spark in
+    decimal, rounding half up to the scale), within half a unit of the decimal's last place (and
+    double precision's own error) they are equal."""
+    differ = f"e.{ansi_ident(column)} IS DISTINCT FROM a.{ansi_ident(column)}"
+    found = _DECIMAL.match(actual)
+    if expected not in ("DOUBLE", "FLOAT") or found is None:
+        return differ
+    half = 0.5 * 10 ** -int(found.group(2))
+    near = f"abs(e.{ansi_ident(column)} - CAST(a.{ansi_ident(column)} AS DOUBLE)) <= {half!r} + abs(e.{ansi_ident(column)}) * 1e-12"
+    return f"({differ} AND NOT coalesce({near}, FALSE))"
+
+
 def _differences(
     con: duckdb.DuckDBPyConnection, keys: Sequence[str], values: Sequence[str], sample: int
 ) -> tuple[dict[str, int], list[Difference]]:
     """Counts per kind and up to `sample` differences of each kind, between `expected` and `actual`."""
     on = " AND ".join(f"e.{ansi_ident(k)} IS NOT DISTINCT FROM a.{ansi_ident(k)}" for k in keys)
+    types = {side: dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {side})").fetchall()) for side in ("expected", "actual")}
     # bookkeeping columns carry the _lmv_ prefix: a view may well have columns named kind or verdict
-    flags = [f"e.{ansi_ident(c)} IS DISTINCT FROM a.{ansi_ident(c)} AS {ansi_ident('_lmv_d_' + c)}" for c in values]
+    flags = [f"{_differ(c, types['expected'][c], types['actual'][c])} AS {ansi_ident('_lmv_d_' + c)}" for c in values]
     select = ", ".join(
         [f"coalesce(e.{ansi_ident(k)}, a.{ansi_ident(k)}) AS {ansi_ident(k)}" for k in keys]
         + ["CASE WHEN a._lmv_a IS NULL THEN 'missing' WHEN e._lmv_e IS NULL THEN 'extra' ELSE 'compare' END AS _lmv_kind"]

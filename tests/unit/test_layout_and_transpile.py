@@ -93,3 +93,22 @@ def test_count_if_over_no_rows_is_zero_in_duckdb_as_in_spark():
 def test_a_construct_duckdb_lacks_is_named():
     with pytest.raises(QueryError, match="cannot translate the view's SQL to DuckDB: SOUNDEX is not supported in DuckDB"):
         duckdb_sql("SELECT u.email, soundex(u.username) AS sound FROM users u")
+
+
+def test_a_decimal_average_compares_within_half_a_unit_of_its_scale():
+    """Spark averages a decimal(15,2) into a decimal(19,6), rounding half up; DuckDB in double. verify
+    counts them equal within half a unit of the 6th place, not beyond, and compares the rest exactly."""
+    from lakemv.duck.verify import _differences
+
+    con = connect_duckdb(threads=1)
+    try:
+        con.execute("CREATE TEMP TABLE expected AS SELECT * FROM (VALUES (1, 2.0 / 3, 1.0), (2, 2.0 / 3, 1.0), (3, 0.5, 1.0)) t(k, avg, d)")
+        con.execute(
+            "CREATE TEMP TABLE actual AS SELECT k, CAST(avg AS DECIMAL(19,6)) AS avg, CAST(d AS DECIMAL(19,6)) AS d FROM "
+            "(VALUES (1, 0.666667, 1.0), (2, 0.666668, 1.0), (3, 0.5, 1.000001)) t(k, avg, d)"
+        )
+        counts, samples = _differences(con, ["k"], ["avg", "d"], 5)
+    finally:
+        con.close()
+    assert counts == {"match": 1, "mismatch": 2}
+    assert [(s.key["k"], s.columns) for s in samples] == [(2, ("avg",)), (3, ("d",))]
