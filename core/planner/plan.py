@@ -21,6 +21,7 @@ from lakemv.core.planner.finality import FINAL, disjoint_windows, finality, over
 from lakemv.core.planner.keys import _Keys
 from lakemv.core.planner.model import OCCURRENCE, SELF, Branch, KeyColumn, ViewPlan
 from lakemv.core.planner.refusals import _Refusals
+from lakemv.core.planner.sqltools import factor_ors
 from lakemv.core.planner.windows import _Windows
 
 
@@ -43,7 +44,7 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
             raise self.fail(f"cannot resolve the SQL against the declared sources: {exc}") from None
         except SqlglotError as exc:
             raise self.fail(f"cannot analyse the SQL: {exc}") from None
-        tree = _distinct_as_group(tree)
+        tree = factor_ors(_distinct_as_group(tree))
         root = build_scope(tree)
         if root is None or not isinstance(root.expression, exp.Select):
             raise self.fail("the view must be a single SELECT (set operations are not supported)")

@@ -35,6 +35,29 @@ def _conjuncts(condition: exp.Expression | None) -> Iterator[exp.Expression]:
         yield condition
 
 
+def factor_ors(tree: exp.Expression) -> exp.Expression:
+    """(In place) every OR whose branches share conjuncts with those pulled out in front of it:
+    `(a AND b) OR (a AND c)` as `a AND (b OR c)` (equal in SQL's three-valued logic too), so an
+    equality every branch repeats links tables like any other (TPC-H Q19 repeats `p_partkey =
+    l_partkey` in each of its three OR-ed conditions)."""
+
+    def factor(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Or):
+            return node
+        parts = [list(_conjuncts(branch)) for branch in node.flatten()]
+        common = [c for c in parts[0] if all(any(c == other for other in part) for part in parts[1:])]
+        if not common:
+            return node
+        rests = [[c for c in part if not any(c == k for k in common)] for part in parts]
+        if any(not rest for rest in rests):  # a branch is the common part alone: (a) OR (a AND b) is a
+            factored = exp.and_(*common)
+        else:
+            factored = exp.and_(*common, exp.or_(*(exp.and_(*rest) for rest in rests)))
+        return factored if isinstance(node.parent, exp.Paren) else exp.paren(factored, copy=False)
+
+    return tree.transform(factor, copy=False)
+
+
 def _short(node: exp.Expression, limit: int = 120) -> str:
     """A one-line rendering for messages; inlined CTEs are shown by their name again."""
     shown = node.copy()

@@ -405,3 +405,27 @@ def test_a_union_all_recomputes_each_key_in_its_own_branch(sources):
     assert "key: kind, who  (from stars s, branch 1, main query; pull_requests p, branch 2, main query)" in text
     assert "  rows for the keys (pull_requests p's branch): pull_requests by (author <=> .who) (a superset, filtered by the view's SQL)" in text
     assert "  pull_requests p  up: key from ('prs', author)" in text  # the constant, read off in the driver
+
+
+@pytest.mark.parametrize(
+    ("condition", "factored"),
+    [
+        ("(a = 1 AND b = 2) OR (b = 2 AND c = 3)", "(b = 2 AND (a = 1 OR c = 3))"),
+        ("(a = 1 AND b = 2) OR (a = 1 AND b = 3) OR (a = 1 AND c = 4)", "(a = 1 AND (b = 2 OR b = 3 OR c = 4))"),
+        ("a = 1 OR (a = 1 AND b = 2)", "(a = 1)"),  # absorbed
+        ("a = 1 OR b = 2", "a = 1 OR b = 2"),  # nothing in common
+        ("x = 0 AND ((a = 1 AND (b = 2 OR c = 3)) OR (a = 1 AND d = 4))", "x = 0 AND (a = 1 AND ((b = 2 OR c = 3) OR d = 4))"),
+    ],
+)
+def test_conjuncts_every_branch_of_an_or_repeats_are_factored_out(condition, factored):
+    from sqlglot import parse_one
+
+    from lakemv.core.planner.sqltools import factor_ors
+
+    assert factor_ors(parse_one(condition, read="spark")).sql(dialect="spark") == factored
+
+
+def test_a_join_repeated_in_every_or_branch_links_its_table(sources):
+    plan = plan_of(sources, "email", "SELECT u.email, (SELECT count(*) FROM stars s WHERE (s.username = u.username AND s.repo_owner = 'a') "
+                   "OR (s.username = u.username AND s.repo_name = 'b')) AS n FROM users u")  # fmt: skip
+    assert chains(plan)["stars s"] == ["s.username = u.username"]
