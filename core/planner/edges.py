@@ -31,6 +31,11 @@ class _Edges(_Resolution):
             for conjunct in _conjuncts(where):
                 self._conjunct(conjunct, scope)
 
+    def _never_null(self, resolved: tuple[int, exp.Expression]) -> bool:
+        """Whether a resolved expression is a primary-key column of its table (never NULL)."""
+        occ, expression = resolved
+        return isinstance(expression, exp.Column) and expression.name in self.sources[self.occurrences[occ].table].primary_key
+
     def _conjunct(self, conjunct: exp.Expression, scope: Scope) -> None:
         fragment = _short(conjunct)
         if isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
@@ -61,6 +66,13 @@ class _Edges(_Resolution):
             subquery = negated.args["query"]
             inner_select = subquery.this if isinstance(subquery, exp.Subquery) else subquery
             inner_scope = self.scope_of_select.get(id(inner_select))
+            if inner_scope is not None and isinstance(inner_select, exp.Select) and len(inner_select.selects) == 1:
+                left = self._try_resolve(negated.this, scope)
+                right = self._try_resolve(inner_select.selects[0].unalias(), inner_scope)
+                if isinstance(left, tuple) and isinstance(right, tuple) and left[0] != right[0] and self._never_null(left) and self._never_null(right):
+                    # neither side can be NULL (primary-key columns): NOT IN is NOT EXISTS (... WHERE inner = outer)
+                    self._add_edge(left, right, "=", fragment)
+                    return
             if inner_scope is not None:
                 column = _short(inner_select.selects[0].unalias()) if isinstance(inner_select, exp.Select) else "c"
                 for occ in self._occurrences_in(inner_select, inner_scope):

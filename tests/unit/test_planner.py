@@ -429,3 +429,12 @@ def test_a_join_repeated_in_every_or_branch_links_its_table(sources):
     plan = plan_of(sources, "email", "SELECT u.email, (SELECT count(*) FROM stars s WHERE (s.username = u.username AND s.repo_owner = 'a') "
                    "OR (s.username = u.username AND s.repo_name = 'b')) AS n FROM users u")  # fmt: skip
     assert chains(plan)["stars s"] == ["s.username = u.username"]
+
+
+def test_not_in_over_primary_key_columns_links_like_not_exists(sources):
+    """Neither side of `r.owner NOT IN (SELECT s.username ...)` can be NULL (both are primary-key
+    columns), so it is NOT EXISTS (... WHERE s.username = r.owner) and links stars to the key."""
+    plan = plan_of(sources, "owner, name", "SELECT r.owner, r.name FROM repos r WHERE r.owner NOT IN (SELECT s.username FROM stars s)")
+    assert sorted(chains(plan)) == ["repos r", "stars s"]
+    with pytest.raises(ViewDefinitionError, match="depends on every row of the subquery"):  # r.description may be NULL
+        plan_of(sources, "owner, name", "SELECT r.owner, r.name FROM repos r WHERE r.description NOT IN (SELECT s.username FROM stars s)")

@@ -1,5 +1,5 @@
 -- @key: p_brand, p_type, p_size
--- @description: TPC-H Q16, parts/supplier relationship; `ps_suppkey NOT IN (SELECT s_suppkey ...)` written as NOT EXISTS (a NOT IN over a subquery depends on every row of it).
+-- @description: TPC-H Q16, parts/supplier relationship (ORDER BY dropped); its NOT IN compares primary-key columns, never NULL, so it links supplier like a NOT EXISTS.
 SELECT p_brand,
        p_type,
        p_size,
@@ -9,5 +9,5 @@ WHERE p_partkey = ps_partkey
   AND p_brand <> 'Brand#45'
   AND p_type NOT LIKE 'MEDIUM POLISHED%'
   AND p_size IN (49, 14, 23, 45, 19, 3, 36, 9)
-  AND NOT EXISTS (SELECT 1 FROM supplier WHERE s_suppkey = ps_suppkey AND s_comment LIKE '%Customer%Complaints%')
+  AND ps_suppkey NOT IN (SELECT s_suppkey FROM supplier WHERE s_comment LIKE '%Customer%Complaints%')
 GROUP BY p_brand, p_type, p_size
