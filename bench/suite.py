@@ -722,8 +722,8 @@ class Scale:
             try:
                 out[key] = step()
             except Exception as exc:  # noqa: BLE001 - recorded in the results, the run goes on
-                out["errors"][key] = f"{type(exc).__name__}: {str(exc)[-2000:]}"
-                self.say(f"{key} failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
+                out["errors"][key] = _failure(exc)
+                self.say(f"{key} failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
         out["verify"] = self.verify([self.plan])
         out["driver_memory"] = self.driver_memory()
         return out
@@ -785,6 +785,18 @@ def steady(files: list[tuple[float, float]]) -> bool:
 def _resident_bytes() -> int:
     with open("/proc/self/statm", encoding="utf-8") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _failure(exc: BaseException) -> str:
+    """A failed measure's error for the results: where Python was (the traceback's last frames), and
+    the error's head, which for a JVM error names its cause (`java.lang.OutOfMemoryError: ...`), and
+    its tail (a JVM stack's innermost frames come first, its `Caused by` last)."""
+    import traceback
+
+    text = str(exc)
+    where = "".join(traceback.format_tb(exc.__traceback__)[-4:])
+    body = text if len(text) <= 6000 else f"{text[:4000]}\n[... {len(text) - 6000:,} characters ...]\n{text[-2000:]}"
+    return f"{type(exc).__name__}: {body}\n{where}"
 
 
 def _median_batch(batches: list[dict[str, Any]]) -> dict[str, Any]:
