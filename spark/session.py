@@ -114,6 +114,11 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
         "spark.driver.extraJavaOptions": driver_opts,
         "spark.executor.extraJavaOptions": " ".join(o for o in (java_opts, settings.executor_jvm_options) if o),
         "spark.driver.memory": settings.driver_memory,
+        # The local state loads a table by collecting its rows to the driver (lakemv.spark.batch.sync):
+        # at 1M users, a mirror with the key columns of 100 views' shapes is more than Spark's default
+        # 1 GiB of results ("Total size of serialized results ... is bigger than
+        # spark.driver.maxResultSize"). The driver's heap is the bound that matters.
+        "spark.driver.maxResultSize": settings.driver_memory,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         # Compiled query code is cached per plan; Spark keeps 100. A batch of 16 views needs more
         # than that, so each batch compiled them all again (a 16-view batch: 5.5 -> 5.0 s with more).

@@ -60,6 +60,8 @@ def test_driver_options_carry_the_archive_and_the_users_options(tmp_path: Path):
     assert driver.startswith("-Dlog4j2.configurationFile=") and driver.endswith(f"-XX:SharedArchiveFile={archive_path(settings)} {QUIET} -Xss4m")
     # the executors have no archive of their own (they start on the workers) and their own options
     assert executor.startswith("-Dlog4j2.configurationFile=") and executor.endswith("-Duser.timezone=UTC -XX:+UseSerialGC"), executor
+    # what the driver may collect is bounded by its heap, not Spark's default 1 GiB (a 1M-user state load passes it)
+    assert conf["spark.driver.maxResultSize"] == conf["spark.driver.memory"] == settings.driver_memory
 
 
 def test_jvm_settings_from_the_environment(tmp_path: Path, monkeypatch):
