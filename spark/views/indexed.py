@@ -18,13 +18,14 @@ from typing import NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
+from sqlglot import exp
 
 from lakemv.catalog.viewstate import ViewState
 from lakemv.core.batch import choice as cost_choice
 from lakemv.core.batch import deferral
 from lakemv.core.batch.choice import INCREMENTAL, ROWS_PER_KEY, WHOLE, Choice, Costs
 from lakemv.core.batch.result import ViewResult
-from lakemv.core.planner import over
+from lakemv.core.planner import SELF, over
 from lakemv.core.planner.finality import final_rows_sql
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.diff import repeated
@@ -65,6 +66,10 @@ class IndexedView:
         self.costs: Costs | None = None  # what maintaining it cost lately, read from the state at first use
         self.kept = KeptPlans(self.spark)  # its recompute and key evaluation as Spark planned them
         self._direct: dict[int, DirectKeys | None] = {}  # per anchor: how the driver finds its keys, if it can
+        # A key may stand for many anchor rows (`_size`): an expression, a constant, a group missing the anchor's key (TPC-H Q1).
+        pk = maintainer.sources[self.plan.occurrence(self.plan.anchor).table].primary_key
+        one_row = {exp.column(c, table=SELF).sql(dialect="spark") for c in pk} <= {k.expr for k in self.plan.keys}
+        self.by_rows = bool(route.derived) or (not self.plan.branches and not one_row)
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -162,7 +167,7 @@ class IndexedView:
             return result
         # its own time: its keys and rows, its share of the recompute, its diff and writes (not the others')
         seconds = steps["keys"] + steps["rows"] + diffed.seconds + diffed.diff_seconds + (time.perf_counter() - began)
-        self._measured(INCREMENTAL, lambda: self._rows_sized(gathered) if self.route.derived else len(keys), seconds - steps["keys"])
+        self._measured(INCREMENTAL, lambda: self._rows_sized(gathered) if self.by_rows else len(keys), seconds - steps["keys"])
         return replace(result, seconds=seconds, rows_read=gathered.rows_read, plan=INCREMENTAL, reason=gathered.choice.reason)
 
     def write(self, diff: _Diff, writing: Writing) -> ViewResult:
@@ -218,7 +223,7 @@ class IndexedView:
         whose rows settle): the view is diffed whole when due, at the backlog's last unit."""
         if keys:
             self.store.defer(self.plan.name, keys, now)
-            waiting = 0 if self.route.derived or self.settle is not None else self.store.pending_count(self.plan.name)
+            waiting = 0 if self.by_rows or self.settle is not None else self.store.pending_count(self.plan.name)
             if waiting and self._costs().choose(waiting, lambda: self.store.view_count(self.plan.name), None).plan == WHOLE:
                 self.store.forget_pending(self.plan.name)
             crash_point(f"deferred:{self.plan.name}", batch_id)
@@ -249,9 +254,8 @@ class IndexedView:
         return self.costs
 
     def _size(self, keys: set[Values]) -> int:
-        """What an incremental maintenance of `keys` is sized by: the keys; for keys that are expressions or constants
-        (`Route.derived`: one may stand for a month of rows), the anchor rows they read, as keys of `ROWS_PER_KEY` rows."""
-        if not self.route.derived:
+        """What maintaining `keys` incrementally is sized by: the keys, or (`by_rows`) their anchor rows as keys of `ROWS_PER_KEY`."""
+        if not self.by_rows:
             return len(keys)
         total = 0
         for anchor in self.route.anchors.values():
@@ -265,14 +269,11 @@ class IndexedView:
 
     def _choose(self, keys: set[Values]) -> Choice:
         """Incremental or whole, by predicted cost (lakemv.core.batch.choice)."""
-        refused = (
-            "events are enriched as of processing time" if self.plan.as_of_processing
-            else "the state keeps the digests of unsettled rows only" if self.settle is not None
-            else None
-        )  # fmt: skip
+        refused = ("events are enriched as of processing time" if self.plan.as_of_processing
+                   else "the state keeps the digests of unsettled rows only" if self.settle is not None else None)  # fmt: skip
         size = self._size(keys)
         choice = self._costs().choose(size, lambda: self.store.view_count(self.plan.name), refused)
-        if self.route.derived:  # sized by rows, not keys: say so
+        if self.by_rows:  # sized by rows, not keys: say so
             rows = f"~{size * ROWS_PER_KEY:,} anchor rows its {len(keys):,} keys read"
             return replace(choice, reason=f"{choice.reason} (incremental sized by the {rows}, {ROWS_PER_KEY} to a key)")
         return choice
