@@ -6,7 +6,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from lakemv.core.planner.resolve import _Resolution
-from lakemv.core.planner.sqltools import _conjuncts, _short
+from lakemv.core.planner.sqltools import _short, select_conjuncts
 
 
 class _Edges(_Resolution):
@@ -21,15 +21,8 @@ class _Edges(_Resolution):
         self.edges.setdefault((a, b), []).append((ea.sql(dialect="spark"), eb.sql(dialect="spark"), op, fragment))
 
     def _collect_edges(self, scope: Scope) -> None:
-        select = scope.expression
-        conditions = [select.args.get("where")]
-        conditions += [join.args.get("on") for join in select.args.get("joins") or []]
-        for condition in conditions:
-            if condition is None:
-                continue
-            where = condition.this if isinstance(condition, exp.Where) else condition
-            for conjunct in _conjuncts(where):
-                self._conjunct(conjunct, scope)
+        for conjunct in select_conjuncts(scope.expression):
+            self._conjunct(conjunct, scope)
 
     def _never_null(self, resolved: tuple[int, exp.Expression]) -> bool:
         """Whether a resolved expression is a primary-key column of its table (never NULL)."""

@@ -7,9 +7,9 @@ from collections import deque
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from lakemv.core.planner.model import SELF, KeyColumn, Link
+from lakemv.core.planner.model import SELF, KeyColumn, Link, holds_columns
 from lakemv.core.planner.resolve import _Resolution
-from lakemv.core.planner.sqltools import _conjuncts, _is_aggregated, _NotLocal, select_from
+from lakemv.core.planner.sqltools import _conjuncts, _is_aggregated, _NotLocal, select_conjuncts, select_from
 
 
 class _Keys(_Resolution):
@@ -74,16 +74,17 @@ class _Keys(_Resolution):
                 raise self.fail(
                     f"with GROUP BY the key ({key_text}) must be among the GROUP BY columns", select.args["group"]
                 )
-            for group in groups:
-                if any(group == k for k in key_exprs):
-                    continue
-                reason = self._undetermined(group, root, anchor, keys)
+            beyond = [g for g in groups if not any(g == k for k in key_exprs)]
+            determined = self._determined(root, anchor, keys) if beyond else set()
+            for group in beyond:
+                reason = self._undetermined(group, root, anchor, keys, determined)
                 if reason:
                     table = self.occurrences[anchor].table
                     raise self.fail(
                         f"GROUP BY {group.sql(dialect='spark')} is not determined by the key ({key_text}): {reason}. "
-                        f"Beyond the key, GROUP BY only columns of {table} when the key holds its primary key, "
-                        "or expressions over the key columns; otherwise aggregate the column (e.g. max(...))",
+                        f"Beyond the key, GROUP BY only columns of {table} when the key holds its primary key, columns of "
+                        "tables joined by their key to what the key determines, or expressions over the key columns; "
+                        "otherwise aggregate the column (e.g. max(...))",
                         group,
                     )
             return
@@ -124,10 +125,7 @@ class _Keys(_Resolution):
                     and not any(c.table == alias for c in other.find_all(exp.Column))
                 ):
                     equated[mine.name] = equated.get(mine.name, False) or isinstance(conjunct, exp.EQ)
-        if any(
-            columns <= set(equated) and (null_safe or all(equated[c] for c in columns))
-            for columns, null_safe in self._unique_keys(joined)
-        ):
+        if self._keyed(joined, equated):
             return
         hint = ""
         if isinstance(joined, exp.Table):
@@ -150,6 +148,13 @@ class _Keys(_Resolution):
             f"this join can match several rows per key ({key_text}): it must equate {what}. "
             "Aggregate the joined table in a CTE grouped by the join columns, or use a correlated subquery" + hint,
             join,
+        )
+
+    def _keyed(self, source: exp.Table | Scope, equated: dict[str, bool]) -> bool:
+        """Whether the `equated` columns of `source` (column -> equated with `=`, not only `<=>`) cover
+        one of its unique keys (`_unique_keys`): then at most one of its rows matches."""
+        return any(
+            columns <= set(equated) and (null_safe or all(equated[c] for c in columns)) for columns, null_safe in self._unique_keys(source)
         )
 
     def _unique_keys(self, source: exp.Table | Scope) -> list[tuple[frozenset[str], bool]]:
@@ -183,19 +188,20 @@ class _Keys(_Resolution):
 
     def _holds_primary_key(self, anchor: int, keys: tuple[KeyColumn, ...]) -> bool:
         """Whether the key columns include every primary-key column of the anchor's table."""
-        own = {k.expr for k in keys}
-        primary_key = self.sources[self.occurrences[anchor].table].primary_key
-        return all(exp.column(c, table=SELF).sql(dialect="spark") in own for c in primary_key)
+        return holds_columns(keys, self.sources[self.occurrences[anchor].table].primary_key)
 
-    def _undetermined(self, group: exp.Expression, root: Scope, anchor: int, keys: tuple[KeyColumn, ...]) -> str | None:
-        """Why a GROUP BY expression beyond the key can take several values for one key (None: it cannot)."""
+    def _undetermined(
+        self, group: exp.Expression, root: Scope, anchor: int, keys: tuple[KeyColumn, ...], determined: set[int]
+    ) -> str | None:
+        """Why a GROUP BY expression beyond the key can take several values for one key (None: it cannot).
+        `determined`: the tables of which the key reaches at most one row (`_determined`)."""
         resolved = self._try_resolve(group, root)
         if isinstance(resolved, str):
             return resolved
         occ, expression = resolved
         anchor_occ = self.occurrences[anchor]
         if occ != anchor:
-            if occ in self._determined(root, anchor, keys):
+            if occ in determined:
                 return None  # at most one row of its table per key, joined by a key of it to what the key determines
             return (
                 f"it comes from {self.occurrences[occ].table} {self.occurrences[occ].alias}, the key from {anchor_occ.table} "
@@ -217,11 +223,8 @@ class _Keys(_Resolution):
         main query's ON or WHERE equates by its primary key, or a unique key with `=`, to columns of
         tables already determined or to the key's own columns (TPC-H Q3: `l_orderkey = o_orderkey`
         determines `o_orderdate` for the key `l_orderkey`)."""
-        select = root.expression
-        conditions = [select.args["where"].this] if select.args.get("where") else []
-        conditions += [j.args["on"] for j in select.args.get("joins") or [] if j.args.get("on") is not None]
         equalities = []  # (occurrence, its plain column, other occurrence, the other side's columns, `=` rather than `<=>`)
-        for conjunct in (c for condition in conditions for c in _conjuncts(condition)):
+        for conjunct in select_conjuncts(root.expression):
             if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
                 continue
             left, right = self._try_resolve(conjunct.left, root), self._try_resolve(conjunct.right, root)
@@ -244,8 +247,7 @@ class _Keys(_Resolution):
                 for mine, name, other, theirs, equal in equalities:
                     if mine == occ and known(other, theirs):
                         equated[name] = equated.get(name, False) or equal
-                table = exp.to_table(self.occurrences[occ].table)
-                if any(c <= set(equated) and (null_safe or all(equated[n] for n in c)) for c, null_safe in self._unique_keys(table)):
+                if self._keyed(exp.to_table(self.occurrences[occ].table), equated):
                     whole.add(occ)
                     changed = True
         return whole

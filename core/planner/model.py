@@ -50,6 +50,13 @@ class KeyColumn(BaseModel):
     expr: str
 
 
+def holds_columns(keys: Sequence[KeyColumn], columns: Sequence[str]) -> bool:
+    """Whether the key columns include each of the anchor's `columns` unchanged (e.g. its primary
+    key: then one key is at most one anchor row)."""
+    own = {k.expr for k in keys}
+    return all(exp.column(c, table=SELF).sql(dialect="spark") in own for c in columns)
+
+
 class Branch(BaseModel):
     """One branch of a UNION ALL view: its anchor and the expressions of the key columns over it (a
     constant for the column that tells the branches apart)."""

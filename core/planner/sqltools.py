@@ -35,6 +35,14 @@ def _conjuncts(condition: exp.Expression | None) -> Iterator[exp.Expression]:
         yield condition
 
 
+def select_conjuncts(select: exp.Expression) -> Iterator[exp.Expression]:
+    """The AND-ed conjuncts of a SELECT's own WHERE and of its joins' ON conditions (not its subqueries')."""
+    where = select.args.get("where")
+    yield from _conjuncts(where.this if where is not None else None)
+    for join in select.args.get("joins") or []:
+        yield from _conjuncts(join.args.get("on"))
+
+
 def factor_ors(tree: exp.Expression) -> exp.Expression:
     """(In place) every OR whose branches share conjuncts with those pulled out in front of it:
     `(a AND b) OR (a AND c)` as `a AND (b OR c)` (equal in SQL's three-valued logic too), so an

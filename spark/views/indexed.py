@@ -18,15 +18,15 @@ from typing import NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from sqlglot import exp
 
 from lakemv.catalog.viewstate import ViewState
 from lakemv.core.batch import choice as cost_choice
 from lakemv.core.batch import deferral
 from lakemv.core.batch.choice import INCREMENTAL, ROWS_PER_KEY, WHOLE, Choice, Costs
 from lakemv.core.batch.result import ViewResult
-from lakemv.core.planner import SELF, over
+from lakemv.core.planner import over
 from lakemv.core.planner.finality import final_rows_sql
+from lakemv.core.planner.model import holds_columns
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.diff import repeated
 from lakemv.core.sql.quote import q, spark_string
@@ -68,8 +68,7 @@ class IndexedView:
         self._direct: dict[int, DirectKeys | None] = {}  # per anchor: how the driver finds its keys, if it can
         # A key may stand for many anchor rows (`_size`): an expression, a constant, a group missing the anchor's key (TPC-H Q1).
         pk = maintainer.sources[self.plan.occurrence(self.plan.anchor).table].primary_key
-        one_row = {exp.column(c, table=SELF).sql(dialect="spark") for c in pk} <= {k.expr for k in self.plan.keys}
-        self.by_rows = bool(route.derived) or (not self.plan.branches and not one_row)
+        self.by_rows = bool(route.derived) or (not self.plan.branches and not holds_columns(self.plan.keys, pk))
 
     def _view_schema(self) -> pa.Schema:
         if self._schema is None:
