@@ -205,6 +205,15 @@ class SourceTable(BaseModel):
         return self
 
     @property
+    def is_view(self) -> bool:
+        return False
+
+    @property
+    def key_never_null(self) -> bool:
+        """A source's primary-key columns never hold NULL (the database's primary key)."""
+        return True
+
+    @property
     def column_names(self) -> tuple[str, ...]:  # (not cached: model_copy, as schema drift uses it, would keep it stale)
         return tuple(c.name for c in self.columns)
 
@@ -213,6 +222,50 @@ class SourceTable(BaseModel):
             if col.name == name:
                 return col
         raise KeyError(name)
+
+
+class ViewColumn(BaseModel):
+    """One output column of a view another view reads (its type is Spark's, found when its table is made)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    spark_type: str = "string"  # (the planner reads names; the rows carry their own types)
+
+
+class ViewSource(BaseModel):
+    """A view read by another view, as the planner and the view step see a table: its output columns,
+    its key as primary key (which, unlike a source's, may hold a NULL: a GROUP BY's NULL group), no
+    other unique key, never events. `fingerprint` is the upstream view's: a reader's rows were
+    computed from that definition (`lakemv.core.planner.dag`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=IDENTIFIER)
+    columns: tuple[ViewColumn, ...] = Field(min_length=1)
+    primary_key: tuple[str, ...] = Field(min_length=1)
+    fingerprint: str
+    kind: Literal["view"] = "view"
+    unique: tuple[tuple[str, ...], ...] = ()
+    event_id: None = None
+    event_time: None = None
+    lateness_micros: int = 0
+
+    @property
+    def is_events(self) -> bool:
+        return False
+
+    @property
+    def is_view(self) -> bool:
+        return True
+
+    @property
+    def key_never_null(self) -> bool:
+        return False
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
 
 
 class SourceRegistry(Mapping[str, SourceTable]):

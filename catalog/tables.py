@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.declarations import SourceTable, ViewSource
 from lakemv.core.errors import ConfigError
 from lakemv.core.sql.feedsql import FEEDS
 from lakemv.core.sql.quote import q
@@ -116,7 +116,7 @@ def check_tables(chosen: list[str], known: list[str]) -> None:
 
 
 def live_rows_sql(
-    names: TableNames, source: SourceTable, snapshot: int | None = None, columns: Sequence[str] | None = None
+    names: TableNames, source: SourceTable | ViewSource, snapshot: int | None = None, columns: Sequence[str] | None = None
 ) -> str:
     """SELECT of the live rows of a mirror, declared columns only (what every reader sees).
 
@@ -124,4 +124,11 @@ def live_rows_sql(
     """
     selected = ", ".join(f"{q(c)}" for c in (source.column_names if columns is None else columns))
     travel = f" VERSION AS OF {int(snapshot)}" if snapshot is not None else ""
+    if source.is_view:  # a view another view reads: every row of its table is live
+        return f"SELECT {selected} FROM {names.view(source.name)}{travel} WHERE TRUE"
     return f"SELECT {selected} FROM {names.mirror(source.name)}{travel} WHERE NOT {q(DELETED)}"
+
+
+def table_of(names: TableNames, source: SourceTable | ViewSource) -> str:
+    """The Iceberg table a view reads for `source`: its mirror, or the view table of a view it reads."""
+    return names.view(source.name) if source.is_view else names.mirror(source.name)

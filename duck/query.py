@@ -15,7 +15,7 @@ import duckdb
 import duckdb_extensions
 import pyarrow as pa
 
-from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.declarations import SourceTable, ViewSource
 from lakemv.catalog.lake import table_locations
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import (
@@ -112,7 +112,7 @@ def _operational(con: duckdb.DuckDBPyConnection, ops: Mapping[str, str], taken: 
 
 
 def lake_connection(
-    settings: LakeSettings, sources: Mapping[str, SourceTable], snapshots: Mapping[str, int | None] | None = None, views: bool = True
+    settings: LakeSettings, sources: Mapping[str, SourceTable | ViewSource], snapshots: Mapping[str, int | None] | None = None, views: bool = True
 ) -> duckdb.DuckDBPyConnection:
     """DuckDB connection where every ingested source and every view (and its feed) is a view named after it.
 
@@ -135,13 +135,18 @@ def lake_connection(
             made.add(view + CHANGES_SUFFIX)
     if views:
         _operational(con, ops, made)
+    upstream = view_tables(settings) if any(s.is_view for s in sources.values()) else {}
     for source in sources.values():
-        location = mirrors.get(source.name)
+        location = (upstream if source.is_view else mirrors).get(source.name)
         if location is None:
             continue
-        # Declared columns first, then any the mirror gained from schema drift; no bookkeeping.
         pinned = (snapshots or {}).get(source.name, 0)
         scan = f"iceberg_scan({ansi_string(location)}" + (f", snapshot_from_id => {int(pinned)})" if pinned else ")")
+        if source.is_view:  # a view a view reads (its recompute's input), pinned like the mirrors
+            empty = " WHERE FALSE" if snapshots and source.name in snapshots and snapshots[source.name] is None else ""
+            con.execute(f"CREATE VIEW {ansi_ident(source.name)} AS SELECT * FROM {scan}{empty}")
+            continue
+        # Declared columns first, then any the mirror gained from schema drift; no bookkeeping.
         present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()]
         evolved = [c for c in present if c not in source.column_names and c not in BOOKKEEPING_NAMES]
         columns = ", ".join(ansi_ident(c) for c in (*source.column_names, *evolved))

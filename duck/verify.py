@@ -23,7 +23,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, SqlglotError
 
-from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.declarations import SourceTable, ViewSource
 from lakemv.catalog.lake import pyiceberg_catalog
 from lakemv.catalog.settings import LakeSettings
 from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
@@ -225,11 +225,12 @@ def _differences(
 
 
 def consistent_cut(
-    settings: LakeSettings, view: str, tables: Sequence[str]
+    settings: LakeSettings, view: str, tables: Sequence[str], views: Sequence[str] = ()
 ) -> tuple[int | None, dict[str, int | None] | None] | str:
     """The snapshots at which the view and its mirrors agree by contract: (view snapshot, mirror snapshots).
 
-    A batch MERGEs the mirrors before the views, so while ingest runs the current mirrors may be a
+    `views`: those of `tables` that are views it reads (a batch writes them before it, as it writes
+    the mirrors before the views). A batch MERGEs the mirrors before the views, so while ingest runs the current mirrors may be a
     batch ahead of the view. The cut is the view's last content change: its current snapshot, with
     each mirror as of that moment. A view a backfill published and maintain
     has not caught up yet agrees with the mirror snapshots the backfill read; a paused view (a
@@ -258,12 +259,12 @@ def consistent_cut(
         found = catalog.load_table(identifier).snapshot_as_of_timestamp(cut)
         return found.snapshot_id if found else None
 
-    return table.current_snapshot().snapshot_id, {t: at((MIRROR_NAMESPACE, t)) for t in tables}
+    return table.current_snapshot().snapshot_id, {t: at((VIEW_NAMESPACE if t in views else MIRROR_NAMESPACE, t)) for t in tables}
 
 
 def verify_view(
     settings: LakeSettings,
-    sources: Mapping[str, SourceTable],
+    sources: Mapping[str, SourceTable | ViewSource],
     view: str,
     spark_sql: str,
     key: Sequence[str],
@@ -331,9 +332,10 @@ def verify_view(
 def verify_plan(settings: LakeSettings, sources: Mapping[str, SourceTable], plan: ViewPlan, sample: int = 5) -> VerifyResult | str:
     """`verify_view` of a planned view at its consistent cut (what `lakemv verify` runs for each view),
     or why it cannot be verified now (`consistent_cut`'s reason)."""
-    cut = consistent_cut(settings, plan.name, plan.tables)
+    cut = consistent_cut(settings, plan.name, plan.tables, plan.upstream)
     if isinstance(cut, str):
         return cut
+    sources = {**sources, **{v.name: v for v in plan.inputs}}  # (a view it reads: its table as of the cut)
     return verify_view(
         settings, sources, plan.name, checked_sql(plan.definition.sql, plan.finality, sources), plan.key_names,
         table_snapshot=cut[0], mirror_snapshots=cut[1], sample=sample, compare=plan.compared,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from prefect import flow
 
+from lakemv.core.planner.dag import downstream
 from lakemv.core.runtime import lifecycle
 from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
@@ -16,7 +17,8 @@ def backfill(view: str, dry_run: bool = False, warehouse: str | None = None) -> 
     """Recompute every row of `view` on a branch, audit it with DuckDB, publish by fast-forward.
 
     Ingest keeps running: the view's maintenance is paused meanwhile and catches up afterwards, so
-    no change is lost. With `dry_run`, logs the plan and the estimated row count and writes nothing.
+    no change is lost. The views that read it (through others too) are backfilled after it, in
+    dependency order. With `dry_run`, logs the plan and the estimated row count and writes nothing.
     """
     from lakemv.spark.session import use_catalog
     from lakemv.spark.views.backfill import STEPS, Backfill
@@ -27,15 +29,19 @@ def backfill(view: str, dry_run: bool = False, warehouse: str | None = None) -> 
     with report.status("starting Spark..."):
         spark = lake.spark().newSession()  # own SQL conf: its commits carry the backfill's tag only
         use_catalog(spark, lake.settings)
-    lake.checked_plans(spark)
+    plans = lake.checked_plans(spark)
+    readers = downstream(plans, view)  # rebuilt after it: their rows come from its rows
     job = Backfill(spark, lake.settings, lake.sources, plan)
     if dry_run:
         with report.status(f"planning the backfill of {view}..."):
-            planned = job.dry_run()
+            planned = replace(job.dry_run(), downstream=tuple(readers))
         for line in planned.lines():
             report.info(line)
-        return {"view": view, "dry_run": True, "table_rows": planned.table_rows, "estimated_rows": planned.estimated_rows}
-    with report.steps(len(STEPS), f"backfilling {view}") as steps:
-        result = job.run(steps.advance)
-    report.info(f"backfilled {result.describe()}")
-    return {k: v for k, v in asdict(result).items()}
+        return {"view": view, "dry_run": True, "table_rows": planned.table_rows, "estimated_rows": planned.estimated_rows, "downstream": readers}
+    done = {}
+    for name in [view, *readers]:
+        with report.steps(len(STEPS), f"backfilling {name}") as steps:
+            result = (job if name == view else Backfill(spark, lake.settings, lake.sources, plans[name])).run(steps.advance)
+        report.info(f"backfilled {result.describe()}")
+        done[name] = result
+    return {**asdict(done[view]), "downstream": {name: asdict(r) for name, r in done.items() if name != view}}

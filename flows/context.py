@@ -54,13 +54,13 @@ class Lake:
 
     @property
     def plans(self) -> dict:
-        """Every view definition, planned (a view outside the supported class fails here)."""
+        """Every view definition, planned, each after the views it reads (a view outside the supported
+        class, or views reading each other in a cycle, fail here)."""
         if self._plans is None:
-            from lakemv.core.planner import plan_view
+            from lakemv.core.planner.dag import plan_views
             from lakemv.core.planner.definitions import load_views
 
-            views = load_views(self.settings.view_dirs)
-            self._plans = {name: plan_view(view, self.sources) for name, view in views.items()}
+            self._plans = plan_views(load_views(self.settings.view_dirs), self.sources)  # (in dependency order)
         return self._plans
 
     def checked_plans(self, spark=None) -> dict:  # noqa: ANN001 - a SparkSession, when one runs

@@ -119,12 +119,13 @@ def explain(
     from lakemv.core.planner.explain import explain as explain_plan
 
     plan = ctx.obj.plan(view)
-    ctx.obj.checked_plans()
+    plans = ctx.obj.checked_plans()
     live = None
     if sql:
         names = TableNames(ctx.obj.settings.catalog_name)
-        live = {t: live_rows_sql(names, ctx.obj.sources[t]) for t in plan.tables}
-    print(explain_plan(plan, live, _statistics(ctx.obj, plan)))
+        read = {**ctx.obj.sources, **{v.name: v for v in plan.inputs}}
+        live = {t: live_rows_sql(names, read[t]) for t in plan.tables}
+    print(explain_plan(plan, live, _statistics(ctx.obj, plan), plans))
 
 
 def _statistics(lake: Lake, plan):
@@ -132,16 +133,17 @@ def _statistics(lake: Lake, plan):
     import duckdb
     from sqlglot.errors import SqlglotError
 
-    from lakemv.catalog.tables import MIRROR_NAMESPACE
+    from lakemv.catalog.tables import MIRROR_NAMESPACE, VIEW_NAMESPACE
     from lakemv.core.planner.cost import statistics, trees
     from lakemv.duck.query import lake_connection, metadata_location
 
-    empty = [t for t in plan.tables if metadata_location(lake.settings, MIRROR_NAMESPACE, t) is None]
+    empty = [t for t in plan.tables if metadata_location(lake.settings, VIEW_NAMESPACE if t in plan.upstream else MIRROR_NAMESPACE, t) is None]
     if empty:
         return f"no rows ingested yet for {', '.join(empty)}: run lakemv ingest first"
-    con = lake_connection(lake.settings, lake.sources)
+    con = lake_connection(lake.settings, lake.sources)  # (the views by name too)
     try:
-        return [(tree, statistics(con, tree, lake.sources)) for tree in trees(plan)]
+        read = {**lake.sources, **{v.name: v for v in plan.inputs}}
+        return [(tree, statistics(con, tree, read)) for tree in trees(plan)]
     except (duckdb.Error, SqlglotError) as exc:
         return f"DuckDB could not count the mirrors ({str(exc).strip().splitlines()[0]})"
     finally:
@@ -157,9 +159,10 @@ def status(
     import pyarrow as pa
 
     from lakemv.core.batch.deferral import budget
+    from lakemv.core.planner.dag import source_tables
     from lakemv.duck.status import lake_status, status_tables, to_seconds, with_kind
 
-    views = {name: plan.tables for name, plan in ctx.obj.plans.items()}
+    views = {name: source_tables(ctx.obj.plans, name) for name in ctx.obj.plans}  # (through the views a view reads)
     budgets = {name: budget(plan, ctx.obj.settings.local_state) for name, plan in ctx.obj.plans.items()}
     tables = status_tables(lake_status(ctx.obj.settings, ctx.obj.sources, views, budgets=budgets))
     tables.update(_stream_tables(ctx.obj))

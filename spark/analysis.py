@@ -26,7 +26,8 @@ RECORD = Path("_lakemv") / "view-analysis.json"
 
 def digest(plan, sources: Mapping[str, SourceTable], spark_version: str) -> str:  # noqa: ANN001 - ViewPlan
     """What the analysis of `plan` depends on."""
-    declared = {t: sources[t].model_dump(mode="json") for t in sorted(plan.tables)}
+    read = {**sources, **{v.name: v for v in plan.inputs}}  # a view it reads: its definition's fingerprint
+    declared = {t: read[t].model_dump(mode="json") for t in sorted(plan.tables)}
     text = json.dumps([plan.definition.sql, plan.definition.key, declared, spark_version], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -42,18 +43,31 @@ def _error(plan, reason: str, fragment: str | None) -> ViewDefinitionError:  # n
     return ViewDefinitionError(plan.name, f"Spark cannot analyse it{where}: {reason}", fragment or None)
 
 
-def analyse(spark, plans: Sequence, sources: Mapping[str, SourceTable]) -> dict[str, tuple[str, str | None] | None]:  # noqa: ANN001
-    """Analyse each view in Spark: name -> None when it analyses, else (reason, fragment)."""
+def analyse(spark, plans: Sequence, sources: Mapping[str, SourceTable], upstream: Sequence = ()) -> dict[str, tuple[str, str | None] | None]:  # noqa: ANN001
+    """Analyse each view in Spark: name -> None when it analyses, else (reason, fragment). `upstream`:
+    the views they read (in dependency order, `plans` among them): each a temp view of its SQL, so
+    a view that reads it is analysed over its columns as Spark types them."""
     from pyspark.errors import AnalysisException
 
     session = spark.newSession()  # temp views of its own
     for name, source in sources.items():
         schema = ", ".join(f"{q(c.name)} {c.spark_type}" for c in source.columns)
         session.createDataFrame([], schema).createOrReplaceTempView(name)
+    wanted = {plan.name for plan in plans}
+    needed = set(wanted)  # and every view they read, through others too
+    for plan in reversed(upstream):
+        if plan.name in needed:
+            needed.update(plan.upstream)
     results: dict[str, tuple[str, str | None] | None] = {}
-    for plan in plans:
+    for plan in [p for p in upstream if p.name in needed] if upstream else plans:
         try:
-            session.sql(plan.definition.sql).schema  # noqa: B018 - analysis only
+            rows = session.sql(plan.definition.sql)
+            rows.schema  # noqa: B018 - analysis only
+            if plan.finality is not None:  # (its table has the flag its readers may read)
+                rows = rows.selectExpr("*", f"FALSE AS {q(plan.columns[-1])}")
+            rows.createOrReplaceTempView(plan.name)
+            if plan.name not in wanted:
+                continue
             results[plan.name] = None
         except AnalysisException as exc:  # ParseException is one too
             contexts = exc.getQueryContext()
@@ -95,7 +109,7 @@ def check_views(
     missing = [plan for plan in plans if digests[plan.name] not in record]
     if missing and spark is not None:
         session = spark() if callable(spark) else spark
-        for name, result in analyse(session, missing, sources).items():
+        for name, result in analyse(session, missing, sources, plans).items():
             record[digests[name]] = None if result is None else list(result)
         _write(path, record)
     for plan in plans:

@@ -27,7 +27,8 @@ class _Edges(_Resolution):
     def _never_null(self, resolved: tuple[int, exp.Expression]) -> bool:
         """Whether a resolved expression is a primary-key column of its table (never NULL)."""
         occ, expression = resolved
-        return isinstance(expression, exp.Column) and expression.name in self.sources[self.occurrences[occ].table].primary_key
+        source = self.sources[self.occurrences[occ].table]
+        return isinstance(expression, exp.Column) and source.key_never_null and expression.name in source.primary_key
 
     def _conjunct(self, conjunct: exp.Expression, scope: Scope) -> None:
         fragment = _short(conjunct)

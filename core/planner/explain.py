@@ -10,6 +10,7 @@ from sqlglot import exp
 from lakemv.core.durations import format_duration
 from lakemv.core.planner import OCCURRENCE, SELF, ViewPlan, over
 from lakemv.core.planner.cost import Statistics, cost_lines, predict
+from lakemv.core.planner.dag import dag_lines
 from lakemv.core.sql.viewsql import recompute_sql
 from lakemv.core.state.layout import NOT_CONSTANT, Lookup, constant, route
 
@@ -36,10 +37,11 @@ def explain(
     plan: ViewPlan,
     live: Mapping[str, str] | None = None,
     stats: Statistics | list[tuple[ViewPlan, Statistics]] | str | None = None,
+    plans: Mapping[str, ViewPlan] | None = None,
 ) -> str:
     """Human-readable plan; with `live` (table -> live-rows SQL) the recompute SQL is appended; with
     `stats` (the mirrors' counts - per link tree, `lakemv.core.planner.cost.trees`, for a UNION ALL - or why there
-    are none) the predicted cost per key."""
+    are none) the predicted cost per key; with `plans` (every view) the views it reads and that read it."""
     definition = plan.definition
     lines = [f"view {plan.name}" + (f"  ({definition.location})" if definition.location else "")]
     if definition.description:
@@ -100,6 +102,9 @@ def explain(
                 f"  window_final = the window ends at or before {final.source}'s watermark (newest event time minus its lateness){waits};",
                 "  when the watermarks pass a window's end, its row is recomputed once and turns final.",
             ]
+    dag = dag_lines(plans, plan.name) if plans is not None and plan.name in plans else []
+    if dag:
+        lines += ["", *dag]
     lines += ["", *_state_lines(plan, order, width)]
     if isinstance(stats, Statistics):
         stats = [(plan, stats)]

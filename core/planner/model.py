@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from functools import cached_property
@@ -10,6 +11,7 @@ import sqlglot
 from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
 
+from lakemv.catalog.declarations import ViewSource
 from lakemv.core.planner.bounds import TimeBound
 from lakemv.core.planner.definitions import ViewDefinition
 from lakemv.core.planner.finality import Finality
@@ -88,6 +90,7 @@ class ViewPlan(BaseModel):
     event_columns: tuple[str, ...] = ()  # as of processing: the output columns only the event gives
     bound: TimeBound | None = None  # two event streams joined within a time bound
     anchor_time: str | None = None  # the output column passing the anchor event's time through, if any
+    inputs: tuple[ViewSource, ...] = ()  # the views it reads (lakemv.core.planner.dag), as tables
 
     @property
     def anchors(self) -> tuple[Branch, ...]:
@@ -111,9 +114,16 @@ class ViewPlan(BaseModel):
     def fingerprint(self) -> str:
         """What the view table was built from: the definition, and for a windowed view the lateness
         its windows are judged final by (a new lateness rebuilds it: flags set by the old one go)."""
-        if self.finality is None:
-            return self.definition.fingerprint
-        return f"{self.definition.fingerprint[:16]}-{self.finality.version}"
+        own = self.definition.fingerprint if self.finality is None else f"{self.definition.fingerprint[:16]}-{self.finality.version}"
+        if not self.inputs:
+            return own
+        upstream = "|".join(f"{v.name}={v.fingerprint}" for v in sorted(self.inputs, key=lambda v: v.name))
+        return f"{own[:16]}-{hashlib.sha256(upstream.encode()).hexdigest()[:8]}"  # a view it reads rebuilt: rebuilt too
+
+    @property
+    def upstream(self) -> tuple[str, ...]:
+        """The views it reads, by name."""
+        return tuple(v.name for v in self.inputs)
 
     @property
     def as_of_processing(self) -> bool:

@@ -176,7 +176,11 @@ def route(plan: ViewPlan) -> Route:
     """The lookups that maintain `plan` from the store, or a Route saying why it cannot. A UNION ALL
     has an anchor lookup per branch (its link tree's root), each by the plain columns of its branch's
     keys: a superset (the constant that tells the branches apart is not a column), which the
-    recompute filters by the keys."""
+    recompute filters by the keys. A view that reads other views is maintained by scans: the store
+    keeps sources' rows, not views'."""
+    if plan.inputs:
+        reason = f"it reads the view{'s' if len(plan.inputs) > 1 else ''} {', '.join(plan.upstream)}, whose rows the local state does not keep"
+        return Route(view=plan.name, indexed=False, reason=reason)
     plain_keys = {b.anchor: tuple(plain_column(k.expr) for k in b.keys) for b in plan.anchors}
     up: dict[int, tuple[Lookup, ...]] = {}
     key_columns: dict[int, tuple[str | None, ...]] = {}

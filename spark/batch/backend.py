@@ -25,6 +25,7 @@ from lakemv.core.batch.plan import table_plan
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.cdc.changeset import change_values
 from lakemv.core.cdc.effects import CHANGED, effect_of
+from lakemv.core.planner.dag import levels
 from lakemv.core.planner.retention import Need
 from lakemv.core.sql.quote import q
 from lakemv.core.state.store import Store
@@ -35,6 +36,7 @@ from lakemv.spark.mirror import matching_rows, merge_changes, stored_rows
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.feeds import Feeds
 from lakemv.spark.views.maintain import ViewMaintainer
+from lakemv.spark.views.upstream import UpstreamImages
 
 
 @dataclass
@@ -170,24 +172,46 @@ class ScanBackend:
 
     def views(
         self, plans: Mapping[str, TablePlan], changed: Sequence[str], unit: WriteUnit, position: int | None, due: Sequence[str] | None = None,
-        hold: bool = False,
+        hold: bool = False, done: Mapping[str, ViewResult] | None = None,
     ) -> dict[str, ViewResult]:
-        """Step every view this backend maintains over the changed tables' images (`due`, `hold`: see
-        LocalStateBackend; views stepped by scans cannot wait)."""
+        """Step every view this backend maintains over the changed tables' images, in dependency order:
+        a view that reads views after them, over their rows the unit changed (`done`: the views the
+        unit maintained before these; `due`, `hold`: see LocalStateBackend; views stepped by scans
+        cannot wait)."""
         scanned = [m for m in self.ctx.maintainers if m.plan.name not in self.indexed]
         if not scanned:
             return {}
-        spark, relations = self.ctx.spark, {}
+        order = {name: n for n, level in enumerate(levels({m.plan.name: m.plan for m in self.ctx.maintainers})) for name in level}
+        spark, relations, results = self.ctx.spark, {}, dict(done or {})
+        upstream = UpstreamImages(spark, self.ctx.names, unit, results)
         try:
             for table in sorted(changed):
                 relations[table] = f"_lmv_images_{table}"
                 images = plans[table].images
                 images = images.drop_columns([CHANGED]) if CHANGED in images.column_names else images
                 spark.createDataFrame(images).createOrReplaceTempView(relations[table])
-            return {m.plan.name: m.apply(relations, unit, position) for m in scanned}
+            stepped = {}
+            for m in sorted(scanned, key=lambda m: order[m.plan.name]):
+                deltas = dict(relations)
+                for view in m.plan.inputs:
+                    made = upstream.relation(view)
+                    if made is not None:
+                        deltas[view.name] = made
+                if due is not None and len(deltas) == len(relations):
+                    continue  # between batches: only the readers of views that were due
+                stepped[m.plan.name] = results[m.plan.name] = m.apply(deltas, unit, position)
+            return stepped
         finally:
+            upstream.close()
             for relation in relations.values():
                 spark.catalog.dropTempView(relation)
+
+    def feeds_readers(self, done: Mapping[str, ViewResult], unit: WriteUnit) -> bool:
+        """Whether a view stepped by scans reads a view the unit may have changed (`done`; a replay: any)."""
+        return any(
+            v.name in done and (unit.replay or done[v.name].upserts or done[v.name].deletes)
+            for m in self.ctx.maintainers if m.plan.name not in self.indexed for v in m.plan.inputs
+        )  # fmt: skip
 
 
 def _by_key(source: SourceTable, rows: list[tuple]) -> dict[tuple, tuple]:

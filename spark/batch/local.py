@@ -314,8 +314,8 @@ class LocalStateBackend(ScanBackend):
             views.update((name, p) for name, p in ready.items() if isinstance(p, ViewResult))
             views.update(self._recompute({name: p for name, p in ready.items() if isinstance(p, Gathered)}))
             views = dict(sorted(views.items()))
-        if changed:
-            views.update(super().views(plans, changed, unit, position))
+        if changed or self.feeds_readers(views, unit):
+            views.update(super().views(plans, changed, unit, position, due, done=views))
         return views
 
     def _recompute(self, gathered: Mapping[str, Gathered]) -> dict[str, ViewResult]:

@@ -37,6 +37,7 @@ from lakemv.core.cdc.events import watermarks
 from lakemv.core.cdc.evolution import infer_column, with_columns
 from lakemv.core.cdc.unique import Violation, unique_violations, violation_letters
 from lakemv.core.planner import ViewPlan
+from lakemv.core.planner.dag import levels
 from lakemv.core.planner.retention import source_needs
 from lakemv.core.runtime.collector import paused
 from lakemv.core.runtime.faults import crash_point
@@ -128,9 +129,12 @@ class BatchProcessor:
             {t: source_needs(t, views) for t in self.clocks}, view_workers, self.watermarks, feeds,
         )  # fmt: skip
         by_name = {m.plan.name: m for m in self.maintainers}
+        order = levels({name: m.plan for name, m in by_name.items()})  # a view that reads views after them
+        tables = {}
         with feeds.together():  # the views' feed columns in one schema change
-            tables = dict(zip(by_name, concurrently(spark, lambda name: by_name[name].ensure_tables(), list(by_name), view_workers), strict=True))
-        ensured = concurrently(spark, lambda name: by_name[name].fill(tables[name]), list(by_name), view_workers)
+            for level in order:
+                tables.update(zip(level, concurrently(spark, lambda name: by_name[name].ensure_tables(), level, view_workers), strict=True))
+        ensured = [r for level in order for r in concurrently(spark, lambda name: by_name[name].fill(tables[name]), level, view_workers)]
         self.built = [r for r in ensured if r is not None]
         self.backend = choose_backend(self.context, store)
         self.backend.in_step([r.view for r in self.built if not r.paused])

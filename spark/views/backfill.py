@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,6 +63,7 @@ class BackfillPlan:
     estimated_rows: int
     mirrors: Mapping[str, tuple[int | None, int]]  # table -> (snapshot, live rows)
     state: ViewState
+    downstream: tuple[str, ...] = ()  # the views that read it, rebuilt after it (lakemv.core.planner.dag)
 
     def lines(self) -> list[str]:
         held = f" (now {self.state.state}" + (f" by {self.state.by})" if self.state.by else ")")
@@ -77,6 +79,8 @@ class BackfillPlan:
             "5. publish: fast-forward main to the branch",
             "6. resume maintenance: the next batch catches up from the snapshots the backfill read",
         ]
+        if self.downstream:
+            lines.append(f"then the same for the views that read it, in dependency order: {', '.join(self.downstream)}")
         return lines
 
 
@@ -119,7 +123,7 @@ class Backfill:
     ):
         self.spark = spark
         self.settings = settings
-        self.sources = sources
+        self.sources = ChainMap(sources, {v.name: v for v in plan.inputs})  # (the views it reads, as tables)
         self.plan = plan
         self.names = TableNames(settings.catalog_name)
         self.maintainer = ViewMaintainer(spark, self.names, sources, plan)
@@ -140,13 +144,14 @@ class Backfill:
         ensure_namespaces(self.spark, self.names)
         ensure_view_namespace(self.spark, self.names)
         for table in self.plan.tables:
-            ensure_mirror(self.spark, self.names, self.sources[table])
+            if table not in self.plan.upstream:
+                ensure_mirror(self.spark, self.names, self.sources[table])
         self.maintainer.prepare()
 
     def dry_run(self) -> BackfillPlan:
         """The plan and the estimated row count (distinct keys of the view's anchor table), writing nothing."""
         self._prepare_tables()
-        snapshots = mirror_snapshots(self.spark, self.names, self.plan.tables)
+        snapshots = mirror_snapshots(self.spark, self.names, self.plan.tables, self.sources)
         mirrors = {
             t: (snapshots[t], self.spark.sql(f"SELECT count(*) FROM ({live_rows_sql(self.names, self.sources[t])})").first()[0])
             for t in self.plan.tables
@@ -210,7 +215,7 @@ class Backfill:
         elif current.state == "resume":
             since = dict(current.since)  # a published backfill not yet caught up: start from there
         else:
-            since = mirror_snapshots(self.spark, self.names, self.plan.tables)
+            since = mirror_snapshots(self.spark, self.names, self.plan.tables, self.sources)
         state = ViewState("paused", since, by=f"backfill {self.id}", branch=self.branch)
         write_state(self.spark, self.table, state)
         return state
@@ -220,7 +225,7 @@ class Backfill:
         clock = time.perf_counter()
         for table in (self.table, self.feed):
             self._ddl(f"ALTER TABLE {table} CREATE OR REPLACE BRANCH {self.branch}")
-        snapshots = mirror_snapshots(self.spark, self.names, self.plan.tables)
+        snapshots = mirror_snapshots(self.spark, self.names, self.plan.tables, self.sources)
         unit = WriteUnit(f"backfill:{self.plan.name}:{self.id}")
         written = self.maintainer.at(snapshots, self.branch).write_all(unit)
         timings["write"] = time.perf_counter() - clock
@@ -228,7 +233,7 @@ class Backfill:
 
         clock, catch_ups, keys = time.perf_counter(), 0, 0
         for _ in range(self.max_catch_ups):
-            now = mirror_snapshots(self.spark, self.names, self.plan.tables)
+            now = mirror_snapshots(self.spark, self.names, self.plan.tables, self.sources)
             if now == snapshots:
                 break
             caught = self.maintainer.at(now, self.branch).catch_up(snapshots, now, unit)

@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 import time
+from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -62,12 +63,12 @@ class ViewMaintainer(ViewWriter):
     def __init__(self, spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable], plan: ViewPlan, feeds: Feeds | None = None):
         self.spark = spark
         self.names = names
-        self.sources = sources
+        self.sources = ChainMap(sources, {v.name: v for v in plan.inputs})  # (the views it reads as tables; a live view of sources: drift updates it)
         self.plan = plan
         self.table = names.view(plan.name)
         self.feeds = feeds if feeds is not None else Feeds(spark, names)  # shared by a processor's views
         self.feed = names.feeds  # where this view's feed rows go (a backfill: its branch of it)
-        self.live = {t: live_rows_sql(names, sources[t]) for t in plan.tables}
+        self.live = {t: live_rows_sql(names, self.sources[t]) for t in plan.tables}
         self.on_main = True  # writes the view's main branch, which a backfill may pause
         self._temp = f"_lmv_{plan.name}"
         self.direct = None  # a DirectWriter, when the batch writes this view's diffs by direct commits
@@ -223,7 +224,7 @@ class ViewMaintainer(ViewWriter):
 
         The batches that skipped the view while it was paused are covered, this one included.
         """
-        current = mirror_snapshots(self.spark, self.names, self.plan.tables)
+        current = mirror_snapshots(self.spark, self.names, self.plan.tables, self.sources)
         self.final_since = None  # the backfill judged windows by its own watermark: look at every open one
         try:
             result = self.catch_up(state.since, current, unit, position, state)

@@ -6,13 +6,13 @@ between them is missed however many batches skipped the view.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from lakemv.catalog.declarations import SourceTable
-from lakemv.catalog.tables import TableNames, live_rows_sql
+from lakemv.catalog.declarations import SourceTable, ViewSource
+from lakemv.catalog.tables import TableNames, live_rows_sql, table_of
 from lakemv.catalog.viewstate import STATE, ViewState
 
 
@@ -53,12 +53,16 @@ def ref_snapshot(spark: SparkSession, table: str, ref: str = "main") -> int | No
     return int(rows[0][0]) if rows else None
 
 
-def mirror_snapshots(spark: SparkSession, names: TableNames, tables: Iterable[str]) -> dict[str, int | None]:
-    """The current snapshot id of each mirror (None: the mirror has none yet)."""
-    return {table: ref_snapshot(spark, names.mirror(table)) for table in tables}
+def mirror_snapshots(
+    spark: SparkSession, names: TableNames, tables: Iterable[str], sources: Mapping[str, SourceTable | ViewSource] | None = None
+) -> dict[str, int | None]:
+    """The current snapshot id of each mirror (None: the mirror has none yet); of a view's table, for
+    a table `sources` says is a view another view reads."""
+    sources = sources or {}
+    return {table: ref_snapshot(spark, table_of(names, sources[table]) if table in sources else names.mirror(table)) for table in tables}
 
 
-def live_at_sql(names: TableNames, source: SourceTable, snapshot: int | None, columns: Sequence[str] | None = None) -> str:
+def live_at_sql(names: TableNames, source: SourceTable | ViewSource, snapshot: int | None, columns: Sequence[str] | None = None) -> str:
     """The live rows of a mirror as of `snapshot` (no rows when None: the mirror was empty then)."""
     if snapshot is None:
         return f"{live_rows_sql(names, source, columns=columns)} AND FALSE"
@@ -66,7 +70,7 @@ def live_at_sql(names: TableNames, source: SourceTable, snapshot: int | None, co
 
 
 def changed_rows_sql(
-    names: TableNames, source: SourceTable, old: int | None, new: int | None, columns: Sequence[str]
+    names: TableNames, source: SourceTable | ViewSource, old: int | None, new: int | None, columns: Sequence[str]
 ) -> str:
     """Old and new images of the live rows that differ between two snapshots of a mirror."""
     before = live_at_sql(names, source, old, columns)
