@@ -130,6 +130,8 @@ class BatchProcessor:
         )  # fmt: skip
         by_name = {m.plan.name: m for m in self.maintainers}
         order = levels({name: m.plan for name, m in by_name.items()})  # a view that reads views after them
+        for m in self.maintainers:
+            m.read_by_views = any(m.plan.name in other.plan.upstream for other in self.maintainers)
         tables = {}
         with feeds.together():  # the views' feed columns in one schema change
             for level in order:

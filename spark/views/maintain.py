@@ -74,6 +74,7 @@ class ViewMaintainer(ViewWriter):
         self.direct = None  # a DirectWriter, when the batch writes this view's diffs by direct commits
         self.watermarks: dict[str, int | None] = {}  # set by the batch (lakemv.core.cdc.events); a backfill reads the tables'
         self.final_since: int | None = None  # the watermark this view's windows were last judged final by
+        self.read_by_views = False  # other views read it (lakemv.core.planner.dag): set by the batch
         self.costs = Costs(cost_choice.PRIORS["scan"])  # what its batches cost, for the next choice (in this process: scans keep no state)
 
     def at(self, snapshots: Mapping[str, int | None] | None = None, branch: str | None = None) -> ViewMaintainer:
@@ -143,7 +144,8 @@ class ViewMaintainer(ViewWriter):
         return Ensured(state, current=self.prepare(properties))
 
     def fill(self, ensured: Ensured) -> ViewResult | None:
-        """The view built when it is new or its SQL changed; caught up when a backfill has just published it."""
+        """The view built when it is new or its SQL changed; caught up when a backfill has just published it
+        (by the next batch when views read it: its unit's write id tags the rows they follow)."""
         state = ensured.state
         if state.state == "paused":
             return ViewResult(self.plan.name, 0, paused=True, note=f"paused by {state.by}")
@@ -152,7 +154,7 @@ class ViewMaintainer(ViewWriter):
             if state.state == "resume":
                 write_state(self.spark, self.table, ViewState())
             return result
-        if state.state == "resume":
+        if state.state == "resume" and not self.read_by_views:  # (a view read by views resumes in a batch: they follow its catch-up)
             unit = WriteUnit(f"resume:{self.plan.name}:{_digest(state.raw)}", replay=True)
             with tagged(self.spark, unit.write_id):
                 return self.resume(state, unit, None)

@@ -26,6 +26,7 @@ from lakemv.duck.verify import verify_plan
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.stream.files import run_ingest
 from lakemv.spark.views import indexed, maintain, write
+from lakemv.spark.views.state import read_state
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.cdc import at, dbz, user
 from tests.e2e.cli import move_round
@@ -143,7 +144,7 @@ def test_a_backfill_of_a_view_rebuilds_the_views_that_read_it(lake, tmp_path, mo
         (folder / f"{name}.sql").write_text(text + "\n")
     monkeypatch.setenv("LAKEMV_VIEWS_DIR", str(folder))
     staging, landing = tmp_path / "staging", tmp_path / "landing"
-    generate_files(WorkloadConfig(users=30, seed=5, rounds=2), lake.sources, staging)
+    generate_files(WorkloadConfig(users=30, seed=5, rounds=3), lake.sources, staging)
     for number in range(2):
         move_round(staging, landing, number)
     ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
@@ -156,7 +157,13 @@ def test_a_backfill_of_a_view_rebuilds_the_views_that_read_it(lake, tmp_path, mo
     assert (done["upserts"], done["deletes"]) == (0, 0), done
     assert set(done["downstream"]) == {"pr_histogram", "user_card", "pr_total"}
     assert done["downstream"]["pr_histogram"]["upserts"] > 0 and done["downstream"]["pr_total"]["upserts"] == 1
-    ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # resumes every view
+    ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # no new files: views no view reads resume
+    assert read_state(lake.spark, lake.names.view("user_card")).state == "active"
+    assert read_state(lake.spark, lake.names.view("user_prs")).state == "resume"  # its readers follow its catch-up in a batch
+    assert_dag_fresh(lake, dag_plans(lake.sources))
+    move_round(staging, landing, 2)
+    ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))
+    assert {read_state(lake.spark, lake.names.view(v)).state for v in DAG} == {"active"}
     checked = verify(warehouse=str(lake.settings.warehouse))["views"]
     assert set(checked) == set(DAG) and all(v["missing"] == v["extra"] == v["mismatching"] == 0 for v in checked.values()), checked
     assert_dag_fresh(lake, dag_plans(lake.sources))
