@@ -246,6 +246,9 @@ class ViewSource(BaseModel):
     primary_key: tuple[str, ...] = Field(min_length=1)
     fingerprint: str
     kind: Literal["view"] = "view"
+    # A view whose key is constants has at most one row (a total): every key of a reader reads it,
+    # without an equality; and no two of its rows share the empty column set (`unique`).
+    single_row: bool = False
     unique: tuple[tuple[str, ...], ...] = ()
     event_id: None = None
     event_time: None = None

@@ -29,6 +29,37 @@ _EPOCH = date(1970, 1, 1)
 _CENT = Decimal("0.01")
 
 
+# The queries views/tpch answers through views over views, as TPC-H writes them (final ORDER BY
+# dropped; Q15's view revenue0 as a CTE): each must equal its DAG's last view.
+ORIGINALS = {
+    "q11": """SELECT ps_partkey, sum(ps_supplycost * ps_availqty) AS value
+FROM partsupp, supplier, nation
+WHERE ps_suppkey = s_suppkey AND s_nationkey = n_nationkey AND n_name = 'GERMANY'
+GROUP BY ps_partkey
+HAVING sum(ps_supplycost * ps_availqty) > (
+  SELECT sum(ps_supplycost * ps_availqty) * 0.0001 FROM partsupp, supplier, nation
+  WHERE ps_suppkey = s_suppkey AND s_nationkey = n_nationkey AND n_name = 'GERMANY')""",
+    "q13": """SELECT c_count, count(*) AS custdist
+FROM (SELECT c_custkey, count(o_orderkey) AS c_count
+      FROM customer LEFT OUTER JOIN orders ON c_custkey = o_custkey AND o_comment NOT LIKE '%special%requests%'
+      GROUP BY c_custkey) AS c_orders
+GROUP BY c_count""",
+    "q15": """WITH revenue0 AS (
+  SELECT l_suppkey AS supplier_no, sum(l_extendedprice * (1 - l_discount)) AS total_revenue FROM lineitem
+  WHERE l_shipdate >= date '1996-01-01' AND l_shipdate < date '1996-01-01' + INTERVAL '3' MONTH GROUP BY l_suppkey)
+SELECT s_suppkey, s_name, s_address, s_phone, total_revenue
+FROM supplier, revenue0
+WHERE s_suppkey = supplier_no AND total_revenue = (SELECT max(total_revenue) FROM revenue0)""",
+    "q22": """SELECT cntrycode, count(*) AS numcust, sum(c_acctbal) AS totacctbal
+FROM (SELECT substring(c_phone, 1, 2) AS cntrycode, c_acctbal FROM customer
+      WHERE substring(c_phone, 1, 2) IN ('13', '31', '23', '29', '30', '18', '17')
+        AND c_acctbal > (SELECT avg(c_acctbal) FROM customer WHERE c_acctbal > 0.00
+                         AND substring(c_phone, 1, 2) IN ('13', '31', '23', '29', '30', '18', '17'))
+        AND NOT EXISTS (SELECT * FROM orders WHERE o_custkey = c_custkey)) AS custsale
+GROUP BY cntrycode""",
+}
+
+
 def tpch_sources() -> dict[str, SourceTable]:
     return load_sources([SOURCES_DIR])
 

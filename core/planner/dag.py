@@ -21,7 +21,7 @@ from sqlglot.errors import SqlglotError
 from lakemv.catalog.declarations import SourceTable, ViewColumn, ViewSource
 from lakemv.core.errors import ViewDefinitionError
 from lakemv.core.planner.definitions import ViewDefinition
-from lakemv.core.planner.model import ViewPlan
+from lakemv.core.planner.model import SELF, ViewPlan
 from lakemv.core.planner.plan import plan_view
 
 
@@ -63,9 +63,11 @@ def dependency_order(definitions: Mapping[str, ViewDefinition], sources: Mapping
 
 def as_source(plan: ViewPlan) -> ViewSource:
     """A planned view as the table the views reading it see."""
+    single = not plan.branches and all(SELF not in k.expr for k in plan.keys)  # every key a constant: one row at most
     return ViewSource(
-        name=plan.name, columns=tuple(ViewColumn(name=c) for c in plan.columns), primary_key=plan.key_names, fingerprint=plan.fingerprint
-    )
+        name=plan.name, columns=tuple(ViewColumn(name=c) for c in plan.columns), primary_key=plan.key_names, fingerprint=plan.fingerprint,
+        single_row=single, unique=((),) if single else (),
+    )  # fmt: skip
 
 
 def plan_views(definitions: Mapping[str, ViewDefinition], sources: Mapping[str, SourceTable]) -> dict[str, ViewPlan]:

@@ -11,6 +11,8 @@ from lakemv.core.planner.model import SELF, KeyColumn, Link, holds_columns
 from lakemv.core.planner.resolve import _Resolution
 from lakemv.core.planner.sqltools import _conjuncts, _is_aggregated, _NotLocal, select_conjuncts, select_from
 
+TRUE = "TRUE"  # both sides of the link to a view of one row: every row of the parent meets it
+
 
 class _Keys(_Resolution):
     """Finds the anchor, proves the key unique, and links every occurrence to the anchor."""
@@ -267,6 +269,11 @@ class _Keys(_Resolution):
                     parent[nxt] = current
                     order.append(nxt)
                     queue.append(nxt)
+        for occ in self.occurrences:  # a view of at most one row (a constant key) is read by every key
+            if occ.id not in parent and getattr(self.sources[occ.table], "single_row", False):
+                parent[occ.id] = anchor
+                order.append(occ.id)
+                self.edges.setdefault(tuple(sorted((occ.id, anchor))), []).append((TRUE, TRUE, "=", f"{occ.table}: one row, read by every key"))
         for occ in self.occurrences:
             if occ.id not in parent:
                 problems = self.problems.get(occ.id)

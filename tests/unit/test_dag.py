@@ -99,3 +99,24 @@ def test_not_in_over_a_view_key_is_refused_a_view_key_may_be_null(sources):
     )
     with pytest.raises(ViewDefinitionError, match="NOT EXISTS"):
         plan_views(views, sources)
+
+
+def test_a_view_of_one_row_is_read_by_every_key_without_an_equality(sources):
+    views = definitions(
+        user_prs=PER_USER,
+        mean="-- @key: k\nSELECT 'all' AS k, avg(prs) AS prs FROM user_prs",
+        busy="-- @key: author\nSELECT p.author, p.prs FROM user_prs p WHERE p.prs > (SELECT prs FROM mean)",
+        above="-- @key: author\nSELECT p.author, p.prs - m.prs AS above FROM user_prs p CROSS JOIN mean m",
+    )
+    plans = plan_views(views, sources)
+    inputs = {v.name: v for v in plans["busy"].inputs}
+    assert inputs["mean"].single_row and inputs["mean"].unique == ((),) and not inputs["user_prs"].single_row
+    for name in ("busy", "above"):
+        (link,) = plans[name].links
+        assert link.pairs == (("TRUE", "TRUE", "="),) and plans[name].occurrence(link.child).table == "mean"
+        keys = affected_keys_sql(plans[name], {t: f"LIVE_{t}" for t in plans[name].tables}, {"mean": "changed"})
+        assert "JOIN LIVE_user_prs AS x1 ON TRUE = TRUE" in keys  # a new mean reaches every author
+    # a view of many rows read without an equality is still refused
+    views["bad"] = parse_view("-- @key: author\nSELECT p.author FROM user_prs p WHERE p.prs > (SELECT max(prs) FROM user_prs)", "bad")
+    with pytest.raises(ViewDefinitionError, match="not linked to the view key"):
+        plan_views(views, sources)
