@@ -167,3 +167,22 @@ def test_a_backfill_of_a_view_rebuilds_the_views_that_read_it(lake, tmp_path, mo
     checked = verify(warehouse=str(lake.settings.warehouse))["views"]
     assert set(checked) == set(DAG) and all(v["missing"] == v["extra"] == v["mismatching"] == 0 for v in checked.values()), checked
     assert_dag_fresh(lake, dag_plans(lake.sources))
+
+
+@pytest.mark.slow(40)
+def test_a_view_that_waits_for_its_budget_carries_its_readers_with_it(lake, tmp_path):
+    """Freshness composes: the readers of a view that waits for its budget follow it when it is
+    maintained, between batches too."""
+    views = {**DAG, "user_prs": "-- @freshness: 1 hour\n" + DAG["user_prs"]}
+    plans = plan_views({name: parse_view(text, name) for name, text in views.items()}, lake.sources)
+    p = processor(lake, tmp_path, plans)
+    p.process_lines(0, [(dbz("c", 1, user("a@x.io", "ann")), at("users")), (dbz("c", 2, pr("r", 1, "ann")), at("pull_requests"))])
+    waited = p.process_lines(1, [(dbz("c", 3, pr("r", 2, "ann", "merged")), at("pull_requests"))])
+    assert waited.views["user_prs"].deferred and not any(r.upserts or r.deletes for r in waited.views.values()), waited.views
+    assert lake.spark.table(lake.names.view("user_card")).first()["prs"] == 0  # not yet: user_prs waits (since the first batch)
+    p.indexed["user_prs"].budget = 1  # due now
+    flushed = p.flush("local")
+    assert flushed is not None and {"user_prs", "pr_histogram", "pr_total", "user_card"} <= set(flushed.views), flushed
+    assert_dag_fresh(lake, plans)
+    assert lake.spark.table(lake.names.view("user_card")).first()["prs"] == 2
+    p.close()
