@@ -20,7 +20,7 @@ from lakemv.core.batch.journal import BatchRef, TablePlan
 from lakemv.core.batch.records import LedgerEntry, TableEntry, ViewEntry
 from lakemv.core.batch.result import BatchResult
 from lakemv.core.cdc.changeset import ChangeSet
-from lakemv.core.cdc.effects import CHANGED, Effect, Values
+from lakemv.core.cdc.effects import CHANGED, SIGN, Effect, Values
 from lakemv.core.cdc.events import STORED_DUPLICATE
 
 
@@ -61,6 +61,7 @@ def table_plan(changes: pa.Table, effect: Effect, images: Callable[[list[Values]
     """One table's plan from the `effect` of `changes` against the mirror (lakemv.core.cdc.effects):
     the rows that win, and the old and new images of the rows they change, made a table by `images`."""
     made = images(effect.images).append_column(CHANGED, pa.array(effect.changed, type=pa.list_(pa.string())))
+    made = made.append_column(SIGN, pa.array(effect.signs, type=pa.int8()))
     return TablePlan(changes.take(pa.array(effect.applied, type=pa.int64())), made)
 
 

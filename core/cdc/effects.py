@@ -17,6 +17,7 @@ from lakemv.catalog.tables import DELETED, POSITION
 Row = dict[str, Any]
 Values = tuple[Any, ...]
 CHANGED = "_lmv_changed"  # the images' column: the columns an update changed (NULL: the row appeared or went)
+SIGN = "_lmv_sign"  # the images' column: -1 an old image (the row as it was), +1 a new one (lakemv.core.planner.aggregates)
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Effect:
     applied: list[int] = field(default_factory=list)
     images: list[Values] = field(default_factory=list)  # values in the order of the columns compared
     changed: list[list[str] | None] = field(default_factory=list)  # per image: what its update changed (None: all)
+    signs: list[int] = field(default_factory=list)  # per image: -1 old, +1 new
 
 
 def effect_of_values(
@@ -40,7 +42,7 @@ def effect_of_values(
     `deleted[i]`; deduplicated) with the mirror's stored rows for those keys (`stored`: key ->
     values of `columns`, position, deleted). Positional: no row is made a dict."""
     effect = Effect()
-    applied, images, changes = effect.applied, effect.images, effect.changed
+    applied, images, changes, signs = effect.applied, effect.images, effect.changed, effect.signs
     for index, (key, new, position, gone) in enumerate(zip(keys, incoming, positions, deleted, strict=True)):
         current = stored.get(key)
         if current is not None and position <= current[1]:
@@ -52,10 +54,11 @@ def effect_of_values(
         if old == new:
             continue  # a re-delivered row or a touch: no view can see a difference
         changed = None if old is None or new is None else [c for c, a, b in zip(columns, old, new, strict=True) if a != b]
-        for image in (old, new):
+        for image, sign in ((old, -1), (new, 1)):
             if image is not None:
                 images.append(image)
                 changes.append(changed)
+                signs.append(sign)
     return effect
 
 

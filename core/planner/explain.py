@@ -9,6 +9,7 @@ from sqlglot import exp
 
 from lakemv.core.durations import format_duration
 from lakemv.core.planner import OCCURRENCE, SELF, ViewPlan, over
+from lakemv.core.planner.aggregates import delta_plan
 from lakemv.core.planner.cost import Statistics, cost_lines, predict
 from lakemv.core.planner.dag import dag_lines
 from lakemv.core.sql.viewsql import recompute_sql
@@ -102,6 +103,7 @@ def explain(
                 f"  window_final = the window ends at or before {final.source}'s watermark (newest event time minus its lateness){waits};",
                 "  when the watermarks pass a window's end, its row is recomputed once and turns final.",
             ]
+    lines += _aggregate_lines(plan)
     dag = dag_lines(plans, plan.name) if plans is not None and plan.name in plans else []
     if dag:
         lines += ["", *dag]
@@ -136,6 +138,19 @@ def explain(
     if live is not None:
         lines += ["", "recompute SQL (keys in relation `_lmv_keys`):", recompute_sql(plan, live, "_lmv_keys")]
     return "\n".join(lines)
+
+
+def _aggregate_lines(plan: ViewPlan) -> list[str]:
+    """Which of the view's aggregates follow deltas (a changed row costs the same in any group) and which
+    recompute their groups, and why (lakemv.core.planner.aggregates)."""
+    found = delta_plan(plan)
+    if isinstance(found, str):
+        if sqlglot.parse_one(plan.body, read="spark").find(exp.AggFunc) is None:
+            return []
+        return ["", f"aggregates - each reached key's group is recomputed from its rows: {found}."]
+    return ["", f"aggregates - with the local state, each batch adds its changed rows (old images subtracted) to the reached keys' states, {found.describe()}:",
+            "  a changed row costs the same in a group of ten rows or ten million (exact: sums and averages of decimals and integers; a",
+            "  sum or average of floating-point values, whose result depends on the order of addition, recomputes its groups)."]  # fmt: skip
 
 
 def _windows(plan: ViewPlan) -> list[str]:

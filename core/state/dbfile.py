@@ -77,6 +77,10 @@ def open_checked(path: str) -> tuple[sqlite3.Connection, bool]:
         db.execute("CREATE TABLE IF NOT EXISTS deferred (view TEXT PRIMARY KEY, since INTEGER)")
         # what each way of maintaining a view measured lately (lakemv.core.batch.choice): JSON [[size, seconds], ...]
         db.execute("CREATE TABLE IF NOT EXISTS costs (view TEXT, way TEXT, observed TEXT, PRIMARY KEY (view, way)) WITHOUT ROWID")
+        # aggregates by delta (lakemv.core.state.tallies): each key's state, the state before the unit that
+        # last wrote it, that unit; and per view whether its states are known (built by which unit)
+        db.execute("CREATE TABLE IF NOT EXISTS tallies (view TEXT, k BLOB, state BLOB, prev BLOB, wid TEXT, PRIMARY KEY (view, k)) WITHOUT ROWID")
+        db.execute("CREATE TABLE IF NOT EXISTS tallied (view TEXT PRIMARY KEY, fingerprint TEXT, built_by TEXT)")
         if checked:
             problems = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
             if problems != ["ok"]:

@@ -9,7 +9,8 @@ as the rows, so `lakemv.spark.batch.sync` can tell whether it is in step with it
 Mirror part `m_<table>`: the primary-key columns and every looked-up column as SQLite columns, the
 whole row as a blob, the source position and the tombstone flag; one partial index (live rows) per
 lookup column set. View part `v_<view>`: the key (canonically encoded) and the digest of the row.
-A view that waits for its freshness budget keeps its pending keys in `pending` (`lakemv.core.state.book`).
+A view that waits for its freshness budget keeps its pending keys in `pending` (`lakemv.core.state.book`);
+one whose aggregates follow deltas, each key's aggregate state in `tallies` (`lakemv.core.state.tallies`).
 A *located* part also keeps where each row lives in its Iceberg table - the data file (an id into
 `files`) and the row's position in it - so that replacing the row is a position delete.
 """
@@ -31,6 +32,7 @@ from lakemv.core.state.codec import Values, decode, encode, index_value
 from lakemv.core.state.dbfile import Checkpointer, close_sealed, open_checked
 from lakemv.core.state.layout import MirrorPart, ViewPart
 from lakemv.core.state.places import CHUNK, FilePlaces, Location, key_blob
+from lakemv.core.state.tallies import Tallies
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ class Stored:
     location: Location | None = None  # where the row lives, for a located part (None: not known)
 
 
-class Store(FilePlaces, ViewBook):
+class Store(FilePlaces, ViewBook, Tallies):
     """The local indexed state of one ingest stream (see the module docstring)."""
 
     def __init__(self, path: Path | str):
@@ -185,6 +187,7 @@ class Store(FilePlaces, ViewBook):
             self._db.execute("DELETE FROM pending WHERE view = ?", (part.view,))
             self._db.execute("DELETE FROM deferred WHERE view = ?", (part.view,))
             self._db.execute("DELETE FROM costs WHERE view = ?", (part.view,))  # a new definition costs anew
+            self.forget_tallies(part.view)
             self._forget_files(f"view:{part.view}")
             return False
 
@@ -347,6 +350,7 @@ class Store(FilePlaces, ViewBook):
         with self.transaction():
             self._db.execute(f"DELETE FROM {ansi_ident(f'v_{view}')}")
             self._forget_files(f"view:{view}")
+            self.forget_tallies(view)  # (the view's rows are reloaded: its aggregate states are built again)
 
     def view_count(self, view: str) -> int:
         with self._lock:

@@ -24,7 +24,7 @@ from lakemv.core.batch.journal import Journal, TablePlan
 from lakemv.core.batch.plan import table_plan
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.cdc.changeset import change_values
-from lakemv.core.cdc.effects import CHANGED, effect_of
+from lakemv.core.cdc.effects import CHANGED, SIGN, effect_of
 from lakemv.core.planner.dag import levels
 from lakemv.core.planner.retention import Need
 from lakemv.core.sql.quote import q
@@ -188,7 +188,7 @@ class ScanBackend:
             for table in sorted(changed):
                 relations[table] = f"_lmv_images_{table}"
                 images = plans[table].images
-                images = images.drop_columns([CHANGED]) if CHANGED in images.column_names else images
+                images = images.drop_columns([c for c in (CHANGED, SIGN) if c in images.column_names])
                 spark.createDataFrame(images).createOrReplaceTempView(relations[table])
             stepped = {}
             for m in sorted(scanned, key=lambda m: order[m.plan.name]):

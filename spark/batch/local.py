@@ -21,7 +21,7 @@ from lakemv.core.batch.journal import TablePlan
 from lakemv.core.batch.plan import now_micros, table_plan
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.cdc.changeset import change_values
-from lakemv.core.cdc.effects import CHANGED, effect_of_values
+from lakemv.core.cdc.effects import CHANGED, SIGN, effect_of_values
 from lakemv.core.cdc.events import lowest
 from lakemv.core.planner import over
 from lakemv.core.planner.retention import horizon, settles
@@ -298,6 +298,7 @@ class LocalStateBackend(ScanBackend):
             lambda t: made[t][1] if t in made and made[t][0] is plans[t].images else rows_of(plans[t].images, self.store.mirrors[t].column_names),
         )
         updated = Lazily([t for t in images if CHANGED in plans[t].images.column_names], lambda t: plans[t].images.column(CHANGED).to_pylist())
+        signs = Lazily([t for t in images if SIGN in plans[t].images.column_names], lambda t: plans[t].images.column(SIGN).to_pylist())
         served = {m.plan.name: m for m in ctx.maintainers if m.plan.name in self.indexed and (images or self.indexed[m.plan.name].budget is not None)}
         if due is not None:
             served = {name: m for name, m in served.items() if name in due}
@@ -308,7 +309,7 @@ class LocalStateBackend(ScanBackend):
         gap = deferral.period(self._starts)  # when the next batch is expected: views that wait judge their budget by it
         if served:  # each view's keys and rows side by side, one recompute of them all, each view's writes side by side
             prepared = concurrently(
-                ctx.spark, lambda name: self._indexed_view(served[name], images, updated, unit, position, now, gap, hold), sorted(served), ctx.view_workers
+                ctx.spark, lambda name: self._indexed_view(served[name], images, (updated, signs), unit, position, now, gap, hold), sorted(served), ctx.view_workers
             )
             ready = dict(zip(sorted(served), prepared, strict=True))
             views.update((name, p) for name, p in ready.items() if isinstance(p, ViewResult))
@@ -359,10 +360,11 @@ class LocalStateBackend(ScanBackend):
         return any(v.budget is not None for v in self.indexed.values())
 
     def _indexed_view(  # noqa: ANN001
-        self, maintainer: ViewMaintainer, images, updated, unit: WriteUnit, position: int | None, now: int, gap: int, hold: bool
+        self, maintainer: ViewMaintainer, images, changes, unit: WriteUnit, position: int | None, now: int, gap: int, hold: bool
     ) -> ViewResult | Gathered:
         """A view the store serves: paused and resumed like any view, otherwise prepared from the store
-        for the batch's recompute (or done already: nothing reached, deferred, recomputed whole)."""
+        for the batch's recompute (or done already: nothing reached, deferred, recomputed whole).
+        `changes`: per table, the columns each image's update changed, and each image's sign."""
         state = read_state(self.ctx.spark, maintainer.table)
         if state.state == "paused":
             return ViewResult(maintainer.plan.name, 0, paused=True, note=f"paused by {state.by}")
@@ -371,4 +373,4 @@ class LocalStateBackend(ScanBackend):
             assert self.sync is not None
             self.sync.reload(f"view:{maintainer.plan.name}")
             return result
-        return self.indexed[maintainer.plan.name].prepare(images, unit, position, state, now, gap, updated, hold)
+        return self.indexed[maintainer.plan.name].prepare(images, unit, position, state, now, gap, changes[0], hold, signs=changes[1])

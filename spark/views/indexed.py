@@ -14,7 +14,6 @@ import re
 import time
 from collections.abc import Callable, Mapping, Set
 from dataclasses import replace
-from typing import NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -28,9 +27,7 @@ from lakemv.core.planner import over
 from lakemv.core.planner.finality import final_rows_sql
 from lakemv.core.planner.model import holds_columns
 from lakemv.core.runtime.faults import crash_point
-from lakemv.core.sql.diff import repeated
 from lakemv.core.sql.quote import q, spark_string
-from lakemv.core.sql.viewsql import DIFF_OP
 from lakemv.core.state.codec import Values, rows_of, to_arrow
 from lakemv.core.state.layout import Route
 from lakemv.core.state.places import Location
@@ -38,8 +35,10 @@ from lakemv.core.state.walk import DirectKeys, direct_keys, gather, project_keys
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
 from lakemv.spark.directwrite import Committed
+from lakemv.spark.views.delta import DeltaAggregates
 from lakemv.spark.views.kept import MARK, KeptPlans, Run, run_kept
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
+from lakemv.spark.views.rowdiff import Diff, Diffed, diff_rows
 from lakemv.spark.views.together import TAG, VIEW, Gathered, part_schema
 from lakemv.spark.views.whole import write_whole
 
@@ -69,20 +68,21 @@ class IndexedView:
         # A key may stand for many anchor rows (`_size`): an expression, a constant, a group missing the anchor's key (TPC-H Q1).
         pk = maintainer.sources[self.plan.occurrence(self.plan.anchor).table].primary_key
         self.by_rows = bool(route.derived) or (not self.plan.branches and not holds_columns(self.plan.keys, pk))
+        self.delta = DeltaAggregates.of(self)  # its aggregates by delta, when they qualify (lakemv.spark.views.delta)
 
-    def _view_schema(self) -> pa.Schema:
+    def view_schema(self) -> pa.Schema:
         if self._schema is None:
             from pyspark.sql.pandas.types import to_arrow_schema
 
             self._schema = to_arrow_schema(self.spark.table(self.maintainer.table).schema)
         return self._schema
 
-    def _key_schema(self) -> pa.Schema:
-        return pa.schema([self._view_schema().field(k) for k in self.plan.key_names])
+    def key_schema(self) -> pa.Schema:
+        return pa.schema([self.view_schema().field(k) for k in self.plan.key_names])
 
     def prepare(
         self, images: Mapping[str, list[Values]], unit: WriteUnit, position: int | None, state: ViewState, now: int = 0, gap: int = 0,
-        updated: Mapping[str, list[list[str] | None]] | None = None, hold: bool = False,
+        updated: Mapping[str, list[list[str] | None]] | None = None, hold: bool = False, signs: Mapping[str, list[int]] | None = None,
     ) -> ViewResult | Gathered:
         """The keys the images reach and the rows they read, ready for the view's recompute; or the
         step's result when there is nothing to recompute incrementally (no key reached, keys deferred,
@@ -93,13 +93,14 @@ class IndexedView:
         columns the view does not read reaches none of its keys. `hold`: more units of the batch follow
         (a backlog): a view that can wait adds its keys to its pending keys whatever its budget, and is
         due at the first unit that does not hold (lakemv.core.batch.deferral), diffed whole if the state
-        does not know what is pending (rebuilt, or the keys outgrew an incremental maintenance)."""
+        does not know what is pending (rebuilt, or the keys outgrew an incremental maintenance). `signs`:
+        per table, each image's sign, which a view whose aggregates follow deltas adds up."""
         started = time.perf_counter()
         holds = hold and deferral.refusal(self.plan, indexed=True) is None
         if holds and not self.store.knows_pending(self.plan.name):  # diffed whole when due: what this unit reaches makes no difference
             self._hold()
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, deferred=True, note=deferral.WHOLE_DUE)
-        parts = self.store.mirrors
+        parts, raw = self.store.mirrors, images
         images = {t: self._reaching(t, images[t], (updated or {}).get(t)) for t in images if self.plan.reached_by(t)}
         keys, anchor_rows = reach(self.plan, self.route, parts, self.store, images)
         if anchor_rows:
@@ -109,7 +110,15 @@ class IndexedView:
             keys |= set(rows_of(self.spark.sql(closing).toArrow(), self.plan.key_names))
         steps = {"keys": time.perf_counter() - started}
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
-        whole = False
+        delta, whole, choice = self.delta, False, None
+        if keys and delta is not None and not holds and self.budget is None and signs is not None and delta.table in signs and delta.usable():
+            clock = time.perf_counter()
+            signed = delta.signed(raw[delta.table], signs[delta.table], (updated or {}).get(delta.table), unit.write_id)
+            steps["rows"] = time.perf_counter() - clock
+            choice = self._choose(keys, len(signed))  # (sized by the rows it adds up)
+            if choice.plan == INCREMENTAL:
+                choice = replace(choice, reason=f"aggregates by delta over {len(signed)} changed rows: {choice.reason}")
+                return Gathered(self, sorted(keys, key=repr), {}, choice, Writing(len(keys), position, unit, started, steps, state), signed)
         if holds:  # (a unit that reaches none of its keys holds nothing)
             if keys:
                 self._hold(keys, now, unit.batch_id)
@@ -128,9 +137,11 @@ class IndexedView:
             whole = not pending.known  # the state lost what was pending: diff the whole view
         if not keys and not whole:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
-        choice = Choice(WHOLE, 0.0, None, "its pending keys were not known") if whole else self._choose(keys)
+        choice = Choice(WHOLE, 0.0, None, "its pending keys were not known") if whole else choice or self._choose(keys)
         if choice.plan == WHOLE:  # lakemv.spark.views.whole
             result = write_whole(self, Writing(None if whole else len(keys), position, unit, started, steps, state))
+            if self.delta is not None:
+                self.delta.forget()  # (built again from the mirror by the next unit)
             if result.paused:
                 return result
             seconds = time.perf_counter() - started
@@ -149,7 +160,10 @@ class IndexedView:
         clock = time.perf_counter()
         steps = gathered.writing.steps
         steps["recompute"] = seconds
-        diff = self.diff_rows(new, gathered.keys)
+        keys = gathered.keys
+        if self.delta is not None:
+            new, keys = self._states(gathered, new)
+        diff = self.diff_rows(new, keys)
         steps["diff"] = time.perf_counter() - clock
         direct = self.maintainer.direct is not None and diff.rows.num_rows > 0
         feed = self.maintainer.feed_part(diff.rows, gathered.writing) if direct else None
@@ -169,11 +183,13 @@ class IndexedView:
         self._measured(INCREMENTAL, lambda: self._rows_sized(gathered) if self.by_rows else len(keys), seconds - steps["keys"])
         return replace(result, seconds=seconds, rows_read=gathered.rows_read, plan=INCREMENTAL, reason=gathered.choice.reason)
 
-    def write(self, diff: _Diff, writing: Writing) -> ViewResult:
+    def write(self, diff: Diff, writing: Writing) -> ViewResult:
         """Write a diff into the view (and its feed rows, unless `writing.fed`), then its digests into
         the store; a diff of nothing writes nothing."""
         writing.held, unit = len(diff.duplicated), writing.unit
         if diff.rows.num_rows == 0:
+            if self.delta is not None:
+                self.delta.commit(unit.write_id)
             self.caught_up()
             return ViewResult(self.plan.name, writing.count, steps={k: round(v, 3) for k, v in writing.steps.items()}, held=writing.held)
         result = self.maintainer.write_diff(diff.rows, writing, lambda refresh: self.places(diff.held, unit, refresh))
@@ -181,6 +197,8 @@ class IndexedView:
             return result
         clock = time.perf_counter()
         self.record(diff, unit, writing.committed)
+        if self.delta is not None:  # after the view's commit: a replay reads the states before the unit
+            self.delta.commit(unit.write_id)
         crash_point(f"state:{self.plan.name}", unit.batch_id)
         return replace(result, steps={**result.steps, "state": round(time.perf_counter() - clock, 3)})
 
@@ -195,7 +213,7 @@ class IndexedView:
         diff was computed against); with `refresh`, after following the table (a compaction)."""
         return self.sync.places(self.name, lambda: self.store.view_locations(self.plan.name, held).values(), unit.write_id, refresh)
 
-    def record(self, diff: _Diff, unit: WriteUnit, committed: Committed | None = None) -> None:
+    def record(self, diff: Diff, unit: WriteUnit, committed: Committed | None = None) -> None:
         """The unit's digests into the store, where its rows now live, and the snapshot it made; a
         reload instead when someone else committed to the view meanwhile. A direct commit that
         follows what the store reflects is placed from what it wrote (`StoreSync.place`)."""
@@ -235,8 +253,10 @@ class IndexedView:
         self.budget, self._once = 0, True
 
     def in_step(self) -> None:
-        """The view was just built whole: nothing of it is pending."""
+        """The view was just built whole: nothing of it is pending (and its aggregate states are built by the next unit)."""
         self.store.caught_up(self.plan.name)
+        if self.delta is not None:
+            self.delta.forget()
         if self._once:
             self.budget, self._once = None, False
 
@@ -264,15 +284,16 @@ class IndexedView:
 
     def _rows_sized(self, gathered: Gathered) -> int:
         """The anchor rows `gathered` read, as `_size` counts them."""
-        return -(-sum(len(gathered.rows.get(anchor, ())) for anchor in self.route.anchors) // ROWS_PER_KEY)
+        return -(-(sum(len(gathered.rows.get(anchor, ())) for anchor in self.route.anchors) + len(gathered.signed or ())) // ROWS_PER_KEY)
 
-    def _choose(self, keys: set[Values]) -> Choice:
-        """Incremental or whole, by predicted cost (lakemv.core.batch.choice)."""
+    def _choose(self, keys: set[Values], signed: int | None = None) -> Choice:
+        """Incremental or whole, by predicted cost (lakemv.core.batch.choice); by delta (`signed`: the
+        changed rows it adds up), sized by those rows."""
         refused = ("events are enriched as of processing time" if self.plan.as_of_processing
                    else "the state keeps the digests of unsettled rows only" if self.settle is not None else None)  # fmt: skip
-        size = self._size(keys)
+        size = self._size(keys) if signed is None else -(-signed // ROWS_PER_KEY) if self.by_rows else len(keys)
         choice = self._costs().choose(size, lambda: self.store.view_count(self.plan.name), refused)
-        if self.by_rows:  # sized by rows, not keys: say so
+        if self.by_rows and signed is None:  # sized by rows, not keys: say so
             rows = f"~{size * ROWS_PER_KEY:,} anchor rows its {len(keys):,} keys read"
             return replace(choice, reason=f"{choice.reason} (incremental sized by the {rows}, {ROWS_PER_KEY} to a key)")
         return choice
@@ -290,7 +311,7 @@ class IndexedView:
         for anchor_id, rows in sorted(anchor_rows.items()):
             part = self.store.mirrors[self.plan.occurrence(anchor_id).table]
             if anchor_id not in self._direct:
-                self._direct[anchor_id] = direct_keys(self.plan.keys_at(anchor_id), part, self._key_schema())
+                self._direct[anchor_id] = direct_keys(self.plan.keys_at(anchor_id), part, self.key_schema())
             if (direct := self._direct[anchor_id]) is not None:
                 found |= project_keys(rows, part, direct)
                 continue
@@ -303,7 +324,10 @@ class IndexedView:
 
     def kept_run(self, gathered: Gathered) -> Run:
         """This view's SQL over the rows it gathered, alone, as its kept plan runs it
-        (`lakemv.spark.views.kept.run_kept`); `recomputed` reads its new rows out of the result."""
+        (`lakemv.spark.views.kept.run_kept`); `recomputed` reads its new rows out of the result. By
+        delta: the unit's step of its aggregates (`lakemv.spark.views.delta`)."""
+        if gathered.signed is not None and self.delta is not None:
+            return self.delta.run(gathered.keys, gathered.signed, gathered.writing.unit.write_id)
         inputs: dict[str, pa.Table] = {}
         sources: dict[int, tuple[str, int | None]] = {}
         for occ in self.plan.occurrences:
@@ -323,7 +347,7 @@ class IndexedView:
 
     def keys_read(self, gathered: Gathered) -> pa.Table | None:
         """The keys as a relation for the recompute when its anchor's rows are more than the keys' (`branch` joins them)."""
-        return None if self.route.exact_keys else to_arrow(gathered.keys, self._key_schema())
+        return None if self.route.exact_keys else to_arrow(gathered.keys, self.key_schema())
 
     def branch(self, sources: Mapping[int, tuple[str, int | None]], keyed: str | None, index: int, views: int) -> str:
         """This view's part of the batch's recompute (`lakemv.spark.views.together`): its SQL over the
@@ -348,52 +372,27 @@ class IndexedView:
         select = f"SELECT {index} AS {VIEW}, {outputs} FROM (SELECT b.*, {digest} AS {DIGEST} FROM ({body}) AS b) AS b"
         return f"(WITH {', '.join(ctes)} {select})"
 
-    def diff_rows(self, new: pa.Table, keys: list[Values], also: Set[Values] = frozenset(), stored: Mapping[Values, str] | None = None) -> _Diff:
-        """The rows that changed against the stored digests of `keys` (read unless given; see `_Diff`). A
-        key with several new rows (lakemv.core.sql.diff.repeated; `also`: more, left out of `new`) is left alone."""
-        stored = self.store.digests(self.plan.name, keys) if stored is None else stored
-        new_keys = rows_of(new, self.plan.key_names)
-        duplicated = repeated(new_keys) | also
-        digests = new.column(DIGEST).to_pylist()
-        changed = [i for i, (k, d) in enumerate(zip(new_keys, digests, strict=True)) if k not in duplicated and stored.get(k) != d]
-        present = set(new_keys) | duplicated  # a duplicated key is present: its stored row stays
-        gone = [k for k in keys if k not in present and k in stored]
-        schema = self._view_schema()
-        fields = [f.with_nullable(True) for f in schema] + [pa.field(DIFF_OP, pa.string())]
-        upserted = new.select(list(self.plan.columns)).take(pa.array(changed, type=pa.int64())).cast(pa.schema(fields[:-1]))
-        upserted = upserted.append_column(DIFF_OP, pa.array(["upsert"] * len(changed), type=pa.string()))
-        removed = to_arrow(gone, self._key_schema())
-        for field in fields:
-            if field.name not in removed.column_names:
-                value = "delete" if field.name == DIFF_OP else None
-                removed = removed.append_column(field, pa.array([value] * len(gone), type=field.type))
-        diff = pa.concat_tables([upserted, removed.select([f.name for f in fields]).cast(pa.schema(fields))])
-        held = [new_keys[i] for i in changed if new_keys[i] in stored] + gone
-        times = None
-        if self.settle is not None:  # each row's time, epoch micros, by which its digest is dropped
-            stamps = new.column(self.settle).cast(pa.timestamp("us")).cast(pa.int64()).to_pylist()
-            times = [stamps[i] for i in changed]
-        return _Diff(diff, held, [(new_keys[i], digests[i]) for i in changed], times, gone, duplicated)
+    def _states(self, gathered: Gathered, new: pa.Table) -> tuple[pa.Table, list[Values]]:
+        """A delta view's new rows and the keys they cover: by delta, the stepped keys' (a key whose
+        extreme was retracted recomputed from its group instead); by groups, `new` as it is, the
+        states of its keys computed from the same rows when the state keeps them."""
+        delta, unit = self.delta, gathered.writing.unit
+        assert delta is not None
+        anchor = self.plan.anchor
+        if gathered.signed is None:  # recomputed by groups (keys that waited, a backlog's): their states from their rows
+            if delta.usable() and delta.known(unit.write_id):
+                delta.refresh(gathered.keys, gathered.rows.get(anchor, []), unit.write_id)
+            return new, gathered.keys
+        rows, keys, redo = delta.split(new, unit.write_id)
+        rows = rows.select([*self.plan.columns, DIGEST])
+        if redo:  # an extreme was retracted: those groups from their rows, states included
+            found = gather(self.plan, self.route, self.store.mirrors, self.store, redo)
+            grouped = Gathered(self, redo, found, gathered.choice, gathered.writing)
+            again = self.recomputed(run_kept(self.spark, [self.kept_run(grouped)])[0]).select([*self.plan.columns, DIGEST])
+            delta.refresh(redo, found.get(anchor, []), unit.write_id)
+            rows, keys = pa.concat_tables([rows, again.cast(rows.schema)]), [*keys, *redo]
+        return rows, keys
 
-
-class Diffed(NamedTuple):
-    """A view's diff of a batch (`IndexedView.diff`), its feed rows (None: written with the view), and its
-    seconds (its share of the recompute, then its diff)."""
-
-    diff: _Diff
-    feed: pa.Table | None
-    seconds: float
-    diff_seconds: float
-
-
-class _Diff(NamedTuple):
-    """What a recompute changed: `rows` for the change feed and the view; `held`, the keys among
-    them the view holds a row for; the digests to store (and each row's settling time, for a view
-    whose rows settle), the keys to drop, and the keys left alone (several rows each)."""
-
-    rows: pa.Table
-    held: list[Values]
-    upserts: list[tuple[Values, str]]
-    times: list[int | None] | None
-    deletes: list[Values]
-    duplicated: set[Values]
+    def diff_rows(self, new: pa.Table, keys: list[Values], also: Set[Values] = frozenset(), stored: Mapping[Values, str] | None = None) -> Diff:
+        """The rows that changed against the stored digests of `keys` (`lakemv.spark.views.rowdiff`)."""
+        return diff_rows(self, new, keys, also, stored)

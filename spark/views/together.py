@@ -53,10 +53,11 @@ class Gathered(NamedTuple):
     rows: Mapping[int, list[Values]]
     choice: Choice
     writing: Writing
+    signed: list[tuple[Values, int]] | None = None  # aggregates by delta: the unit's rows with their signs (lakemv.spark.views.delta)
 
     @property
     def rows_read(self) -> int:
-        return sum(len(found) for found in self.rows.values())
+        return sum(len(found) for found in self.rows.values()) + len(self.signed or ())
 
 
 TAG = "_lmv_occurrence"  # which (view, occurrence) of the batch a row of a batch relation was gathered for
@@ -84,7 +85,7 @@ def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: 
         groups[lightest].append(index)
         loads[lightest] += weights[index]
     # Each view on its own: a hundred views' rows together pass any bound, each view's seldom does.
-    kept = {i for i, g in enumerate(views) if weights[i] < SMALL_ROWS and g.view.kept.available}
+    kept = {i for i, g in enumerate(views) if (weights[i] < SMALL_ROWS and g.view.kept.available) or g.signed is not None}  # (a delta's run is its own)
     rest = sum(w for i, w in enumerate(weights) if i not in kept)
 
     def run(group: list[int]) -> list[pa.Table]:

@@ -17,8 +17,8 @@ from lakemv.core.planner.definitions import parse_view
 from lakemv.core.state.store import Store
 from lakemv.duck.status import lake_status
 from lakemv.spark.batch.runner import BatchProcessor
-from lakemv.spark.views import indexed, write
 from tests.cdc import at, dbz, user
+from tests.crashes import crashing_at
 from tests.integration.test_view_properties import assert_views_are_fresh
 
 HOUR = 3_600_000_000
@@ -34,27 +34,6 @@ def processor(lake, folder) -> BatchProcessor:
     plans = [plan_view(parse_view(PROFILE, "user_profile"), lake.sources), plan_view(parse_view(COUNTS, "star_counts"), lake.sources)]
     store, journal = Store(folder / "state.sqlite"), Journal(folder / "journal")
     return BatchProcessor(lake.spark, lake.names, lake.sources, plans, journal=journal, store=store, view_workers=1)
-
-
-class Crash(Exception):
-    """The process died here (in-process: the processor is dropped and built again, as a restart does)."""
-
-
-def crashing_at(p: BatchProcessor, wanted: str, batch: int | BatchRef, lines: list, last: bool = True) -> None:
-    """Process `lines` as unit `batch` (a batch number: its only unit), dying at crash point `wanted`
-    (the crash harness kills a real process there); then the processor is dropped, its state closed as
-    a killed one leaves it."""
-
-    def point(name: str, batch_id: int | None = None) -> None:
-        if name == wanted:
-            raise Crash(name)
-
-    with pytest.MonkeyPatch.context() as patch:
-        for module in (indexed, write):
-            patch.setattr(module, "crash_point", point)
-        with pytest.raises(Crash):
-            p.process(batch if isinstance(batch, BatchRef) else BatchRef("local", batch), lines, last=last)
-    p.close()
 
 
 def view_rows(lake, name: str) -> list:

@@ -25,10 +25,10 @@ from lakemv.core.state.store import Store
 from lakemv.duck.verify import verify_plan
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.stream.files import run_ingest
-from lakemv.spark.views import indexed, maintain, write
 from lakemv.spark.views.state import read_state
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.cdc import at, dbz, user
+from tests.crashes import crashing_at
 from tests.e2e.cli import move_round
 
 DAG = {
@@ -88,9 +88,6 @@ def test_a_dag_of_views_equals_its_recompute_from_the_sources_after_every_batch(
     assert "level 2: pr_total <- pr_histogram" in text and "reads the view user_prs" in text
 
 
-class Crash(Exception):
-    pass
-
 
 def processor(lake, folder: Path, plans: dict) -> BatchProcessor:
     store, journal = Store(folder / "state.sqlite"), Journal(folder / "journal")
@@ -113,16 +110,7 @@ def test_a_unit_that_dies_between_levels_is_replayed_to_the_same_rows(lake, tmp_
     # bob's PR moves to ann: user_prs changes two rows, the histogram two buckets, the total one row
     moved = [(dbz("u", 10, pr("r", 3, "ann", "merged"), pr("r", 3, "bob")), at("pull_requests"))]
 
-    def crash(name: str, batch_id: int | None = None) -> None:
-        if name == point:
-            raise Crash(name)
-
-    with pytest.MonkeyPatch.context() as patch:
-        for module in (indexed, write, maintain):
-            patch.setattr(module, "crash_point", crash)
-        with pytest.raises(Crash):
-            p.process(BatchRef("local", 1), moved)
-    p.close()
+    crashing_at(p, point, 1, moved)
     p = processor(lake, tmp_path, plans)
     again = p.process(BatchRef("local", 1), moved)
     assert again.replayed, again
