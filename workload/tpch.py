@@ -29,9 +29,33 @@ _EPOCH = date(1970, 1, 1)
 _CENT = Decimal("0.01")
 
 
-# The queries views/tpch answers through views over views, as TPC-H writes them (final ORDER BY
-# dropped; Q15's view revenue0 as a CTE): each must equal its DAG's last view.
+# The queries views/tpch answers through views over views or with their key added, as TPC-H writes
+# them (final ORDER BY / LIMIT dropped; Q15's view revenue0 as a CTE): each must equal its view's rows
+# (their columns).
 ORIGINALS = {
+    "q02": """SELECT s_acctbal, s_name, n_name, p_partkey, p_mfgr, s_address, s_phone, s_comment
+FROM part, supplier, partsupp, nation, region
+WHERE p_partkey = ps_partkey AND s_suppkey = ps_suppkey AND p_size = 15 AND p_type LIKE '%BRASS'
+  AND s_nationkey = n_nationkey AND n_regionkey = r_regionkey AND r_name = 'EUROPE'
+  AND ps_supplycost = (SELECT min(ps_supplycost) FROM partsupp, supplier, nation, region
+                       WHERE p_partkey = ps_partkey AND s_suppkey = ps_suppkey AND s_nationkey = n_nationkey
+                         AND n_regionkey = r_regionkey AND r_name = 'EUROPE')""",
+    "q07": """SELECT supp_nation, cust_nation, l_year, sum(volume) AS revenue
+FROM (SELECT n1.n_name AS supp_nation, n2.n_name AS cust_nation, extract(YEAR FROM l_shipdate) AS l_year,
+             l_extendedprice * (1 - l_discount) AS volume
+      FROM supplier, lineitem, orders, customer, nation n1, nation n2
+      WHERE s_suppkey = l_suppkey AND o_orderkey = l_orderkey AND c_custkey = o_custkey
+        AND s_nationkey = n1.n_nationkey AND c_nationkey = n2.n_nationkey
+        AND ((n1.n_name = 'FRANCE' AND n2.n_name = 'GERMANY') OR (n1.n_name = 'GERMANY' AND n2.n_name = 'FRANCE'))
+        AND l_shipdate BETWEEN date '1995-01-01' AND date '1996-12-31') AS shipping
+GROUP BY supp_nation, cust_nation, l_year""",
+    "q09": """SELECT nation, o_year, sum(amount) AS sum_profit
+FROM (SELECT n_name AS nation, extract(YEAR FROM o_orderdate) AS o_year,
+             l_extendedprice * (1 - l_discount) - ps_supplycost * l_quantity AS amount
+      FROM part, supplier, lineitem, partsupp, orders, nation
+      WHERE s_suppkey = l_suppkey AND ps_suppkey = l_suppkey AND ps_partkey = l_partkey AND p_partkey = l_partkey
+        AND o_orderkey = l_orderkey AND s_nationkey = n_nationkey AND p_name LIKE '%green%') AS profit
+GROUP BY nation, o_year""",
     "q11": """SELECT ps_partkey, sum(ps_supplycost * ps_availqty) AS value
 FROM partsupp, supplier, nation
 WHERE ps_suppkey = s_suppkey AND s_nationkey = n_nationkey AND n_name = 'GERMANY'
@@ -50,6 +74,14 @@ GROUP BY c_count""",
 SELECT s_suppkey, s_name, s_address, s_phone, total_revenue
 FROM supplier, revenue0
 WHERE s_suppkey = supplier_no AND total_revenue = (SELECT max(total_revenue) FROM revenue0)""",
+    "q20": """SELECT s_name, s_address
+FROM supplier, nation
+WHERE s_suppkey IN (SELECT ps_suppkey FROM partsupp
+                    WHERE ps_partkey IN (SELECT p_partkey FROM part WHERE p_name LIKE 'forest%')
+                      AND ps_availqty > (SELECT 0.5 * sum(l_quantity) FROM lineitem
+                                         WHERE l_partkey = ps_partkey AND l_suppkey = ps_suppkey
+                                           AND l_shipdate >= date '1994-01-01' AND l_shipdate < date '1994-01-01' + INTERVAL '1' YEAR))
+  AND s_nationkey = n_nationkey AND n_name = 'CANADA'""",
     "q22": """SELECT cntrycode, count(*) AS numcust, sum(c_acctbal) AS totacctbal
 FROM (SELECT substring(c_phone, 1, 2) AS cntrycode, c_acctbal FROM customer
       WHERE substring(c_phone, 1, 2) IN ('13', '31', '23', '29', '30', '18', '17')
