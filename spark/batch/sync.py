@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
@@ -37,6 +38,10 @@ from lakemv.spark.directwrite import Committed
 log = logging.getLogger(__name__)
 _MAX_WALK = 10_000  # snapshots followed back from the current one before giving up (reload)
 DIGEST = "_lmv_digest"
+# Values (rows x columns) a reload collects at once: 20M of them are ~1 GB in the driver's heap and
+# again in Python; a 1M-user, 100-view mirror with its derived key columns was 1.2 GB in one collect,
+# which a 4 GB driver could not hold (its task-result thread ran out of heap and the job hung).
+RELOAD_CELLS = 8_000_000
 
 
 @dataclass(frozen=True)
@@ -272,6 +277,19 @@ class StoreSync:
             return False
         return True
 
+    def _slices(self, sql: str, key: Sequence[str], width: int) -> Iterator[pa.Table]:
+        """The rows of `sql` in slices by a hash of their `key` columns, each collected on its own: a
+        100-view lake's mirror with every key column its views derive, collected whole, needed more
+        than the driver's heap (`RELOAD_CELLS` values a slice; one slice when the rows are fewer)."""
+        rows = self.spark.sql(f"SELECT count(*) FROM ({sql})").first()[0]
+        slices = max(1, -(-rows * width // RELOAD_CELLS))
+        if slices == 1:
+            yield self.spark.sql(sql).toArrow()
+            return
+        hashed = f"pmod(hash({', '.join(f's.{q(k)}' for k in key)}), {slices})"
+        for number in range(slices):
+            yield self.spark.sql(f"SELECT s.* FROM ({sql}) AS s WHERE {hashed} = {number}").toArrow()
+
     def reload(self, name: str) -> int:
         """Reload one part from the current snapshot of its table; returns the rows loaded (for an
         event source, only the events its `retained` predicate keeps)."""
@@ -291,18 +309,19 @@ class StoreSync:
             if part.derived:  # each key expression a view looks rows up by, evaluated by Spark (lakemv.core.state.layout)
                 derived = ", ".join(f"{over(expression, 'a')} AS {q(name)}" for name, expression in part.derived)
                 sql = f"SELECT a.*, {derived} FROM ({sql}) AS a"
-            data = self.spark.sql(sql).toArrow() if snapshot is not None else None
+            loaded = 0
             with self.store.transaction():
                 self.store.clear_rows(table)
                 self.store.drop_indexes(table)
-                if data is not None and data.num_rows:
+                for data in self._slices(sql, part.primary_key, len(columns) + len(part.derived)) if snapshot is not None else ():
                     values = columns_of(data, part.column_names + part.derived_names)
                     positions = data.column(POSITION).to_pylist()
                     deleted = data.column(DELETED).to_pylist()
                     self.store.put_rows(table, zip(zip(*values, strict=True), positions, deleted, strict=True), _locations(data, part.located))
+                    loaded += data.num_rows
                 self.store.rebuild_indexes(table)
                 self.store.set_record(name, part.fingerprint, snapshot, None)
-            return 0 if data is None else data.num_rows
+            return loaded
         view = self.store.views[table]
         rows = 0
         with self.store.transaction():
@@ -315,15 +334,16 @@ class StoreSync:
                     timed = f", unix_micros(v.{q(view.settle)}) AS _lmv_t"
                     if table in self.settled:
                         where = f" WHERE NOT coalesce(v.{q(view.settle)} < timestamp_micros({self.settled[table][1]}), FALSE)"
-                data = self.spark.sql(
+                sql = (
                     f"SELECT {', '.join(q(k) for k in view.key)}, {digest_sql(columns, 'v')} AS {DIGEST}{located}{timed} "
                     f"FROM {identifier}{travel} AS v{where}"
-                ).toArrow()
-                keys = list(zip(*columns_of(data, view.key), strict=True)) if data.num_rows else []
-                times = data.column("_lmv_t").to_pylist() if timed else None
-                digests = zip(keys, data.column(DIGEST).to_pylist(), strict=True)
-                self.store.put_digests(table, digests, (), _locations(data, view.located), times)
-                rows = data.num_rows
+                )
+                for data in self._slices(sql, view.key, len(view.key) + 3):
+                    keys = list(zip(*columns_of(data, view.key), strict=True)) if data.num_rows else []
+                    times = data.column("_lmv_t").to_pylist() if timed else None
+                    digests = zip(keys, data.column(DIGEST).to_pylist(), strict=True)
+                    self.store.put_digests(table, digests, (), _locations(data, view.located), times)
+                    rows += data.num_rows
             self.store.set_record(name, view.fingerprint, snapshot, None)
         return rows
 
