@@ -31,6 +31,7 @@ from lakemv.catalog.tables import (
 from lakemv.core.errors import QueryError
 from lakemv.core.sql.feedsql import FEEDS, ROW, feed_column, feed_view_sql
 from lakemv.core.sql.quote import ansi_ident, ansi_string
+from lakemv.duck.cut import NOT_YET, cut_time, snapshot_at
 
 
 def connect_duckdb(threads: int | None = None, settings: LakeSettings | None = None) -> duckdb.DuckDBPyConnection:
@@ -112,24 +113,36 @@ def _operational(con: duckdb.DuckDBPyConnection, ops: Mapping[str, str], taken: 
 
 
 def lake_connection(
-    settings: LakeSettings, sources: Mapping[str, SourceTable | ViewSource], snapshots: Mapping[str, int | None] | None = None, views: bool = True
+    settings: LakeSettings, sources: Mapping[str, SourceTable | ViewSource], snapshots: Mapping[str, int | None] | None = None, views: bool = True,
+    consistent: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """DuckDB connection where every ingested source and every view (and its feed) is a view named after it.
 
     `snapshots` pins sources to a snapshot id (None: the table was still empty then). Without `views`,
     the sources only (a view recomputed from them: DuckDB reads each table's metadata to define its view).
+    `consistent`: every table as the last committed batch left it (`lakemv.duck.cut`).
     """
     con = connect_duckdb(settings=settings)
+    cut = cut_time(settings) if consistent else None
+
+    def scan(location: str, pinned: int | None = None) -> str:
+        """`iceberg_scan` of a table, at `pinned` or at the cut (an empty read of a table made after it)."""
+        if cut is not None and pinned is None:
+            pinned = snapshot_at(settings, location, cut)
+            if pinned == NOT_YET:
+                return f"(SELECT * FROM iceberg_scan({ansi_string(location)}) WHERE FALSE)"
+        return f"iceberg_scan({ansi_string(location)}" + (f", snapshot_from_id => {int(pinned)})" if pinned else ")")
+
     mirrors = table_locations(settings, MIRROR_NAMESPACE)
     made = set(sources)
     for name, location in sorted(view_tables(settings).items() if views else ()):
         if name in sources or name.endswith(CHANGES_SUFFIX):
             continue  # a source's mirror wins (view names are checked against sources when planned); a feed table of an older lakemv: replaced below
-        con.execute(f"CREATE VIEW {ansi_ident(name)} AS SELECT * FROM iceberg_scan({ansi_string(location)})")
+        con.execute(f"CREATE VIEW {ansi_ident(name)} AS SELECT * FROM {scan(location)}")
         made.add(name)
     ops = table_locations(settings, OPS_NAMESPACE) if views else {}
     if FEEDS in ops:  # each view's feed: its rows of the one feeds table, under the name it always had
-        con.execute(f"CREATE VIEW _lmv_feeds AS SELECT * FROM iceberg_scan({ansi_string(ops[FEEDS])})")
+        con.execute(f"CREATE VIEW _lmv_feeds AS SELECT * FROM {scan(ops[FEEDS])}")
         for view, key in sorted(feed_views(con, "_lmv_feeds").items()):
             con.execute(f"CREATE VIEW {ansi_ident(view + CHANGES_SUFFIX)} AS {feed_view_sql(view, key, '_lmv_feeds', dialect='duckdb')}")
             made.add(view + CHANGES_SUFFIX)
@@ -140,26 +153,27 @@ def lake_connection(
         location = (upstream if source.is_view else mirrors).get(source.name)
         if location is None:
             continue
-        pinned = (snapshots or {}).get(source.name, 0)
-        scan = f"iceberg_scan({ansi_string(location)}" + (f", snapshot_from_id => {int(pinned)})" if pinned else ")")
+        pinned = (snapshots or {}).get(source.name)
+        read = scan(location, pinned)
         if source.is_view:  # a view a view reads (its recompute's input), pinned like the mirrors
             empty = " WHERE FALSE" if snapshots and source.name in snapshots and snapshots[source.name] is None else ""
-            con.execute(f"CREATE VIEW {ansi_ident(source.name)} AS SELECT * FROM {scan}{empty}")
+            con.execute(f"CREATE VIEW {ansi_ident(source.name)} AS SELECT * FROM {read}{empty}")
             continue
         # Declared columns first, then any the mirror gained from schema drift; no bookkeeping.
-        present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()]
+        present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {read}").fetchall()]
         evolved = [c for c in present if c not in source.column_names and c not in BOOKKEEPING_NAMES]
         columns = ", ".join(ansi_ident(c) for c in (*source.column_names, *evolved))
         empty = " AND FALSE" if snapshots and source.name in snapshots and snapshots[source.name] is None else ""
-        con.execute(f"CREATE VIEW {ansi_ident(source.name)} AS SELECT {columns} FROM {scan} WHERE NOT {ansi_ident(DELETED)}{empty}")
+        con.execute(f"CREATE VIEW {ansi_ident(source.name)} AS SELECT {columns} FROM {read} WHERE NOT {ansi_ident(DELETED)}{empty}")
     return con
 
 
-def run_query(settings: LakeSettings, sources: Mapping[str, SourceTable], sql: str) -> pa.Table:
-    """Run ad-hoc SQL over the lake in DuckDB; a bad query raises QueryError with DuckDB's reason."""
+def run_query(settings: LakeSettings, sources: Mapping[str, SourceTable], sql: str, consistent: bool = False) -> pa.Table:
+    """Run ad-hoc SQL over the lake in DuckDB; a bad query raises QueryError with DuckDB's reason.
+    `consistent`: every table as the last committed batch left it (`lakemv.duck.cut`)."""
     if not sql.strip() or not sql.strip().strip(";").strip():
         raise QueryError("the query is empty: give a SELECT, e.g. lakemv query \"select * from users limit 5\"")
-    con = lake_connection(settings, sources)
+    con = lake_connection(settings, sources, consistent=consistent)
     try:
         result = con.execute(sql)
         if result.description is None:  # a statement that returns no rows (e.g. SET)

@@ -74,11 +74,14 @@ def query(
     ctx: typer.Context,
     sql: Annotated[str, typer.Argument(help="DuckDB SQL; tables by plain name (users, repos, ...), lakemv's own too: dead_letters, batches, late_events.")],
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,  # noqa: A002
+    consistent: Annotated[
+        bool, typer.Option("--consistent", help="Read every table as the last committed batch left it (views over views agree).")
+    ] = False,
 ) -> None:
     """Query the lake with DuckDB: live rows only, no bookkeeping columns."""
     from lakemv.duck.query import run_query
 
-    output = render(run_query(ctx.obj.settings, ctx.obj.sources, sql), format.value)
+    output = render(run_query(ctx.obj.settings, ctx.obj.sources, sql, consistent=consistent), format.value)
     if output:
         print(output)  # already rendered; printing through rich again would read data as markup
 

@@ -22,6 +22,7 @@ from lakemv.core.planner.dag import plan_views
 from lakemv.core.planner.definitions import parse_view
 from lakemv.core.planner.explain import explain
 from lakemv.core.state.store import Store
+from lakemv.duck.query import run_query
 from lakemv.duck.verify import verify_plan
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.stream.files import run_ingest
@@ -83,6 +84,13 @@ def test_a_dag_of_views_equals_its_recompute_from_the_sources_after_every_batch(
                 maintained[name] = maintained.get(name, 0) + (step.upserts + step.deletes)
         assert_dag_fresh(lake, plans)
     assert all(maintained.get(name) for name in ("pr_histogram", "pr_total", "user_card")), maintained  # reached by batches, not only built
+    # a batch in flight has committed one view and not yet its readers: a consistent read shows every
+    # table as the last committed batch left it
+    rows = lake.spark.table(lake.names.view("pr_histogram")).count()
+    lake.spark.sql(f"DELETE FROM {lake.names.view('pr_histogram')} WHERE prs = (SELECT min(prs) FROM {lake.names.view('pr_histogram')})")
+    count = "SELECT (SELECT count(*) FROM pr_histogram) AS buckets, (SELECT buckets FROM pr_total) AS total"
+    assert run_query(lake.settings, lake.sources, count).to_pylist() == [{"buckets": rows - 1, "total": rows}]
+    assert run_query(lake.settings, lake.sources, count, consistent=True).to_pylist() == [{"buckets": rows, "total": rows}]
     text = explain(plans["pr_histogram"], plans=plans)
     assert "level 0: user_prs <- pull_requests" in text and "level 1: pr_histogram <- user_prs  (this view)" in text
     assert "level 2: pr_total <- pr_histogram" in text and "reads the view user_prs" in text
