@@ -70,6 +70,8 @@ class ScanBackend:
     def __init__(self, ctx: BatchContext):
         self.ctx = ctx
         self.indexed: Mapping[str, object] = {}  # views stepped from the local state (none here)
+        # each view's level: a view that reads views is stepped after them (lakemv.core.planner.dag)
+        self.level = {name: n for n, level in enumerate(levels({m.plan.name: m.plan for m in ctx.maintainers})) for name in level}
 
     # ---- the backend's own upkeep (nothing to keep here) ---------------------------------------
     def attach(self) -> None:
@@ -181,7 +183,6 @@ class ScanBackend:
         scanned = [m for m in self.ctx.maintainers if m.plan.name not in self.indexed]
         if not scanned:
             return {}
-        order = {name: n for n, level in enumerate(levels({m.plan.name: m.plan for m in self.ctx.maintainers})) for name in level}
         spark, relations, results = self.ctx.spark, {}, dict(done or {})
         upstream = UpstreamImages(spark, self.ctx.names, unit, results)
         try:
@@ -191,7 +192,7 @@ class ScanBackend:
                 images = images.drop_columns([c for c in (CHANGED, SIGN) if c in images.column_names])
                 spark.createDataFrame(images).createOrReplaceTempView(relations[table])
             stepped = {}
-            for m in sorted(scanned, key=lambda m: order[m.plan.name]):
+            for m in sorted(scanned, key=lambda m: self.level[m.plan.name]):
                 deltas = dict(relations)
                 for view in m.plan.inputs:
                     made = upstream.relation(view)

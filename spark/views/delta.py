@@ -55,6 +55,7 @@ class DeltaAggregates:
         self.types: dict[str, str] = {}  # each state column's Spark type
         self.state_schema: pa.Schema | None = None  # key columns, then state columns
         self.pending: tuple[str, list[tuple[Values, Values | None]]] | None = None  # a unit's new states, stored after its commit
+        self._types: dict[str, str] | None = None  # the view table's column types, read at first use
 
     @classmethod
     def of(cls, view: IndexedView) -> DeltaAggregates | None:
@@ -139,7 +140,7 @@ class DeltaAggregates:
 
     def _view_types(self) -> dict[str, str]:
         """The view table's column types (what each row computed from a state is cast to)."""
-        if not hasattr(self, "_types"):
+        if self._types is None:
             schema = self.view.spark.table(self.view.maintainer.table).schema
             self._types = {f.name: f.dataType.simpleString() for f in schema.fields}
         return self._types
