@@ -1,4 +1,5 @@
-"""When things run: the `lakemv` CLI and (later) the Prefect flows it calls."""
+"""When things run: the Prefect flows (ingest, compact, verify, backfill), their deployments and server, and
+the `lakemv` CLI that runs them."""
 
 if __name__ != "lakemv.flows":  # the folder is mapped into the lakemv namespace (pyproject.toml)
     raise ImportError(f"import lakemv.flows, not {__name__}: a second copy would have its own state")

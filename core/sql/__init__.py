@@ -1,1 +1,2 @@
-"""SQL that lakemv generates as text: quoting and literals, the incremental step, the content diff."""
+"""SQL that lakemv generates: quoting and literals, the incremental step and its MERGE (sqlglot trees), the
+feeds' SQL, aggregates by delta, the content diff."""
