@@ -69,14 +69,39 @@ _RELATIONS = itertools.count()
 # recompute: 2.8 -> 2.0 s here).
 SMALL_ROWS = 200_000
 _SMALL_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+# The gathered rows one round of the recompute holds in the driver at once: the views of a batch that
+# gathered more go in rounds, one after the other (a hundred views at 1M users gathered more than a
+# 4 GB driver holds as local relations and results together). A view is never split.
+ROUND_ROWS = 2_000_000
 
 
 def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: int = 1) -> list[tuple[pa.Table, float]]:
-    """Every prepared view's SQL over the rows it gathered, in `workers` threads side by side (the views
-    dealt among them by the rows they read): the views of a thread that gathered few rows by their kept
-    plans, all in one Spark job, the others in one planned job (see the module docstring). Per view its
-    new rows with their digests, and its share of the seconds (by the rows it read)."""
+    """Every prepared view's SQL over the rows it gathered, in rounds of at most `ROUND_ROWS` rows
+    (`_round`), each view with its share of the seconds (by the rows it read)."""
     clock = time.perf_counter()
+    weights = [g.rows_read + 1 for g in views]
+    rounds: list[list[int]] = [[]]
+    held = 0
+    for index in range(len(views)):
+        if rounds[-1] and held + weights[index] > ROUND_ROWS:
+            rounds.append([])
+            held = 0
+        rounds[-1].append(index)
+        held += weights[index]
+    found: dict[int, pa.Table] = {}
+    for chosen in rounds:
+        found.update(zip(chosen, _round(spark, [views[i] for i in chosen], workers), strict=True))
+    seconds = time.perf_counter() - clock
+    return [(found[i], seconds * weights[i] / sum(weights)) for i in range(len(views))]
+
+
+def _round(spark: SparkSession, views: Sequence[Gathered], workers: int) -> list[pa.Table]:
+    """The views' SQL over the rows they gathered, in `workers` threads side by side (the views dealt
+    among them by the rows they read): the views of a thread that gathered few rows by their kept
+    plans, all in one Spark job, the others in one planned job (see the module docstring); per view
+    its new rows with their digests."""
+    if not views:
+        return []
     weights = [g.rows_read + 1 for g in views]
     groups: list[list[int]] = [[] for _ in range(max(1, min(workers, len(views))))]
     loads = [0] * len(groups)
@@ -99,11 +124,10 @@ def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: 
 
     with sql_conf(spark, _SMALL_CONF if 0 < rest < SMALL_ROWS else {}):
         found = concurrently(spark, run, groups)
-    seconds = time.perf_counter() - clock
-    out: list[tuple[pa.Table, float]] = [(pa.table({}), 0.0)] * len(views)
+    out: list[pa.Table] = [pa.table({})] * len(views)
     for group, tables in zip(groups, found, strict=True):
         for index, table in zip(group, tables, strict=True):
-            out[index] = (table, seconds * weights[index] / sum(weights))
+            out[index] = table
     return out
 
 

@@ -21,6 +21,7 @@ from lakemv.flows.ingest import ingest
 from lakemv.flows.verify import verify
 from lakemv.spark.batch import sync as sync_module
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
+from lakemv.spark.views import together
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.e2e.cli import move_round
 
@@ -68,6 +69,7 @@ def test_the_store_follows_compaction_backfill_and_its_own_loss(lake, tmp_path, 
     warehouse = str(lake.settings.warehouse)
     generate_files(WorkloadConfig(users=60, seed=11, rounds=6), lake.sources, staging)
     path = state_path(lake.settings, checkpoint_dir(lake.settings, landing))
+    monkeypatch.setattr(together, "ROUND_ROWS", 40)  # each batch recomputes its views in rounds (a view alone when it gathered more)
     reloads: list[str] = []  # the parts read whole from their tables (the real reload runs too)
     reload = StoreSync.reload
     monkeypatch.setattr(StoreSync, "reload", lambda sync, name: reloads.append(name) or reload(sync, name))
