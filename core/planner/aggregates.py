@@ -1,10 +1,13 @@
 """Aggregates by delta: which views a changed row can update without reading its whole group. Pure.
 
-A view qualifies when it reads one table (no join, no subquery), groups by its key (or is one row,
-keyed by constants), has no HAVING, DISTINCT or window, and every output beyond the key is an
-expression of decomposable aggregates of the row: `count(*)`, `count(x)`, `sum(x)`, `avg(x)`,
-`count_if(p)`, `min(x)`, `max(x)` (not `DISTINCT`). Each aggregate keeps a state per key that a
-signed row (+1 new image, -1 old image) updates by addition (`lakemv.core.sql.deltasql`):
+A view qualifies when it reads one table, or joins its anchor to tables each matched by a unique key
+(its primary key, a declared unique key: at most one row per anchor row, so each anchor row is one
+joined row), has no subquery, groups by its key (or is one row, keyed by constants), has no HAVING,
+DISTINCT or window, and every output beyond the key is an expression of decomposable aggregates of
+the row: `count(*)`, `count(x)`, `sum(x)`, `avg(x)`, `count_if(p)`, `min(x)`, `max(x)` (not
+`DISTINCT`). Each aggregate keeps a state per key that a signed row (+1 new image, -1 old image; for a
+join, an anchor row's joined row after the batch and before it) updates by addition
+(`lakemv.core.sql.deltasql`):
 
 * `count(*)`: the group's rows (also whether the group still exists);
 * `sum(x)`, `avg(x)`: the sum of the non-NULL values and their count (a sum over none is NULL);
@@ -38,6 +41,7 @@ class Aggregate(BaseModel):
 
     kind: Kind
     arg: str | None = None
+    text: str | None = None  # the argument as the view writes it, when `arg` is a column of its joined rows
 
     @property
     def retracts(self) -> bool:
@@ -46,7 +50,8 @@ class Aggregate(BaseModel):
 
     def describe(self) -> str:
         call = {"rows": "count", "count_if": "count_if"}.get(self.kind, self.kind)
-        return f"{call}({'*' if self.arg is None else self.arg.replace(f'{SELF}.', '')})"
+        shown = self.text if self.text is not None else None if self.arg is None else self.arg.replace(f"{SELF}.", "")
+        return f"{call}({'*' if shown is None else shown})"
 
 
 class Output(BaseModel):
@@ -69,6 +74,10 @@ class DeltaPlan(BaseModel):
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[Output, ...]
     grouped: bool  # False: one row keyed by constants, present even over no rows
+    # A join: its joined rows (Spark SQL over the occurrences, named OCCURRENCE), one per anchor row,
+    # with the key columns and each aggregate's argument as `_lmv_a<i>`; `keys`, `where` and the
+    # aggregates' arguments are then over those rows. None: the rows are the one table's.
+    rows: str | None = None
 
     @property
     def retracting(self) -> tuple[int, ...]:
@@ -93,15 +102,23 @@ def delta_plan(plan: ViewPlan) -> DeltaPlan | str:
         return "a UNION ALL"
     if plan.as_of_processing or plan.finality is not None:
         return "rows judged by event time (windows, enrichment as of processing)"
-    if len(plan.occurrences) != 1:
-        return "it reads more than one table (a changed row of a joined table moves whole groups)"
+    joined = len(plan.occurrences) > 1
+    loose = sorted({plan.occurrence(link.child).table for link in plan.links if not link.unique})
+    if loose:
+        return f"it joins {', '.join(loose)} by columns that are not a unique key there (a changed row there moves the rows of many)"
     select = sqlglot.parse_one(plan.body, read="spark")
     if not isinstance(select, exp.Select):
         return "not a single SELECT"
     source = select_from(select)
-    if not isinstance(source, exp.Table) or source.name != OCCURRENCE.format(plan.anchor):
+    tables = {t.name: t for t in select.find_all(exp.Table)}
+    if joined:
+        if OCCURRENCE.format(plan.anchor) not in tables:
+            return "it does not select from its table directly"
+        alias = tables[OCCURRENCE.format(plan.anchor)].alias_or_name
+    elif not isinstance(source, exp.Table) or source.name != OCCURRENCE.format(plan.anchor):
         return "it does not select from its table directly"
-    alias = source.alias_or_name
+    else:
+        alias = source.alias_or_name
     for clause in ("having", "distinct", "order", "limit", "offset", "qualify"):
         if select.args.get(clause):
             return f"{clause.upper()} (whole groups decide)"
@@ -125,7 +142,7 @@ def delta_plan(plan: ViewPlan) -> DeltaPlan | str:
             return f"output {name} is neither a key column nor an aggregate"
         template = projection.unalias().copy()
         for call in list(template.find_all(exp.AggFunc)):
-            aggregate = _aggregate(call, alias)
+            aggregate = _aggregate(call, None if joined else alias)
             if isinstance(aggregate, str):
                 return f"output {name}: {aggregate}"
             if aggregate not in aggregates:
@@ -142,6 +159,8 @@ def delta_plan(plan: ViewPlan) -> DeltaPlan | str:
         return "no aggregate"
     if "rows" not in [a.kind for a in aggregates]:
         aggregates.append(Aggregate(kind="rows"))  # whether the group still has rows
+    if joined:
+        return _over_joined_rows(select, plan, aggregates, outputs, grouped)
     return DeltaPlan(
         keys=tuple((k.name, k.expr) for k in plan.keys),
         where=_over_self(where.this, alias) if where is not None else None,
@@ -151,7 +170,7 @@ def delta_plan(plan: ViewPlan) -> DeltaPlan | str:
     )
 
 
-def _aggregate(call: exp.AggFunc, alias: str) -> Aggregate | str:
+def _aggregate(call: exp.AggFunc, alias: str | None) -> Aggregate | str:
     """One aggregate call as a decomposable aggregate, or why it is not one."""
     if call.find(exp.Distinct) is not None:
         return "a DISTINCT aggregate"
@@ -170,8 +189,31 @@ def _aggregate(call: exp.AggFunc, alias: str) -> Aggregate | str:
     return Aggregate(kind=kind, arg=_over_self(call.this, alias))
 
 
-def _over_self(node: exp.Expression, alias: str) -> str:
-    """An expression over the view's one table, with its columns qualified by SELF."""
+def _over_joined_rows(select: exp.Select, plan: ViewPlan, aggregates: list[Aggregate], outputs: list[Output], grouped: bool) -> DeltaPlan:
+    """A join's plan: its joined rows as a SELECT of the key columns and each aggregate's argument
+    (the view's FROM and WHERE as written), the keys and arguments as columns of those rows."""
+    rows = select.copy()
+    for clause in ("group", "having"):
+        rows.set(clause, None)
+    named = {p.alias_or_name: p.unalias() for p in select.selects}
+    columns = [exp.alias_(named[k].copy(), k, quoted=True) for k in plan.key_names] if grouped else []  # (one row: its key is constants)
+    columns += [exp.alias_(sqlglot.parse_one(a.arg, read="spark"), f"_lmv_a{i}") for i, a in enumerate(aggregates) if a.arg is not None]
+    rows.set("expressions", columns)
+    over = [a if a.arg is None else Aggregate(kind=a.kind, arg=f"{SELF}._lmv_a{i}", text=a.arg) for i, a in enumerate(aggregates)]
+    return DeltaPlan(
+        keys=tuple((k, f"{SELF}.`{k}`") for k in plan.key_names) if grouped else tuple((k.name, k.expr) for k in plan.keys),
+        where=None,
+        aggregates=tuple(over),
+        outputs=tuple(outputs),
+        grouped=grouped,
+        rows=rows.sql(dialect="spark"),
+    )
+
+
+def _over_self(node: exp.Expression, alias: str | None) -> str:
+    """An expression over the view's one table, with its columns qualified by SELF (`alias` None: as written)."""
+    if alias is None:
+        return node.sql(dialect="spark")
     copy = node.copy()
     for column in copy.find_all(exp.Column):
         if column.table == alias or not column.table:

@@ -148,7 +148,8 @@ def _aggregate_lines(plan: ViewPlan) -> list[str]:
         if sqlglot.parse_one(plan.body, read="spark").find(exp.AggFunc) is None:
             return []
         return ["", f"aggregates - each reached key's group is recomputed from its rows: {found}."]
-    return ["", f"aggregates - with the local state, each batch adds its changed rows (old images subtracted) to the reached keys' states, {found.describe()}:",
+    rows = "its changed rows (old images subtracted)" if found.rows is None else "the joined rows of each changed row of its key's table (as they were subtracted)"
+    return ["", f"aggregates - with the local state, each batch adds {rows} to the reached keys' states, {found.describe()}:",
             "  a changed row costs the same in a group of ten rows or ten million (exact: sums and averages of decimals and integers; a",
             "  sum or average of floating-point values, whose result depends on the order of addition, recomputes its groups)."]  # fmt: skip
 

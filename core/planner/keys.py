@@ -296,5 +296,11 @@ class _Keys(_Resolution):
             for ea, eb, op, fragment in self.edges[(a, b)]:
                 pairs.append((ea, eb, op) if a == child else (eb, ea, op))
                 fragments.append(fragment)
-            links.append(Link(child=child, parent=up, pairs=tuple(pairs), fragments=tuple(dict.fromkeys(fragments))))
+            equated: dict[str, bool] = {}  # the child's plain columns the link equates -> with `=` (not only `<=>`)
+            for mine, _theirs, op in pairs:
+                if mine.startswith(f"{SELF}.") and mine.count(".") == 1 and "(" not in mine:
+                    column = mine.split(".", 1)[1].strip("`")
+                    equated[column] = equated.get(column, False) or op == "="
+            unique = self._keyed(exp.to_table(self.occurrences[child].table), equated)
+            links.append(Link(child=child, parent=up, pairs=tuple(pairs), fragments=tuple(dict.fromkeys(fragments)), unique=unique))
         return tuple(links)

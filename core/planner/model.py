@@ -41,6 +41,7 @@ class Link(BaseModel):
     parent: int
     pairs: tuple[tuple[str, str, str], ...]  # (expression over child, over parent, "=" or "<=>")
     fragments: tuple[str, ...]
+    unique: bool = False  # the pairs equate a unique key of the child's table: at most one child row per parent row
 
 
 class KeyColumn(BaseModel):

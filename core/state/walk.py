@@ -3,17 +3,21 @@
 * `reach`: changed rows (old and new images) -> the view keys they can affect, hop by hop up to the
   anchor through the live rows as they are after the batch (as the scan-based path joins them);
 * `gather`: a set of keys -> the rows each occurrence of the view reads for them, anchor first,
-  then each child from its parent's rows.
+  then each child from its parent's rows;
+* `reached_anchors`, `sides` (aggregates by delta over a join): the anchor rows changed rows reach,
+  and the rows their joined rows read before the batch (`Before`: the store with the old images back)
+  and after it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import pyarrow as pa
 
 from lakemv.core.planner import KeyColumn, ViewPlan
+from lakemv.core.planner.model import Occurrence
 from lakemv.core.state.codec import Values
 from lakemv.core.state.layout import NOT_CONSTANT, Lookup, MirrorPart, Route, constant, plain_column
 
@@ -70,14 +74,10 @@ def _hop(store: Lookups, parts: Mapping[str, MirrorPart], hop: Lookup, rows: lis
     return store.lookup(hop.table, hop.columns, _project(rows, parts[table], hop.using), hop.null_safe)
 
 
-def reach(
+def _climbed(
     plan: ViewPlan, route: Route, parts: Mapping[str, MirrorPart], store: Lookups, images: Mapping[str, list[Values]]
-) -> tuple[set[Values], dict[int, list[Values]]]:
-    """(keys, anchor rows): the keys the images reach, and per anchor (a UNION ALL has one per branch)
-    the rows whose keys are expressions or constants (the caller evaluates those with that anchor's
-    key expressions)."""
-    keys: set[Values] = set()
-    anchor_rows: dict[int, list[Values]] = {}
+) -> Iterator[tuple[Occurrence, list[Values], str]]:
+    """Per occurrence with images: the rows its hops up the view's route reach, and their table."""
     for occ in plan.occurrences:
         rows = images.get(occ.table)
         if not rows:
@@ -86,6 +86,18 @@ def reach(
         for hop in route.up[occ.id]:
             rows = _hop(store, parts, hop, rows, table)
             table = hop.table
+        yield occ, rows, table
+
+
+def reach(
+    plan: ViewPlan, route: Route, parts: Mapping[str, MirrorPart], store: Lookups, images: Mapping[str, list[Values]]
+) -> tuple[set[Values], dict[int, list[Values]]]:
+    """(keys, anchor rows): the keys the images reach, and per anchor (a UNION ALL has one per branch)
+    the rows whose keys are expressions or constants (the caller evaluates those with that anchor's
+    key expressions)."""
+    keys: set[Values] = set()
+    anchor_rows: dict[int, list[Values]] = {}
+    for occ, rows, table in _climbed(plan, route, parts, store, images):
         columns = route.key_columns[occ.id]
         if all(c is not None for c in columns):
             keys.update(_project(rows, parts[table], columns))  # type: ignore[arg-type]
@@ -109,3 +121,90 @@ def gather(
         parent_table = plan.occurrence(link.parent).table
         rows[link.child] = _hop(store, parts, route.down[link.child], rows[link.parent], parent_table)
     return rows
+
+
+# ---- aggregates by delta over a join (lakemv.core.planner.aggregates): each anchor row is one joined row ----
+def reached_anchors(plan: ViewPlan, route: Route, parts: Mapping[str, MirrorPart], store: Lookups, images: Mapping[str, list[Values]]) -> list[Values]:
+    """The anchor rows whose joined row the images may change, as they are after the batch (an image
+    of the anchor itself, old or new, is its own row). An occurrence whose hops stop short of the
+    anchor (their last link carries the key) reaches the anchor rows of its keys."""
+    found: list[Values] = []
+    keys: set[Values] = set()
+    for occ, rows, table in _climbed(plan, route, parts, store, images):
+        if len(route.up[occ.id]) == len(list(plan.chain(occ.id))):
+            found.extend(rows)
+        else:
+            keys.update(_project(rows, parts[table], route.key_columns[occ.id]))  # type: ignore[arg-type]
+    if keys:
+        anchor = route.anchors[plan.anchor]
+        positions = [plan.key_names.index(n) for n in anchor.using]
+        found.extend(store.lookup(anchor.table, anchor.columns, [tuple(k[i] for i in positions) for k in keys], anchor.null_safe))
+    return found
+
+
+Changed = Mapping[str, Mapping[Values, Values | None]]  # per table: a changed row's primary key -> its row before the batch (None: new)
+
+
+def changed_rows(parts: Mapping[str, MirrorPart], images: Mapping[str, Sequence[Values]], signs: Mapping[str, Sequence[int]]) -> dict[str, dict[Values, Values | None]]:
+    """Per table, each row the batch changed: its primary key -> its old image (-1), or None when the
+    batch inserted it (a new image, +1, without an old one)."""
+    changed: dict[str, dict[Values, Values | None]] = {}
+    for table, rows in images.items():
+        part = parts[table]
+        pk = [part.column_names.index(c) for c in part.primary_key]
+        old: dict[Values, Values | None] = {}
+        for row, sign in zip(rows, signs[table], strict=True):
+            key = tuple(row[i] for i in pk)
+            if sign < 0:
+                old[key] = row
+            else:
+                old.setdefault(key, None)
+        changed[table] = old
+    return changed
+
+
+class Before:
+    """The store's live rows as they were before the batch: each changed row's old image in place of
+    its row (none where the batch inserted it). Lookups only."""
+
+    def __init__(self, store: Lookups, parts: Mapping[str, MirrorPart], changed: Changed):
+        self.store = store
+        self.parts = parts
+        self.changed = changed
+
+    def lookup(self, table: str, columns: Sequence[str], values: Iterable[Values], null_safe: Sequence[bool]) -> list[Values]:
+        values = list(values)
+        found = self.store.lookup(table, columns, values, null_safe)
+        changed = self.changed.get(table)
+        if not changed:
+            return found
+        part = self.parts[table]
+        pk = [part.column_names.index(c) for c in part.primary_key]
+        rows = [row for row in found if tuple(row[i] for i in pk) not in changed]
+        positions = [part.column_names.index(c) for c in columns]
+        wanted = set(values)
+        for old in changed.values():
+            if old is None:
+                continue
+            probe = tuple(old[i] for i in positions)
+            if probe in wanted and not any(v is None and not safe for v, safe in zip(probe, null_safe, strict=True)):
+                rows.append(old)
+        return rows
+
+
+def sides(
+    plan: ViewPlan, route: Route, parts: Mapping[str, MirrorPart], store: Lookups, anchors: Iterable[Values], changed: Changed
+) -> tuple[dict[int, list[Values]], dict[int, list[Values]]]:
+    """(before, after): the rows each occurrence reads for the anchor rows `anchors` (found again by
+    primary key) before the batch and after it: an anchor row's joined row is computed from each side."""
+    table = plan.occurrence(plan.anchor).table
+    part = parts[table]
+    pk = [part.column_names.index(c) for c in part.primary_key]
+    keys = sorted({tuple(row[i] for i in pk) for row in anchors}, key=repr)
+    found = []
+    for lookups in (Before(store, parts, changed), store):
+        rows = {plan.anchor: lookups.lookup(table, part.primary_key, keys, [False] * len(pk))}
+        for link in plan.links:  # parents before children
+            rows[link.child] = _hop(lookups, parts, route.down[link.child], rows[link.parent], plan.occurrence(link.parent).table)
+        found.append(rows)
+    return found[0], found[1]

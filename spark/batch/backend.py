@@ -193,14 +193,14 @@ class ScanBackend:
                 spark.createDataFrame(images).createOrReplaceTempView(relations[table])
             stepped = {}
             for m in sorted(scanned, key=lambda m: self.level[m.plan.name]):
-                deltas = dict(relations)
+                deltas, signed = dict(relations), {}
                 for view in m.plan.inputs:
                     made = upstream.relation(view)
                     if made is not None:
-                        deltas[view.name] = made
+                        deltas[view.name], signed[view.name] = made, upstream.signed(view)
                 if due is not None and len(deltas) == len(relations):
                     continue  # between batches: only the readers of views that were due
-                stepped[m.plan.name] = results[m.plan.name] = m.apply(deltas, unit, position)
+                stepped[m.plan.name] = results[m.plan.name] = m.apply(deltas, unit, position, signed)
             return stepped
         finally:
             upstream.close()

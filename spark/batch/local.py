@@ -32,7 +32,7 @@ from lakemv.core.state.layout import ViewPart, mirror_parts, route
 from lakemv.core.state.places import Location
 from lakemv.core.state.store import Store, Stored
 from lakemv.spark.batch.backend import BatchContext, ScanBackend, _by_key
-from lakemv.spark.batch.sync import StoreSync, record_mirrors
+from lakemv.spark.batch.sync import StoreSync, SyncReport, record_mirrors
 from lakemv.spark.commits import WriteUnit, commit_once
 from lakemv.spark.directwrite import Committed
 from lakemv.spark.parallel import concurrently
@@ -41,6 +41,7 @@ from lakemv.spark.views.kept import MARK, KeptPlans, run_kept
 from lakemv.spark.views.maintain import ViewMaintainer
 from lakemv.spark.views.state import read_state
 from lakemv.spark.views.together import Gathered, part_schema, recompute_together
+from lakemv.spark.views.viewdelta import ViewDelta
 
 ORDINAL = "_lmv_i"  # each row's place in the unit, which the evaluation of derived columns keeps
 
@@ -94,10 +95,12 @@ class LocalStateBackend(ScanBackend):
                         self.indexed[m.plan.name].catch_up_once()
                 if ctx.direct_tables:
                     m.direct = ctx.direct
+        for m in ctx.maintainers:  # views over views, by scans: their aggregates by delta keep their states here
+            m.delta = None if m.plan.name in self.indexed else ViewDelta.of(m, store)
         self.sync.retained, self.sync.settled = self._retained()
         # A unit still in the journal may be replayed next: its commits are not foreign (the replay
         # applies its rows to the store again, and diffs its views against what the store holds).
-        self.synced = self.sync.check(ctx.journal.write_ids() if ctx.journal is not None else ())
+        self.synced = self._out_of_step(self.sync.check(ctx.journal.write_ids() if ctx.journal is not None else ()))
 
     def in_step(self, views: Collection[str]) -> None:
         """`views` were just built whole: nothing of them is pending."""
@@ -107,8 +110,17 @@ class LocalStateBackend(ScanBackend):
 
     def check(self, replaying: Collection[str]) -> bool:
         assert self.sync is not None
-        self.sync.check(replaying)
+        self._out_of_step(self.sync.check(replaying))
         return True
+
+    def _out_of_step(self, report: SyncReport) -> SyncReport:
+        """A store found out of step with the tables may hold states of aggregates by delta that no
+        longer match their views (`lakemv.spark.views.viewdelta`): those are built again."""
+        if report.reloaded:
+            for m in self.ctx.maintainers:
+                if m.delta is not None:
+                    m.delta.forget()
+        return report
 
     def record(self, plans: Mapping[str, TablePlan], unit: WriteUnit) -> bool:
         """The unit's applied rows into the store, with the snapshots its commits made (one transaction)."""

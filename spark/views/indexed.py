@@ -35,7 +35,7 @@ from lakemv.core.state.walk import DirectKeys, direct_keys, gather, project_keys
 from lakemv.spark.batch.sync import DIGEST, StoreSync, digest_sql
 from lakemv.spark.commits import WriteUnit
 from lakemv.spark.directwrite import Committed
-from lakemv.spark.views.delta import DeltaAggregates
+from lakemv.spark.views.delta import IndexedDelta
 from lakemv.spark.views.kept import MARK, KeptPlans, Run, run_kept
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
 from lakemv.spark.views.rowdiff import Diff, Diffed, diff_rows
@@ -68,7 +68,7 @@ class IndexedView:
         # A key may stand for many anchor rows (`_size`): an expression, a constant, a group missing the anchor's key (TPC-H Q1).
         pk = maintainer.sources[self.plan.occurrence(self.plan.anchor).table].primary_key
         self.by_rows = bool(route.derived) or (not self.plan.branches and not holds_columns(self.plan.keys, pk))
-        self.delta = DeltaAggregates.of(self)  # its aggregates by delta, when they qualify (lakemv.spark.views.delta)
+        self.delta = IndexedDelta.of(self)  # its aggregates by delta, when they qualify (lakemv.spark.views.delta)
 
     def view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -111,9 +111,9 @@ class IndexedView:
         steps = {"keys": time.perf_counter() - started}
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
         delta, whole, choice = self.delta, False, None
-        if keys and delta is not None and not holds and self.budget is None and signs is not None and delta.table in signs and delta.usable():
+        if keys and delta is not None and not holds and self.budget is None and delta.ready(signs, images):
             clock = time.perf_counter()
-            signed = delta.signed(raw[delta.table], signs[delta.table], (updated or {}).get(delta.table), unit.write_id)
+            signed = delta.signed(raw, signs, images, (updated or {}).get(delta.table), unit.write_id)  # type: ignore[arg-type]
             steps["rows"] = time.perf_counter() - clock
             choice = self._choose(keys, len(signed))  # (sized by the rows it adds up)
             if choice.plan == INCREMENTAL:
@@ -378,10 +378,9 @@ class IndexedView:
         states of its keys computed from the same rows when the state keeps them."""
         delta, unit = self.delta, gathered.writing.unit
         assert delta is not None
-        anchor = self.plan.anchor
         if gathered.signed is None:  # recomputed by groups (keys that waited, a backlog's): their states from their rows
             if delta.usable() and delta.known(unit.write_id):
-                delta.refresh(gathered.keys, gathered.rows.get(anchor, []), unit.write_id)
+                delta.refresh(gathered.keys, gathered.rows, unit.write_id)
             return new, gathered.keys
         rows, keys, redo = delta.split(new, unit.write_id)
         rows = rows.select([*self.plan.columns, DIGEST])
@@ -389,7 +388,7 @@ class IndexedView:
             found = gather(self.plan, self.route, self.store.mirrors, self.store, redo)
             grouped = Gathered(self, redo, found, gathered.choice, gathered.writing)
             again = self.recomputed(run_kept(self.spark, [self.kept_run(grouped)])[0]).select([*self.plan.columns, DIGEST])
-            delta.refresh(redo, found.get(anchor, []), unit.write_id)
+            delta.refresh(redo, found, unit.write_id)
             rows, keys = pa.concat_tables([rows, again.cast(rows.schema)]), [*keys, *redo]
         return rows, keys
 

@@ -36,6 +36,7 @@ from lakemv.spark.parallel import concurrently
 from lakemv.spark.tables import create_empty
 from lakemv.spark.views.feeds import Feeds
 from lakemv.spark.views.state import changed_rows_sql, live_at_sql, mirror_snapshots, read_state, write_state
+from lakemv.spark.views.viewdelta import ViewDelta
 from lakemv.spark.views.write import ViewWriter, Writing
 
 FINGERPRINT = "lakemv.view.fingerprint"
@@ -76,6 +77,7 @@ class ViewMaintainer(ViewWriter):
         self.final_since: int | None = None  # the watermark this view's windows were last judged final by
         self.read_by_views = False  # other views read it (lakemv.core.planner.dag): set by the batch
         self.costs = Costs(cost_choice.PRIORS["scan"])  # what its batches cost, for the next choice (in this process: scans keep no state)
+        self.delta: ViewDelta | None = None  # its aggregates by delta over the view it reads (set by a batch with a local state)
 
     def at(self, snapshots: Mapping[str, int | None] | None = None, branch: str | None = None) -> ViewMaintainer:
         """The same view, reading the mirrors as of `snapshots` and/or writing `branch` (a backfill's)."""
@@ -86,6 +88,7 @@ class ViewMaintainer(ViewWriter):
             other.table, other.feed = f"{self.table}.branch_{branch}", f"{self.names.feeds}.branch_{branch}"
             other.on_main = False
             other.direct = None  # direct commits go to a table's main branch
+            other.delta = None  # (its states follow the main branch)
         return other
 
     # ---- tables ------------------------------------------------------------------------------------
@@ -194,7 +197,13 @@ class ViewMaintainer(ViewWriter):
     # ---- maintenance -------------------------------------------------------------------------------
     def write_all(self, unit: WriteUnit) -> ViewResult:
         """Recompute every key and write what differs (inside the caller's tagged block)."""
+        self._forget()
         return self.write(None, Writing(None, None, unit))
+
+    def _forget(self) -> None:
+        """The view is written other than by its deltas: its aggregate states are built again by the next unit."""
+        if self.delta is not None and self.on_main and self.delta.known(""):  # (known to no unit: a store read, no write)
+            self.delta.forget()
 
     def backfill(self) -> ViewResult:
         """Recompute every key; write only what differs from the view table.
@@ -208,24 +217,27 @@ class ViewMaintainer(ViewWriter):
         with tagged(self.spark, unit.write_id):
             return self.write_all(unit)
 
-    def apply(self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None) -> ViewResult:
+    def apply(self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None, signed: Mapping[str, str] | None = None) -> ViewResult:
         """Recompute the keys the changed rows in `deltas` (table -> relation of old and new images) reach.
 
         Runs inside the batch's tagged block; `unit.batch_id` goes to the change feed. A view paused
-        by a backfill is skipped; one the backfill has published is first caught up.
+        by a backfill is skipped; one the backfill has published is first caught up. `signed`: per view
+        it reads, a relation of its changed rows with their signs, which its aggregates by delta add up.
         """
         state = read_state(self.spark, self.table) if self.on_main else ViewState()
         if state.state == "paused":
             return ViewResult(self.plan.name, 0, paused=True, note=f"paused by {state.by}")
         if state.state == "resume":
             return self.resume(state, unit, position)
-        return self._apply(deltas, unit, position, state)
+        return self._apply(deltas, unit, position, state, signed)
 
     def resume(self, state: ViewState, unit: WriteUnit, position: int | None) -> ViewResult:
         """Catch up with every mirror change since the snapshots a backfill last read, then resume.
 
-        The batches that skipped the view while it was paused are covered, this one included.
+        The batches that skipped the view while it was paused are covered, this one included (its
+        aggregate states missed them: built again by the next unit).
         """
+        self._forget()
         current = mirror_snapshots(self.spark, self.names, self.plan.tables, self.sources)
         self.final_since = None  # the backfill judged windows by its own watermark: look at every open one
         try:
@@ -262,7 +274,9 @@ class ViewMaintainer(ViewWriter):
             for relation in deltas.values():
                 self.spark.catalog.dropTempView(relation)
 
-    def _apply(self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None, state: ViewState) -> ViewResult:
+    def _apply(
+        self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None, state: ViewState, signed: Mapping[str, str] | None = None
+    ) -> ViewResult:
         started = time.perf_counter()
         reaching = {t: r for t, r in deltas.items() if t in self.live and self.plan.reached_by(t)}
         queries = affected_key_queries(self.plan, self.live, reaching)
@@ -276,6 +290,14 @@ class ViewMaintainer(ViewWriter):
         if keys.num_rows == 0:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
         choice = self._choose(keys.num_rows)
+        delta = self.delta if choice.plan == INCREMENTAL and self.on_main and signed else None
+        if delta is not None and delta.table in signed and delta.usable():  # type: ignore[operator]
+            result = self._by_delta(keys, signed[delta.table], Writing(keys.num_rows, position, unit, started, steps, state))  # type: ignore[index]
+            if result is not None:
+                return replace(result, plan=INCREMENTAL, reason=f"aggregates by delta: {choice.reason}")
+        else:
+            delta = None
+            self._forget()
         if choice.plan == WHOLE:
             result = self.write(None, Writing(keys.num_rows, position, unit, started, steps, state))
             if result.paused:
@@ -286,11 +308,30 @@ class ViewMaintainer(ViewWriter):
         self.spark.createDataFrame(keys).createOrReplaceTempView(relation)
         try:
             result = self.write(relation, Writing(keys.num_rows, position, unit, started, steps, state))
+            if delta is not None and not result.paused:  # an extreme was retracted: its groups recomputed, their states with them
+                delta.refresh(relation, unit.write_id)
+                delta.commit(unit.write_id)
+                crash_point(f"tallies:{self.plan.name}", unit.batch_id)
         finally:
             self.spark.catalog.dropTempView(relation)
         if not result.paused:
             self.costs.observe(INCREMENTAL, lambda: keys.num_rows, result.seconds - steps["keys"])
         return replace(result, plan=INCREMENTAL, reason=choice.reason)
+
+    def _by_delta(self, keys: pa.Table, signed: str, w: Writing) -> ViewResult | None:
+        """The keys' rows by delta (`lakemv.spark.views.viewdelta`), written, then their states stored;
+        None when a group lost its extreme (recomputed by scans instead)."""
+        assert self.delta is not None
+        clock = time.perf_counter()
+        diff = self.delta.diff(keys, signed, w.unit.write_id)
+        if diff is None:
+            return None
+        w.steps["recompute"] = time.perf_counter() - clock
+        result = self.write_diff(diff, w)
+        if not result.paused:  # after the view's commit: a replay reads the states before the unit
+            self.delta.commit(w.unit.write_id)
+            crash_point(f"tallies:{self.plan.name}", w.unit.batch_id)
+        return result
 
     def closing_query(self) -> str | None:
         """SQL of the keys whose windows the watermarks closed since the last batch (their rows turn

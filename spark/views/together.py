@@ -36,6 +36,7 @@ from lakemv.spark.views.kept import run_kept
 from lakemv.spark.views.write import Writing
 
 if TYPE_CHECKING:
+    from lakemv.spark.views.delta import Sides
     from lakemv.spark.views.indexed import IndexedView
 
 
@@ -53,7 +54,7 @@ class Gathered(NamedTuple):
     rows: Mapping[int, list[Values]]
     choice: Choice
     writing: Writing
-    signed: list[tuple[Values, int]] | None = None  # aggregates by delta: the unit's rows with their signs (lakemv.spark.views.delta)
+    signed: list[tuple[Values, int]] | Sides | None = None  # aggregates by delta: the unit's rows with their signs, or a join's sides (lakemv.spark.views.delta)
 
     @property
     def rows_read(self) -> int:

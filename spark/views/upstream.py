@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from lakemv.catalog.declarations import ViewSource
 from lakemv.catalog.tables import TableNames, live_rows_sql
 from lakemv.core.batch.result import ViewResult
+from lakemv.core.cdc.effects import SIGN
 from lakemv.core.sql.feedsql import feed_column
 from lakemv.core.sql.quote import q, spark_string
 from lakemv.spark.commits import WRITE_ID, WriteUnit
@@ -54,11 +55,14 @@ def changed_keys(spark: SparkSession, names: TableNames, view: ViewSource, span:
 
 
 def images_sql(names: TableNames, view: ViewSource, span: tuple[int | None, int], keys: str) -> str:
-    """Old and new rows of `view` for the keys in relation `keys`: its table before the unit and after it."""
+    """Old and new rows of `view` for the keys in relation `keys`: its table before the unit (each row
+    signed -1) and after it (+1), the sign in column SIGN."""
     before, after = span
     on = " AND ".join(f"v.{q(k)} <=> k.{q(k)}" for k in view.primary_key)
-    sides = [after] + ([before] if before is not None else [])
-    return " UNION ALL ".join(f"SELECT v.* FROM ({live_rows_sql(names, view, snapshot)}) v LEFT SEMI JOIN {keys} k ON {on}" for snapshot in sides)
+    sides = [(after, 1)] + ([(before, -1)] if before is not None else [])
+    return " UNION ALL ".join(
+        f"SELECT v.*, {sign} AS {SIGN} FROM ({live_rows_sql(names, view, snapshot)}) v LEFT SEMI JOIN {keys} k ON {on}" for snapshot, sign in sides
+    )
 
 
 class UpstreamImages:
@@ -77,6 +81,10 @@ class UpstreamImages:
             self.made[view.name] = self._make(view)
         return self.made[view.name]
 
+    def signed(self, view: ViewSource) -> str | None:
+        """The same rows with their signs (-1 old, +1 new, in column SIGN), or None when it changed none."""
+        return None if self.relation(view) is None else f"_lmv_upsigned_{view.name}"
+
     def _make(self, view: ViewSource) -> str | None:
         result = self.done.get(view.name)
         if not self.unit.replay and (result is None or result.paused or not (result.upserts or result.deletes)):
@@ -89,12 +97,15 @@ class UpstreamImages:
         changed_keys(self.spark, self.names, view, feeds).localCheckpoint(eager=True).createOrReplaceTempView(keys)
         try:
             relation = f"_lmv_upstream_{view.name}"
-            self.spark.sql(images_sql(self.names, view, span, keys)).localCheckpoint(eager=True).createOrReplaceTempView(relation)
+            signed = self.spark.sql(images_sql(self.names, view, span, keys)).localCheckpoint(eager=True)
+            signed.createOrReplaceTempView(f"_lmv_upsigned_{view.name}")
+            signed.drop(SIGN).createOrReplaceTempView(relation)
         finally:
             self.spark.catalog.dropTempView(keys)
         return relation
 
     def close(self) -> None:
-        for relation in self.made.values():
+        for name, relation in self.made.items():
             if relation is not None:
                 self.spark.catalog.dropTempView(relation)
+                self.spark.catalog.dropTempView(f"_lmv_upsigned_{name}")

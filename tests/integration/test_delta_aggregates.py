@@ -1,7 +1,9 @@
-"""Aggregates by delta: a grouped view and a total over one table follow a batch's signed rows (old
-images subtracted, new ones added) instead of reading their groups, and equal their SQL run in full
-after every batch of a random history, through retracted extremes, deletes of whole groups, replays
-and units that die after the view's commit.
+"""Aggregates by delta: a grouped view and a total over one table, and a grouped view over a join
+(pull requests joined to their authors by the unique username), follow a batch's signed rows (old
+images subtracted, new ones added; for the join, each reached pull request's joined row as it was and
+as it is) instead of reading their groups, and equal their SQL run in full after every batch of a
+random history, through renamed and deleted authors, retracted extremes, deletes of whole groups,
+replays and units that die after the view's commit.
 
 The history is seeded (three seeds, eight batches each, on a domain of 3 statuses, 4 authors and 12
 pull requests, so groups gain, lose, empty and refill); the full runs are Spark's of the user's SQL
@@ -34,9 +36,13 @@ SELECT status, count(*) AS prs, count(author) AS authored, count_if(title = 'fix
 FROM pull_requests WHERE repo <> 'skip' GROUP BY status""",
     "pr_all": """-- @key: scope
 SELECT 'all' AS scope, count(*) AS prs, sum(`index`) AS total, avg(`index`) AS mean, min(author) AS first_author FROM pull_requests""",
+    "pr_authors": """-- @key: status
+SELECT p.status, count(*) AS prs, sum(u.id) AS ids, max(u.registered_at) AS newest, count_if(u.username = 'ann') AS anns
+FROM pull_requests p JOIN users u ON u.username = p.author WHERE p.repo <> 'skip' GROUP BY p.status""",
 }
 STATUSES, AUTHORS, TITLES = ("open", "merged", None), ("ann", "bob", "cy", None), ("fix", "feat", None)
 TIMES = ("2024-03-01T12:00:00Z", "2024-03-02T12:00:00Z", "2024-03-03T12:00:00Z", None)
+EMAILS, STAMPS = ("a@x.io", "b@x.io", "c@x.io"), (1_709_294_400_000_000, 1_709_380_800_000_000, None)
 
 
 def plans(sources) -> list:
@@ -53,15 +59,37 @@ def pr(repo: str, index: int, rng: random.Random) -> dict:
             "status": rng.choice(STATUSES), "created_at": rng.choice(TIMES)}  # fmt: skip
 
 
+def author(email: str, rng: random.Random, users: dict) -> dict | None:
+    """A user row for `email` whose username no other live user has (usernames are unique), or None."""
+    taken = {u["username"] for e, u in users.items() if e != email}
+    free = [n for n in AUTHORS if n is not None and n not in taken]
+    if not free:
+        return None
+    return {"id": rng.randint(1, 9), "email": email, "username": rng.choice(free), "registered_at": rng.choice(STAMPS)}
+
+
 def batches(seed: int, count: int = 8) -> list[list[tuple[str, str]]]:
-    """A random history: creates, updates of every column, deletes, re-creates and replays."""
-    rng, live, lsn, sent, out = random.Random(seed), {}, 100, [], []
+    """A random history: creates, updates of every column, deletes, re-creates and replays, of pull
+    requests and (one change in four) of their authors: renamed, deleted, created again."""
+    rng, live, lsn, sent, out, users = random.Random(seed), {}, 100, [], [], {}
     keys = [(repo, i) for repo in ("a", "b", "skip") for i in range(1, 5)]
     for _ in range(count):
         lines = []
         for _ in range(rng.randint(1, 7)):
             key = rng.choice(keys)
             lsn += 1
+            if rng.random() < 0.25:  # an author
+                email = rng.choice(EMAILS)
+                if email in users and rng.random() < 0.3:
+                    line = dbz("d", lsn, None, users.pop(email))
+                elif (row := author(email, rng, users)) is not None:
+                    line = dbz("u" if email in users else "c", lsn, row, users.get(email))
+                    users[email] = row
+                else:
+                    continue
+                lines.append((line, at("users")))
+                sent.append(lines[-1])
+                continue
             if key in live and rng.random() < 0.35:
                 line = dbz("d", lsn, None, live.pop(key))
             else:
@@ -78,14 +106,16 @@ def batches(seed: int, count: int = 8) -> list[list[tuple[str, str]]]:
 
 def assert_fresh(lake) -> None:
     spark = lake.spark
-    spark.sql(live_rows_sql(lake.names, lake.sources["pull_requests"])).createOrReplaceTempView("pull_requests")
+    for table in ("pull_requests", "users"):
+        spark.sql(live_rows_sql(lake.names, lake.sources[table])).createOrReplaceTempView(table)
     try:
         for plan in plans(lake.sources):
             expected = spark.sql(plan.definition.sql)
             actual = spark.table(lake.names.view(plan.name)).select(*expected.columns)
             assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
     finally:
-        spark.catalog.dropTempView("pull_requests")
+        for table in ("pull_requests", "users"):
+            spark.catalog.dropTempView(table)
     for plan in plans(lake.sources):
         verified = verify_plan(lake.settings, lake.sources, plan)
         assert not isinstance(verified, str) and verified.ok, verified
@@ -95,31 +125,36 @@ def assert_fresh(lake) -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_aggregates_by_delta_equal_their_full_runs_through_a_random_history(lake, tmp_path, seed):
     p = processor(lake, tmp_path)
-    by_delta = 0
+    by_delta: dict[str, int] = {}
     for number, lines in enumerate(batches(seed), start=1):
         result = p.process_lines(number, lines)
-        by_delta += sum(1 for v in result.views.values() if (v.reason or "").startswith("aggregates by delta"))
+        for name, v in result.views.items():
+            by_delta[name] = by_delta.get(name, 0) + (v.reason or "").startswith("aggregates by delta")
         assert_fresh(lake)
-    assert by_delta >= 8, by_delta  # (the first batch builds the states from the mirror)
+    assert sum(by_delta.values()) >= 8 and by_delta.get("pr_authors"), by_delta  # (the first batch builds the states from the mirror)
     p.close()
 
 
 
 @pytest.mark.slow(60)
-@pytest.mark.parametrize("point", ["view:pr_status", "state:pr_status"])
+@pytest.mark.parametrize("point", ["view:pr_status", "state:pr_status", "state:pr_authors"])
 def test_a_unit_that_dies_after_the_view_commit_adds_its_deltas_once(lake, tmp_path, point):
-    history = batches(7, 4)
+    history = batches(7, 3)  # pull requests only: no author joins yet
     p = processor(lake, tmp_path)
-    for number, lines in enumerate(history[:3], start=1):
+    for number, lines in enumerate(history, start=1):
         p.process_lines(number, lines)
     assert_fresh(lake)
-
-    crashing_at(p, point, 4, history[3])
+    # the authors arrive (their pull requests join them: pr_authors changes) and a pull request opens
+    opened = {"title": "fix", "repo": "a", "repo_owner": "o", "index": 9, "author": "ann", "status": "open", "created_at": TIMES[0]}
+    authors = [{"id": i, "email": e, "username": n, "registered_at": STAMPS[0]} for i, (e, n) in enumerate(zip(EMAILS, AUTHORS), start=1)]
+    arrive = [(dbz("c", 900 + i, row), at("users")) for i, row in enumerate(authors)] + [(dbz("c", 910, opened), at("pull_requests"))]
+    crashing_at(p, point, 4, arrive)
     p = processor(lake, tmp_path)
-    again = p.process(BatchRef("local", 4), history[3])
+    again = p.process(BatchRef("local", 4), arrive)
     assert again.replayed, again
     assert_fresh(lake)
-    more = p.process_lines(5, batches(8, 1)[0])
-    assert (more.views["pr_status"].reason or "").startswith("aggregates by delta"), more.views
+    closed = [(dbz("u", 911, {**opened, "status": "merged"}, opened), at("pull_requests")), (dbz("d", 912, None, authors[0]), at("users"))]
+    more = p.process_lines(5, closed)
+    assert all((more.views[v].reason or "").startswith("aggregates by delta") for v in ("pr_status", "pr_authors")), more.views
     assert_fresh(lake)
     p.close()

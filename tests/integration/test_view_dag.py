@@ -1,7 +1,8 @@
 """Views over views: a DAG of views maintained batch by batch, each level after the views it reads.
 
 The DAG (`DAG`): `user_prs` (pull requests per author, from the local state), `pr_histogram` (authors
-per PR count, over `user_prs`), `pr_total` (one row over the histogram) and `user_card` (users joined
+per PR count, over `user_prs`), `pr_total` (one row over the histogram; both aggregates by delta over
+the rows of the view they read, the histogram's max falling back to its group when retracted) and `user_card` (users joined
 with `user_prs` by username: a source and a view). After every batch, each view equals its SQL run by
 Spark with every view it reads replaced by *its* SQL, down to the mirrors (so the whole DAG equals a
 recompute from the sources), and DuckDB's verify of every level passes. A unit that dies after an
@@ -36,7 +37,7 @@ DAG = {
     "user_prs": """-- @key: author
 SELECT author, count(*) AS prs, count_if(status = 'merged') AS merged FROM pull_requests GROUP BY author""",
     "pr_histogram": """-- @key: prs
-SELECT prs, count(*) AS authors, sum(merged) AS merged FROM user_prs GROUP BY prs""",
+SELECT prs, count(*) AS authors, sum(merged) AS merged, max(merged) AS most_merged FROM user_prs GROUP BY prs""",
     "pr_total": """-- @key: k
 SELECT 'all' AS k, count(*) AS buckets, sum(authors) AS authors FROM pr_histogram""",
     "user_card": """-- @key: email
@@ -76,14 +77,18 @@ def test_a_dag_of_views_equals_its_recompute_from_the_sources_after_every_batch(
     staging, landing = tmp_path / "staging", tmp_path / "landing"
     generate_files(WorkloadConfig(users=40, seed=11, rounds=3), lake.sources, staging)
     maintained: dict[str, int] = {}
+    reasons: dict[str, set[str]] = {}
     for number in range(3):
         move_round(staging, landing, number)
         result = run_ingest(lake.spark, lake.settings, lake.sources, landing, once=True, views=list(plans.values()))
         for batch in result.batches:
             for name, step in batch.views.items():
                 maintained[name] = maintained.get(name, 0) + (step.upserts + step.deletes)
+                reasons.setdefault(name, set()).add(step.reason or "")
         assert_dag_fresh(lake, plans)
     assert all(maintained.get(name) for name in ("pr_histogram", "pr_total", "user_card")), maintained  # reached by batches, not only built
+    for name in ("pr_histogram", "pr_total"):  # aggregates over a view follow its changed rows (lakemv.spark.views.viewdelta)
+        assert any(r.startswith("aggregates by delta") for r in reasons[name]), reasons
     # a batch in flight has committed one view and not yet its readers: a consistent read shows every
     # table as the last committed batch left it
     rows = lake.spark.table(lake.names.view("pr_histogram")).count()
@@ -107,7 +112,7 @@ def pr(repo: str, index: int, author: str | None, status: str = "open") -> dict:
 
 
 @pytest.mark.slow(60)
-@pytest.mark.parametrize("point", ["view:user_prs", "feed:pr_histogram", "view:pr_histogram"])
+@pytest.mark.parametrize("point", ["view:user_prs", "feed:pr_histogram", "view:pr_histogram", "tallies:pr_histogram"])
 def test_a_unit_that_dies_between_levels_is_replayed_to_the_same_rows(lake, tmp_path, point):
     plans = dag_plans(lake.sources)
     p = processor(lake, tmp_path, plans)

@@ -42,11 +42,29 @@ def test_a_total_keeps_its_one_row_and_expressions_over_aggregates(sources):
     assert "s.s1 / CAST(s.c1 AS DECIMAL(20,0))" in rows_sql(found, "new", plan.columns, {}, decimals=[1])
 
 
+def test_a_join_by_unique_keys_follows_deltas_over_its_joined_rows(sources):
+    """Each pull request joined to its author's user row (by the unique username) is one joined row: the
+    deltas add up those rows, old and new, whatever the table that changed."""
+    plan = planned(sources, "status", "SELECT p.status, count(*) AS n, sum(u.id) AS ids, max(length(u.email)) AS widest "
+                                      "FROM pull_requests p JOIN users u ON u.username = p.author WHERE u.email LIKE '%.io' GROUP BY p.status")  # fmt: skip
+    found = delta_plan(plan)
+    assert not isinstance(found, str), found
+    assert found.keys == (("status", "_lmv_self.`status`"),) and found.where is None and found.grouped
+    assert [(a.kind, a.arg) for a in found.aggregates] == [("rows", None), ("sum", "_lmv_self._lmv_a1"), ("max", "_lmv_self._lmv_a2")]
+    assert found.describe() == "by delta: count(*), sum(u.id); max(LENGTH(u.email)) by delta until a change removes the extreme, which recomputes its group"
+    assert found.rows is not None and found.rows.startswith("SELECT p.status AS `status`, u.id AS _lmv_a1, LENGTH(u.email) AS _lmv_a2 FROM _lmv_occ_")
+    assert "GROUP BY" not in found.rows and "LIKE '%.io'" in found.rows  # the view's joins and filter, one row per pull request
+    assert "JOIN _lmv_occ_" in found.rows
+    total = delta_plan(planned(sources, "scope", "SELECT 'all' AS scope, sum(u.id) AS ids FROM pull_requests p JOIN users u ON u.username = p.author"))
+    assert not isinstance(total, str) and not total.grouped and total.keys == (("scope", "'all'"),)  # one row: its key stays a constant
+    assert total.rows is not None and total.rows.startswith("SELECT u.id AS _lmv_a0 FROM")
+
+
 @pytest.mark.parametrize(
     ("key", "sql", "reason"),
     [
         ("author", "SELECT p.author, count(DISTINCT p.repo) AS repos FROM pull_requests p GROUP BY p.author", "a DISTINCT aggregate"),
-        ("email", "SELECT u.email, count(*) AS n FROM users u JOIN payment_info p ON p.user_id = u.id GROUP BY u.email", "more than one table"),
+        ("email", "SELECT u.email, count(*) AS n FROM users u JOIN pull_requests p ON p.author = u.username GROUP BY u.email", "not a unique key"),
         ("author", "SELECT author, count(*) AS n FROM pull_requests GROUP BY author HAVING count(*) > 1", "HAVING"),
         ("author", "SELECT author, collect_list(title) AS titles FROM pull_requests GROUP BY author", "is not count, sum, avg"),
         ("email", "SELECT email, username FROM users", "neither a key column nor an aggregate"),
@@ -77,5 +95,5 @@ def test_explain_says_which_aggregates_follow_deltas(sources):
     assert "aggregates - with the local state, each batch adds its changed rows" in grouped
     assert "by delta: count(*); max(created_at) by delta until a change removes the extreme, which recomputes its group" in grouped
     joined = explain(planned(sources, "email", "SELECT u.email, count(*) AS n FROM users u JOIN payment_info p ON p.user_id = u.id GROUP BY u.email"))
-    assert "aggregates - each reached key's group is recomputed from its rows: it reads more than one table" in joined
+    assert "aggregates - each reached key's group is recomputed from its rows: it joins payment_info by columns that are not a unique key" in joined
     assert "aggregates -" not in explain(planned(sources, "email", "SELECT email, username FROM users"))

@@ -7,10 +7,12 @@ import pytest
 
 from lakemv.catalog.tables import TableNames, live_rows_sql
 from lakemv.core.errors import ViewDefinitionError
+from lakemv.core.planner.aggregates import delta_plan
 from lakemv.core.planner.dag import dependency_order, downstream, levels, plan_views, views_read
 from lakemv.core.planner.definitions import parse_view
 from lakemv.core.sql.viewsql import affected_keys_sql
 from lakemv.core.state.layout import route
+from lakemv.spark.views.upstream import images_sql
 
 PER_USER = """-- @key: author
 SELECT author, count(*) AS prs, sum(CASE WHEN status = 'merged' THEN 1 ELSE 0 END) AS merged
@@ -90,6 +92,12 @@ def test_a_view_over_views_is_maintained_by_scans_and_reads_the_view_table(sourc
     (upstream,) = plans["pr_histogram"].inputs
     assert live_rows_sql(names, upstream) == "SELECT `author`, `prs`, `merged` FROM lake.views.user_prs WHERE TRUE"
     assert "VERSION AS OF 7" in live_rows_sql(names, upstream, 7)
+    found = delta_plan(plans["pr_histogram"])  # its aggregates follow the rows of user_prs that change
+    assert not isinstance(found, str) and found.keys == (("prs", "_lmv_self.prs"),), found
+    signed = images_sql(names, upstream, (3, 5), "k")
+    assert "SELECT v.*, 1 AS _lmv_sign FROM (SELECT `author`, `prs`, `merged` FROM lake.views.user_prs VERSION AS OF 5 WHERE" in signed
+    assert "SELECT v.*, -1 AS _lmv_sign FROM (SELECT `author`, `prs`, `merged` FROM lake.views.user_prs VERSION AS OF 3 WHERE" in signed
+    assert "-1 AS" not in images_sql(names, upstream, (None, 5), "k")  # the upstream's first commit: no old rows
 
 
 def test_not_in_over_a_view_key_is_refused_a_view_key_may_be_null(sources):
