@@ -115,6 +115,11 @@ class DeltaAggregates:
         width = len(self.keys)
         self.store.set_tallies(self.name, self.view_plan.fingerprint, ((s[:width], s[width:]) for s in states), write_id)
 
+    def states_of(self, found: pa.Table, keys: Sequence[Values]) -> list[tuple[Values, Values | None]]:
+        """Each of `keys` with its state in `found` (`state_sql`'s rows; None: the key has no rows)."""
+        computed = dict(zip(rows_of(found, self.keys), rows_of(found, state_columns(self.plan)), strict=True))
+        return [(k, computed.get(k)) for k in keys]
+
     def view_types(self) -> dict[str, str]:
         """The view table's column types (what each row computed from a state is cast to)."""
         if self._types is None:
@@ -196,7 +201,7 @@ class IndexedDelta(DeltaAggregates):
         """The unit's images of the table the view can see, with their signs (`raw`: every changed
         table's images; `changed`: the columns each image of the view's table changed); for a join, the
         rows the joined rows of the anchor rows reached (from `reached`, the images the view can see)
-        read before and after the unit. None when the states are not known: they are built from the
+        read before and after the unit. No rows when the states are not known: they are built from the
         tables as the unit left them, which hold its changes."""
         if not self.known(write_id):
             self.build(write_id)
@@ -256,8 +261,7 @@ class IndexedDelta(DeltaAggregates):
         else:
             relation = f"({over_occurrences(self.plan.rows, self._relations(f'{MARK}{self.name}_group', rows, inputs))})"
         found = run_kept(self.spark, [(self.view.kept, "delta-state", state_sql(self.plan, relation, self.decimals), inputs)])[0]
-        computed = dict(zip(rows_of(found, self.keys), rows_of(found, state_columns(self.plan)), strict=True))
-        states = [(k, computed.get(k)) for k in keys]
+        states = self.states_of(found, keys)
         if self.pending is not None and self.pending[0] == write_id:
             states = [*self.pending[1], *states]
         self.pending = (write_id, states)

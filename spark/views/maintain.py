@@ -290,9 +290,10 @@ class ViewMaintainer(ViewWriter):
         if keys.num_rows == 0:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
         choice = self._choose(keys.num_rows)
-        delta = self.delta if choice.plan == INCREMENTAL and self.on_main and signed else None
-        if delta is not None and delta.table in signed and delta.usable():  # type: ignore[operator]
-            result = self._by_delta(keys, signed[delta.table], Writing(keys.num_rows, position, unit, started, steps, state))  # type: ignore[index]
+        delta = self.delta
+        upstream = (signed or {}).get(delta.table) if delta is not None else None  # its upstream's signed rows
+        if choice.plan == INCREMENTAL and self.on_main and delta is not None and upstream is not None and delta.usable():
+            result = self._by_delta(keys, upstream, Writing(keys.num_rows, position, unit, started, steps, state))
             if result is not None:
                 return replace(result, plan=INCREMENTAL, reason=f"aggregates by delta: {choice.reason}")
         else:
@@ -309,7 +310,7 @@ class ViewMaintainer(ViewWriter):
         try:
             result = self.write(relation, Writing(keys.num_rows, position, unit, started, steps, state))
             if delta is not None and not result.paused:  # an extreme was retracted: its groups recomputed, their states with them
-                delta.refresh(relation, unit.write_id)
+                delta.refresh(keys, relation, unit.write_id)
                 delta.commit(unit.write_id)
                 crash_point(f"tallies:{self.plan.name}", unit.batch_id)
         finally:

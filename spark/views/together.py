@@ -91,19 +91,18 @@ def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: 
         held += weights[index]
     found: dict[int, pa.Table] = {}
     for chosen in rounds:
-        found.update(zip(chosen, _round(spark, [views[i] for i in chosen], workers), strict=True))
+        found.update(zip(chosen, _round(spark, [views[i] for i in chosen], [weights[i] for i in chosen], workers), strict=True))
     seconds = time.perf_counter() - clock
     return [(found[i], seconds * weights[i] / sum(weights)) for i in range(len(views))]
 
 
-def _round(spark: SparkSession, views: Sequence[Gathered], workers: int) -> list[pa.Table]:
+def _round(spark: SparkSession, views: Sequence[Gathered], weights: Sequence[int], workers: int) -> list[pa.Table]:
     """The views' SQL over the rows they gathered, in `workers` threads side by side (the views dealt
-    among them by the rows they read): the views of a thread that gathered few rows by their kept
-    plans, all in one Spark job, the others in one planned job (see the module docstring); per view
-    its new rows with their digests."""
+    among them by the rows they read, `weights`): the views of a thread that gathered few rows by
+    their kept plans, all in one Spark job, the others in one planned job (see the module docstring);
+    per view its new rows with their digests."""
     if not views:
         return []
-    weights = [g.rows_read + 1 for g in views]
     groups: list[list[int]] = [[] for _ in range(max(1, min(workers, len(views))))]
     loads = [0] * len(groups)
     for index in sorted(range(len(views)), key=lambda i: -weights[i]):  # the heaviest first, to the lightest group

@@ -65,6 +65,11 @@ def images_sql(names: TableNames, view: ViewSource, span: tuple[int | None, int]
     )
 
 
+def _signed(view: str) -> str:
+    """The temp view of `view`'s changed rows with their signs (`UpstreamImages.signed`)."""
+    return f"_lmv_upsigned_{view}"
+
+
 class UpstreamImages:
     """The changed rows of the views a unit maintained, each made a temp view once for its readers."""
 
@@ -83,7 +88,7 @@ class UpstreamImages:
 
     def signed(self, view: ViewSource) -> str | None:
         """The same rows with their signs (-1 old, +1 new, in column SIGN), or None when it changed none."""
-        return None if self.relation(view) is None else f"_lmv_upsigned_{view.name}"
+        return None if self.relation(view) is None else _signed(view.name)
 
     def _make(self, view: ViewSource) -> str | None:
         result = self.done.get(view.name)
@@ -98,7 +103,7 @@ class UpstreamImages:
         try:
             relation = f"_lmv_upstream_{view.name}"
             signed = self.spark.sql(images_sql(self.names, view, span, keys)).localCheckpoint(eager=True)
-            signed.createOrReplaceTempView(f"_lmv_upsigned_{view.name}")
+            signed.createOrReplaceTempView(_signed(view.name))
             signed.drop(SIGN).createOrReplaceTempView(relation)
         finally:
             self.spark.catalog.dropTempView(keys)
@@ -108,4 +113,4 @@ class UpstreamImages:
         for name, relation in self.made.items():
             if relation is not None:
                 self.spark.catalog.dropTempView(relation)
-                self.spark.catalog.dropTempView(f"_lmv_upsigned_{name}")
+                self.spark.catalog.dropTempView(_signed(name))

@@ -60,11 +60,8 @@ class ViewDelta(DeltaAggregates):
         spark, key_names = self.spark, list(self.view_plan.key_names)
         wanted = rows_of(keys, key_names)
         old = self.store.tallies(self.name, wanted, write_id)
-        relations = {
-            f"_lmv_{self.name}_states": to_arrow([(*k, *s) for k, s in old.items()], self.state_schema),
-            f"_lmv_{self.name}_keys": keys.select(key_names),
-        }
-        states, keyed = relations
+        states, keyed = f"_lmv_{self.name}_states", f"_lmv_{self.name}_keys"
+        relations = {states: to_arrow([(*k, *s) for k, s in old.items()], self.state_schema), keyed: keys.select(key_names)}
         try:
             for relation, rows in relations.items():
                 spark.createDataFrame(rows).createOrReplaceTempView(relation)
@@ -82,12 +79,10 @@ class ViewDelta(DeltaAggregates):
                 spark.catalog.dropTempView(relation)
         return content_diff(new, old_rows, key_names, new.schema)  # (each column cast to the view's type by `rows_sql`)
 
-    def refresh(self, keys: str, write_id: str) -> None:
-        """The states of the keys in relation `keys`, from the upstream's rows as the unit left them (their
-        groups were recomputed: an extreme was retracted), stored by `commit` after the view's."""
+    def refresh(self, keys: pa.Table, relation: str, write_id: str) -> None:
+        """The states of `keys` (also in relation `relation`), from the upstream's rows as the unit left
+        them (their groups were recomputed: an extreme was retracted), stored by `commit` after the view's."""
         on = " AND ".join(f"k.{q(name)} <=> {expr.replace(f'{SELF}.', 'v.')}" for name, expr in self.plan.keys)
-        rows = f"(SELECT v.* FROM ({self.live()}) AS v LEFT SEMI JOIN {keys} AS k ON {on})"
+        rows = f"(SELECT v.* FROM ({self.live()}) AS v LEFT SEMI JOIN {relation} AS k ON {on})"
         found = self.spark.sql(state_sql(self.plan, rows, self.decimals)).toArrow()
-        computed = dict(zip(rows_of(found, self.keys), rows_of(found, state_columns(self.plan)), strict=True))
-        wanted = rows_of(self.spark.table(keys).toArrow(), self.keys)
-        self.pending = (write_id, [(k, computed.get(k)) for k in wanted])
+        self.pending = (write_id, self.states_of(found, rows_of(keys, self.keys)))
