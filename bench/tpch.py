@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
             maintained = {v: round(r.seconds, 3) for b in result.batches for v, r in b.views.items()}
             figures: dict[str, Any] = {"round": number, "changes": changes, "ingest_seconds": ingest_seconds, "queries": {}}
             figures["views"] = maintained
+            figures["how"] = {v: r.as_json() for b in result.batches for v, r in b.views.items()}  # each view's choice, its reason and steps
             for plan in plans:  # a query answered by views over views: its DAG's maintenance against the query's full runs
                 dag = [plan.name, *upstream_of(planned, plan.name)] if plan.name in ORIGINALS else [plan.name]
                 spent = [maintained[v] for v in dag if v in maintained]

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import pyarrow as pa
@@ -121,6 +121,17 @@ def gather(
         parent_table = plan.occurrence(link.parent).table
         rows[link.child] = _hop(store, parts, route.down[link.child], rows[link.parent], parent_table)
     return rows
+
+
+def estimated_rows(plan: ViewPlan, route: Route, anchors: Mapping[int, float], fanout: Callable[[str, Sequence[str]], float]) -> float:
+    """About how many rows `gather` reads for keys whose anchors read `anchors` rows (per anchor): each
+    occurrence's rows are its parent's times its hop's rows per value (`fanout(table, columns)`), one
+    for a link by a unique key. For choosing how to maintain the view, never for its rows."""
+    rows = {anchor: float(count) for anchor, count in anchors.items()}
+    for link in plan.links:  # parents before children
+        hop = route.down[link.child]
+        rows[link.child] = rows.get(link.parent, 0.0) * (1.0 if link.unique else fanout(hop.table, hop.columns))
+    return sum(rows.values())
 
 
 # ---- aggregates by delta over a join (lakemv.core.planner.aggregates): each anchor row is one joined row ----

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Mapping, Set
 from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.viewstate import ViewState
-from lakemv.core.batch import choice as cost_choice
 from lakemv.core.batch import deferral
-from lakemv.core.batch.choice import INCREMENTAL, ROWS_PER_KEY, WHOLE, Choice, Costs
+from lakemv.core.batch.choice import INCREMENTAL, WHOLE, Choice, Costs
 from lakemv.core.batch.result import ViewResult
 from lakemv.core.planner import over
 from lakemv.core.planner.finality import final_rows_sql
@@ -39,13 +38,14 @@ from lakemv.spark.views.delta import IndexedDelta
 from lakemv.spark.views.kept import MARK, KeptPlans, Run, run_kept
 from lakemv.spark.views.maintain import ViewMaintainer, Writing
 from lakemv.spark.views.rowdiff import Diff, Diffed, diff_rows
+from lakemv.spark.views.sizing import Sizing
 from lakemv.spark.views.together import TAG, VIEW, Gathered, part_schema
 from lakemv.spark.views.whole import write_whole
 
 _OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
 
 
-class IndexedView:
+class IndexedView(Sizing):
     """Maintains one view from the store (see the module docstring)."""
 
     def __init__(self, maintainer: ViewMaintainer, route: Route, sync: StoreSync):
@@ -173,14 +173,14 @@ class IndexedView:
         """Write what `diff` found changed (`write`; its feed rows too, unless `fed`: the batch's one
         feed commit holds them)."""
         began = time.perf_counter()
-        writing, keys, steps = gathered.writing, gathered.keys, gathered.writing.steps
+        writing, steps = gathered.writing, gathered.writing.steps
         writing.fed = fed
         result = self.write(diffed.diff, writing)
         if result.paused:
             return result
         # its own time: its keys and rows, its share of the recompute, its diff and writes (not the others')
         seconds = steps["keys"] + steps["rows"] + diffed.seconds + diffed.diff_seconds + (time.perf_counter() - began)
-        self._measured(INCREMENTAL, lambda: self._rows_sized(gathered) if self.by_rows else len(keys), seconds - steps["keys"])
+        self._measured(INCREMENTAL, lambda: self._rows_sized(gathered), seconds - steps["keys"])
         return replace(result, seconds=seconds, rows_read=gathered.rows_read, plan=INCREMENTAL, reason=gathered.choice.reason)
 
     def write(self, diff: Diff, writing: Writing) -> ViewResult:
@@ -266,43 +266,6 @@ class IndexedView:
             self.store.caught_up(self.plan.name)
         if self._once:
             self.budget, self._once = None, False
-
-    def _costs(self) -> Costs:
-        if self.costs is None:
-            self.costs = Costs(cost_choice.PRIORS["indexed"], self.store.costs(self.plan.name))
-        return self.costs
-
-    def _size(self, keys: set[Values]) -> int:
-        """What maintaining `keys` incrementally is sized by: the keys, or (`by_rows`) their anchor rows as keys of `ROWS_PER_KEY`."""
-        if not self.by_rows:
-            return len(keys)
-        total = 0
-        for anchor in self.route.anchors.values():
-            positions = [self.plan.key_names.index(n) for n in anchor.using]
-            total += self.store.count_lookup(anchor.table, anchor.columns, [tuple(k[i] for i in positions) for k in keys], anchor.null_safe)
-        return -(-total // ROWS_PER_KEY)
-
-    def _rows_sized(self, gathered: Gathered) -> int:
-        """The anchor rows `gathered` read, as `_size` counts them."""
-        return -(-(sum(len(gathered.rows.get(anchor, ())) for anchor in self.route.anchors) + len(gathered.signed or ())) // ROWS_PER_KEY)
-
-    def _choose(self, keys: set[Values], signed: int | None = None) -> Choice:
-        """Incremental or whole, by predicted cost (lakemv.core.batch.choice); by delta (`signed`: the
-        changed rows it adds up), sized by those rows."""
-        refused = ("events are enriched as of processing time" if self.plan.as_of_processing
-                   else "the state keeps the digests of unsettled rows only" if self.settle is not None else None)  # fmt: skip
-        size = self._size(keys) if signed is None else -(-signed // ROWS_PER_KEY) if self.by_rows else len(keys)
-        choice = self._costs().choose(size, lambda: self.store.view_count(self.plan.name), refused)
-        if self.by_rows and signed is None:  # sized by rows, not keys: say so
-            rows = f"~{size * ROWS_PER_KEY:,} anchor rows its {len(keys):,} keys read"
-            return replace(choice, reason=f"{choice.reason} (incremental sized by the {rows}, {ROWS_PER_KEY} to a key)")
-        return choice
-
-    def _measured(self, way: str, size: Callable[[], int], seconds: float) -> None:
-        """What this way cost this batch, kept for the next choices (a lost record costs nothing but calibration)."""
-        observed = self._costs().observe(way, size, seconds)
-        if observed is not None:
-            self.store.measured(self.plan.name, way, observed)
 
     def _evaluate_keys(self, anchor_rows: Mapping[int, list[Values]]) -> set[Values]:
         """Each anchor's keys (a UNION ALL: each branch's): columns and constants found in the driver

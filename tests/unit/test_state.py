@@ -17,7 +17,7 @@ from lakemv.core.state.codec import decode, encode, rows_of, to_arrow
 from lakemv.core.state.layout import NOT_CONSTANT, MirrorPart, ViewPart, constant, mirror_parts, plain_column, route
 from lakemv.core.state.places import key_blob, key_of
 from lakemv.core.state.store import Store
-from lakemv.core.state.walk import direct_keys, gather, project_keys, reach
+from lakemv.core.state.walk import direct_keys, estimated_rows, gather, project_keys, reach
 
 
 def test_plain_columns_are_told_from_expressions():
@@ -244,6 +244,27 @@ def test_gather_collects_each_occurrences_rows_for_the_keys(plans, sources):
     stars = parts["stars"].column_names
     assert sorted(row[stars.index("repo_name")] for row in by_table["stars"]) == ["r1", "r2"]
     assert len(by_table["repos"]) == 2 and by_table["pull_requests"] == [] and len(by_table["payment_info"]) == 1
+
+
+def test_the_rows_keys_read_are_estimated_from_each_joins_rows_per_value(plans, sources):
+    store, parts = _seed_store(plans, sources)
+    assert store.fanout("stars", ("username",)) == pytest.approx(4 / 3)  # ann, bob twice, cat (live though its user is not)
+    assert store.fanout("users", ("email",)) == 1.0 and store.fanout("repos", ("owner", "name")) == 1.0
+    star = tuple({"username": "ann", "repo_owner": "o", "repo_name": "r2"}.get(c) for c in parts["stars"].column_names)
+    store.put_rows("stars", [(star, 6, False)])
+    assert store.fanout("stars", ("username",)) == pytest.approx(5 / 3)  # a table smaller than the sample is counted again
+    plan, r = plans["user_profile"], route(plans["user_profile"])
+    asked: list[tuple[str, tuple[str, ...]]] = []
+
+    def fanout(table, columns):
+        asked.append((table, tuple(columns)))
+        return 2.0
+
+    loose = {link.child: not link.unique for link in plan.links}
+    expected = sum(3 * 2.0 ** sum(loose[link.child] for link in plan.chain(o.id)) for o in plan.occurrences)
+    assert estimated_rows(plan, r, {plan.anchor: 3}, fanout) == expected
+    assert sorted(asked) == sorted((r.down[c].table, r.down[c].columns) for c, is_loose in loose.items() if is_loose)
+    assert any(loose.values()) and not all(loose.values())  # stars fan out; repos are found by their key
 
 
 def test_store_lookups_match_sql_equality_in_chunks_and_null_safe_when_asked(sources):
