@@ -62,6 +62,16 @@ ROWS_PER_KEY = 8
 ALWAYS_WHOLE: Mapping[str, Mapping[str, Line]] = {way: {INCREMENTAL: Line(1e9, 0.0), WHOLE: Line(0.0, 0.0)} for way in PRIORS}
 ALWAYS_INCREMENTAL: Mapping[str, Mapping[str, Line]] = {way: {INCREMENTAL: Line(0.0, 0.0), WHOLE: Line(1e9, 0.0)} for way in PRIORS}
 
+# A view whose aggregates follow deltas adds up a unit's signed rows when they are at most this many times
+# the rows recomputing its reached groups reads (both estimated from the local state); tests pin either way.
+DELTA_OVER_GROUPS = 1.0
+
+
+def by_delta(signed: float, groups: float) -> bool:
+    """Whether adding up `signed` rows is predicted to cost less than recomputing groups that read `groups` rows."""
+    return signed <= DELTA_OVER_GROUPS * groups
+
+
 Observation = tuple[float, float]  # (size, seconds)
 
 

@@ -2,7 +2,8 @@
 
 A view qualifies when it reads one table, or joins its anchor to tables each matched by a unique key
 (its primary key, a declared unique key: at most one row per anchor row, so each anchor row is one
-joined row), has no subquery, groups by its key (or is one row, keyed by constants), has no HAVING,
+joined row) - or, when its key's joins fan out, has another table whose rows are its joined rows that
+way (its grain, `ViewPlan.grain`: TPC-H Q5's line items, keyed by nation) - has no subquery, groups by its key (or is one row, keyed by constants), has no HAVING,
 DISTINCT or window, and every output beyond the key is an expression of decomposable aggregates of
 the row: `count(*)`, `count(x)`, `sum(x)`, `avg(x)`, `count_if(p)`, `min(x)`, `max(x)` (not
 `DISTINCT`). Each aggregate keeps a state per key that a signed row (+1 new image, -1 old image; for a
@@ -78,6 +79,7 @@ class DeltaPlan(BaseModel):
     # with the key columns and each aggregate's argument as `_lmv_a<i>`; `keys`, `where` and the
     # aggregates' arguments are then over those rows. None: the rows are the one table's.
     rows: str | None = None
+    grain: str | None = None  # a join that fans out from its key: the table whose rows are its joined rows (`ViewPlan.grain`)
 
     @property
     def retracting(self) -> tuple[int, ...]:
@@ -88,6 +90,8 @@ class DeltaPlan(BaseModel):
         by_delta = [a.describe() for a in self.aggregates if not a.retracts]
         extremes = [a.describe() for a in self.aggregates if a.retracts]
         text = f"by delta: {', '.join(by_delta) or 'none'}"
+        if self.grain is not None:
+            text += f" (over the joined rows of each {self.grain} row)"
         if extremes:
             text += f"; {', '.join(extremes)} by delta until a change removes the extreme, which recomputes its group"
         return text
@@ -104,21 +108,25 @@ def delta_plan(plan: ViewPlan) -> DeltaPlan | str:
         return "rows judged by event time (windows, enrichment as of processing)"
     joined = len(plan.occurrences) > 1
     loose = sorted({plan.occurrence(link.child).table for link in plan.links if not link.unique})
-    if loose:
-        return f"it joins {', '.join(loose)} by columns that are not a unique key there (a changed row there moves the rows of many)"
+    if loose and plan.grain is None:
+        return (f"it joins {', '.join(loose)} by columns that are not a unique key there, and no table of it has each "
+                "of its rows joined to at most one row of every other")  # fmt: skip
+    grain = plan.anchor if plan.grain is None else plan.grain.anchor  # the table whose rows are the joined rows
     select = sqlglot.parse_one(plan.body, read="spark")
     if not isinstance(select, exp.Select):
         return "not a single SELECT"
     source = select_from(select)
     tables = {t.name: t for t in select.find_all(exp.Table)}
     if joined:
-        if OCCURRENCE.format(plan.anchor) not in tables:
+        if OCCURRENCE.format(plan.anchor) not in tables or OCCURRENCE.format(grain) not in tables:
             return "it does not select from its table directly"
         alias = tables[OCCURRENCE.format(plan.anchor)].alias_or_name
     elif not isinstance(source, exp.Table) or source.name != OCCURRENCE.format(plan.anchor):
         return "it does not select from its table directly"
     else:
         alias = source.alias_or_name
+    if grain != plan.anchor and any(j.side or j.kind not in ("", "INNER", "CROSS") for j in select.args.get("joins") or []):
+        return f"an outer or semi join, whose rows need not hold a row of {plan.occurrence(grain).table} (the table its key's joins fan out to)"
     for clause in ("having", "distinct", "order", "limit", "offset", "qualify"):
         if select.args.get(clause):
             return f"{clause.upper()} (whole groups decide)"
@@ -160,7 +168,7 @@ def delta_plan(plan: ViewPlan) -> DeltaPlan | str:
     if "rows" not in [a.kind for a in aggregates]:
         aggregates.append(Aggregate(kind="rows"))  # whether the group still has rows
     if joined:
-        return _over_joined_rows(select, plan, aggregates, outputs, grouped)
+        return _over_joined_rows(select, plan, aggregates, outputs, grouped, None if plan.grain is None else plan.occurrence(grain).table)
     return DeltaPlan(
         keys=tuple((k.name, k.expr) for k in plan.keys),
         where=_over_self(where.this, alias) if where is not None else None,
@@ -189,9 +197,12 @@ def _aggregate(call: exp.AggFunc, alias: str | None) -> Aggregate | str:
     return Aggregate(kind=kind, arg=_over_self(call.this, alias))
 
 
-def _over_joined_rows(select: exp.Select, plan: ViewPlan, aggregates: list[Aggregate], outputs: list[Output], grouped: bool) -> DeltaPlan:
+def _over_joined_rows(
+    select: exp.Select, plan: ViewPlan, aggregates: list[Aggregate], outputs: list[Output], grouped: bool, grain: str | None
+) -> DeltaPlan:
     """A join's plan: its joined rows as a SELECT of the key columns and each aggregate's argument
-    (the view's FROM and WHERE as written), the keys and arguments as columns of those rows."""
+    (the view's FROM and WHERE as written), the keys and arguments as columns of those rows; `grain`:
+    the table whose rows they are, when not the key's (`ViewPlan.grain`)."""
     rows = select.copy()
     for clause in ("group", "having"):
         rows.set(clause, None)
@@ -207,6 +218,7 @@ def _over_joined_rows(select: exp.Select, plan: ViewPlan, aggregates: list[Aggre
         outputs=tuple(outputs),
         grouped=grouped,
         rows=rows.sql(dialect="spark"),
+        grain=grain,
     )
 
 

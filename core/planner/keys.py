@@ -7,7 +7,7 @@ from collections import deque
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from lakemv.core.planner.model import SELF, KeyColumn, Link, holds_columns
+from lakemv.core.planner.model import SELF, Grain, KeyColumn, Link, holds_columns
 from lakemv.core.planner.resolve import _Resolution
 from lakemv.core.planner.sqltools import _conjuncts, _is_aggregated, _NotLocal, select_conjuncts, select_from
 
@@ -288,19 +288,45 @@ class _Keys(_Resolution):
                     f"({', '.join(self.definition.key)}): {reason}. Every table must be reachable from the "
                     "key through equalities, otherwise any change to it could affect every row"
                 )
-        links = []
-        for child in order:
-            up = parent[child]
-            a, b = sorted((child, up))
-            pairs, fragments = [], []
-            for ea, eb, op, fragment in self.edges[(a, b)]:
-                pairs.append((ea, eb, op) if a == child else (eb, ea, op))
-                fragments.append(fragment)
-            equated: dict[str, bool] = {}  # the child's plain columns the link equates -> with `=` (not only `<=>`)
-            for mine, _theirs, op in pairs:
-                if mine.startswith(f"{SELF}.") and mine.count(".") == 1 and "(" not in mine:
-                    column = mine.split(".", 1)[1].strip("`")
-                    equated[column] = equated.get(column, False) or op == "="
-            unique = self._keyed(exp.to_table(self.occurrences[child].table), equated)
-            links.append(Link(child=child, parent=up, pairs=tuple(pairs), fragments=tuple(dict.fromkeys(fragments)), unique=unique))
-        return tuple(links)
+        return tuple(self._link(child, parent[child]) for child in order)
+
+    def _link(self, child: int, up: int) -> Link:
+        """The link of `child` to `up` (its parent): their equalities, and whether they match a unique key of the child."""
+        a, b = sorted((child, up))
+        pairs, fragments = [], []
+        for ea, eb, op, fragment in self.edges[(a, b)]:
+            pairs.append((ea, eb, op) if a == child else (eb, ea, op))
+            fragments.append(fragment)
+        equated: dict[str, bool] = {}  # the child's plain columns the link equates -> with `=` (not only `<=>`)
+        for mine, _theirs, op in pairs:
+            if mine.startswith(f"{SELF}.") and mine.count(".") == 1 and "(" not in mine:
+                column = mine.split(".", 1)[1].strip("`")
+                equated[column] = equated.get(column, False) or op == "="
+        unique = self._keyed(exp.to_table(self.occurrences[child].table), equated)
+        return Link(child=child, parent=up, pairs=tuple(pairs), fragments=tuple(dict.fromkeys(fragments)), unique=unique)
+
+    def _grain(self, links: tuple[Link, ...]) -> Grain | None:
+        """When the key's tree fans out (a link matches several rows of its child): the first table of the
+        main query each of whose rows is at most one joined row - a tree from it to every other table whose
+        every link matches a unique key there (TPC-H Q5, keyed by nation: the line item, with its order,
+        customer, supplier, nation and region) - with its primary key; else None. Aggregates by delta add
+        up such a table's rows (`lakemv.core.planner.aggregates`)."""
+        if all(link.unique for link in links):
+            return None
+        neighbours: dict[int, list[int]] = {}
+        for a, b in self.edges:
+            neighbours.setdefault(a, []).append(b)
+            neighbours.setdefault(b, []).append(a)
+        for start in (o.id for o in self.occurrences if o.context == "main query"):
+            found, reached, queue = [], {start}, deque([start])
+            while queue:
+                current = queue.popleft()
+                for nxt in sorted(neighbours.get(current, [])):
+                    if nxt not in reached and (link := self._link(nxt, current)).unique:
+                        reached.add(nxt)
+                        found.append(link)
+                        queue.append(nxt)
+            if len(reached) == len(self.occurrences):
+                key = tuple(KeyColumn(name=c, expr=exp.column(c, table=SELF).sql(dialect="spark")) for c in self.sources[self.occurrences[start].table].primary_key)
+                return Grain(anchor=start, keys=key, links=tuple(found))
+        return None

@@ -60,6 +60,17 @@ def holds_columns(keys: Sequence[KeyColumn], columns: Sequence[str]) -> bool:
     return all(exp.column(c, table=SELF).sql(dialect="spark") in own for c in columns)
 
 
+class Grain(BaseModel):
+    """A table of the view each of whose rows is at most one joined row, its primary key, and the tree of
+    links from it to every other table, each matching a unique key (`lakemv.core.planner.keys`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    anchor: int
+    keys: tuple[KeyColumn, ...]
+    links: tuple[Link, ...]  # parents before children
+
+
 class Branch(BaseModel):
     """One branch of a UNION ALL view: its anchor and the expressions of the key columns over it (a
     constant for the column that tells the branches apart)."""
@@ -92,6 +103,13 @@ class ViewPlan(BaseModel):
     bound: TimeBound | None = None  # two event streams joined within a time bound
     anchor_time: str | None = None  # the output column passing the anchor event's time through, if any
     inputs: tuple[ViewSource, ...] = ()  # the views it reads (lakemv.core.planner.dag), as tables
+    grain: Grain | None = None  # when its key's tree fans out: a table whose rows are its joined rows
+
+    def at_grain(self) -> ViewPlan:
+        """The plan rooted at its grain, keyed by the grain's primary key: each of the grain's rows one
+        joined row, found from the changed rows of any table (aggregates by delta over a join that fans out)."""
+        assert self.grain is not None
+        return self.model_copy(update={"anchor": self.grain.anchor, "keys": self.grain.keys, "links": self.grain.links, "grain": None})
 
     @property
     def anchors(self) -> tuple[Branch, ...]:

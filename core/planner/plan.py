@@ -95,6 +95,7 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
             event_columns=event_columns,
             bound=self._pair_bound(tree, anchor, keys, links),
             anchor_time=self._anchor_time(root.expression, anchor),
+            grain=self._grain(links),
         )
 
     def _anchor_time(self, select: exp.Select, anchor: int) -> str | None:

@@ -26,6 +26,7 @@ from sqlglot.errors import ParseError
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.core.planner import SELF, Link, ViewPlan
+from lakemv.core.planner.aggregates import delta_plan
 
 _PLAIN = re.compile(rf"^{SELF}\.(?:`([^`]+)`|([A-Za-z_][A-Za-z0-9_]*))$")
 FORMAT = 2  # bump when the store's encoding changes: every store is rebuilt
@@ -223,6 +224,15 @@ def route(plan: ViewPlan) -> Route:
             return _refused(plan, link, "the link")
         down[link.child] = hop
     return Route(view=plan.name, indexed=True, up=up, key_columns=key_columns, anchors=anchors, down=down, derived=derived)
+
+
+def grain_route(plan: ViewPlan) -> Route | None:
+    """The lookups from a changed row of any table to the rows of the view's grain, and from those to their
+    joined rows (`ViewPlan.at_grain`), when its aggregates follow deltas over them (`delta_plan`)."""
+    if plan.grain is None:
+        return None
+    found = delta_plan(plan)
+    return None if isinstance(found, str) or found.grain is None else route(plan.at_grain())
 
 
 def derived_name(expression: str) -> str:

@@ -134,6 +134,22 @@ def estimated_rows(plan: ViewPlan, route: Route, anchors: Mapping[int, float], f
     return sum(rows.values())
 
 
+def estimated_reach(plan: ViewPlan, route: Route, images: Mapping[str, int], fanout: Callable[[str, Sequence[str]], float]) -> float:
+    """About how many anchor rows `reached_anchors` finds for `images` (per table, how many): each
+    occurrence's images times the rows per value of each hop up (and of the anchor's lookup by the key
+    columns its last link carries). For choosing how to maintain the view, never for its rows."""
+    total = 0.0
+    for occ in plan.occurrences:
+        rows = float(images.get(occ.table, 0))
+        hops = list(route.up[occ.id])
+        if rows and len(hops) < len(plan.chain(occ.id)):
+            hops.append(route.anchors[plan.anchor])
+        for hop in hops:
+            rows *= fanout(hop.table, hop.columns)
+        total += rows
+    return total
+
+
 # ---- aggregates by delta over a join (lakemv.core.planner.aggregates): each anchor row is one joined row ----
 def reached_anchors(plan: ViewPlan, route: Route, parts: Mapping[str, MirrorPart], store: Lookups, images: Mapping[str, list[Values]]) -> list[Values]:
     """The anchor rows whose joined row the images may change, as they are after the batch (an image

@@ -28,7 +28,7 @@ from lakemv.core.planner.retention import horizon, settles
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.quote import q
 from lakemv.core.state.codec import Lazily, Values, rows_of, to_arrow
-from lakemv.core.state.layout import ViewPart, mirror_parts, route
+from lakemv.core.state.layout import ViewPart, grain_route, mirror_parts, route
 from lakemv.core.state.places import Location
 from lakemv.core.state.store import Store, Stored
 from lakemv.spark.batch.backend import BatchContext, ScanBackend, _by_key
@@ -70,7 +70,8 @@ class LocalStateBackend(ScanBackend):
         routes = {m.plan.name: route(m.plan) for m in ctx.maintainers}
         located = bool(ctx.direct_tables)  # direct commits delete replaced rows by their place in the table's files
         retention = {t: json.dumps([ctx.needs[t], ctx.sources[t].lateness_micros]) for t in ctx.needs}
-        for table, part in mirror_parts(ctx.sources, list(routes.values()), located, retention).items():
+        grains = [g for m in ctx.maintainers if routes[m.plan.name].indexed and (g := grain_route(m.plan)) is not None]  # (aggregates by delta over a join's grain)
+        for table, part in mirror_parts(ctx.sources, [*routes.values(), *grains], located, retention).items():
             store.attach_mirror(part)
             # the store judges which rows win and knows where the rows they replace live; a direct
             # commit writes unpartitioned tables only (an event source's is partitioned by event time)

@@ -41,8 +41,9 @@ from lakemv.core.planner.model import ViewPlan
 from lakemv.core.sql.deltasql import REDO, ROWS, rows_sql, state_columns, state_sql, step_sql
 from lakemv.core.sql.quote import q, spark_string
 from lakemv.core.state.codec import Values, rows_of, to_arrow
+from lakemv.core.state.layout import route
 from lakemv.core.state.store import Store
-from lakemv.core.state.walk import changed_rows, reached_anchors, sides
+from lakemv.core.state.walk import changed_rows, estimated_reach, reached_anchors, sides
 from lakemv.spark.batch.sync import DIGEST, digest_sql
 from lakemv.spark.views.kept import MARK, Run, run_kept
 from lakemv.spark.views.together import VIEW, part_schema
@@ -182,11 +183,27 @@ class IndexedDelta(DeltaAggregates):
             super().__init__(view.spark, view.store, view.plan, plan, view.maintainer.table,
                              lambda: over_occurrences(rows, {o: f"({live[t]})" for o, t in tables.items()}))  # fmt: skip
         self.view = view
+        # the plan and route its changed rows walk to the rows whose joined rows they move: the view's, or
+        # rooted at its grain when its key's joins fan out (`ViewPlan.at_grain`)
+        self.walk_plan = view.plan if plan.grain is None else view.plan.at_grain()
+        self.walk_route = view.route if plan.grain is None else route(self.walk_plan)
 
     @classmethod
     def of(cls, view: IndexedView) -> IndexedDelta | None:
         found = delta_plan(view.plan)
-        return None if isinstance(found, str) else cls(view, found)
+        if isinstance(found, str):
+            return None
+        delta = cls(view, found)
+        return delta if delta.walk_route.indexed else None
+
+    def estimate(self, images: Mapping[str, Sequence[Values]]) -> float:
+        """About how many signed rows the unit's images make, before any is read: the images of its table,
+        or for a join its rows (each occurrence's) before and after for each row its images reach
+        (`lakemv.core.state.walk.estimated_reach`)."""
+        if self.plan.rows is None:
+            return float(len(images.get(self.table, ())))
+        counts = {table: len(rows) for table, rows in images.items()}
+        return 2.0 * len(self.view_plan.occurrences) * estimated_reach(self.walk_plan, self.walk_route, counts, self.store.fanout)
 
     def ready(self, signs: Mapping[str, object] | None, reached: Collection[str]) -> bool:
         """Whether the unit's images carry the signs the deltas add up (of every table reached) and the
@@ -207,10 +224,10 @@ class IndexedDelta(DeltaAggregates):
             self.build(write_id)
             return [] if self.plan.rows is None else Sides({}, {})
         if self.plan.rows is not None:
-            view, parts = self.view, self.store.mirrors
-            anchors = reached_anchors(self.view_plan, view.route, parts, self.store, reached)
+            parts = self.store.mirrors
+            anchors = reached_anchors(self.walk_plan, self.walk_route, parts, self.store, reached)
             tables = [t for t in self.view_plan.tables if t in signs]
-            before, after = sides(self.view_plan, view.route, parts, self.store, anchors, changed_rows(parts, {t: raw[t] for t in tables}, signs))
+            before, after = sides(self.walk_plan, self.walk_route, parts, self.store, anchors, changed_rows(parts, {t: raw[t] for t in tables}, signs))
             return Sides(before, after)
         images = raw[self.table]
         seen = [self.view_plan.reached_by_change(self.table, columns) for columns in (changed or repeat(None, len(images)))]

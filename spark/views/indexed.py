@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from lakemv.catalog.viewstate import ViewState
+from lakemv.core.batch import choice as cost_choice
 from lakemv.core.batch import deferral
 from lakemv.core.batch.choice import INCREMENTAL, WHOLE, Choice, Costs
 from lakemv.core.batch.result import ViewResult
@@ -110,14 +111,17 @@ class IndexedView(Sizing):
             keys |= set(rows_of(self.spark.sql(closing).toArrow(), self.plan.key_names))
         steps = {"keys": time.perf_counter() - started}
         crash_point(f"keys:{self.plan.name}", unit.batch_id)
-        delta, whole, choice = self.delta, False, None
+        delta, whole, choice, sized = self.delta, False, None, None
         if keys and delta is not None and not holds and self.budget is None and delta.ready(signs, images):
-            clock = time.perf_counter()
-            signed = delta.signed(raw, signs, images, (updated or {}).get(delta.table), unit.write_id)  # type: ignore[arg-type]
-            steps["rows"] = time.perf_counter() - clock
-            choice = self._choose(keys, len(signed))  # (sized by the rows it adds up)
-            if choice.plan == INCREMENTAL:
-                choice = replace(choice, reason=f"aggregates by delta over {len(signed)} changed rows: {choice.reason}")
+            estimate, sized = delta.estimate(images), self._size(keys)
+            if cost_choice.by_delta(estimate, sized[1]):  # when it reads fewer rows than recomputing the keys' groups
+                choice = self._choose(keys, signed=int(estimate))
+            if choice is not None and choice.plan == INCREMENTAL:
+                clock = time.perf_counter()
+                signed = delta.signed(raw, signs, images, (updated or {}).get(delta.table), unit.write_id)  # type: ignore[arg-type]
+                steps["rows"] = time.perf_counter() - clock
+                reason = f"aggregates by delta over {len(signed)} changed rows (~{int(estimate):,} estimated; their groups read ~{int(sized[1]):,})"
+                choice = replace(choice, reason=f"{reason}: {choice.reason}")
                 return Gathered(self, sorted(keys, key=repr), {}, choice, Writing(len(keys), position, unit, started, steps, state), signed)
         if holds:  # (a unit that reaches none of its keys holds nothing)
             if keys:
@@ -137,7 +141,7 @@ class IndexedView(Sizing):
             whole = not pending.known  # the state lost what was pending: diff the whole view
         if not keys and not whole:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
-        choice = Choice(WHOLE, 0.0, None, "its pending keys were not known") if whole else choice or self._choose(keys)
+        choice = Choice(WHOLE, 0.0, None, "its pending keys were not known") if whole else choice or self._choose(keys, sized=sized)
         if choice.plan == WHOLE:  # lakemv.spark.views.whole
             result = write_whole(self, Writing(None if whole else len(keys), position, unit, started, steps, state))
             if self.delta is not None:

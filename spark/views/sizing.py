@@ -56,15 +56,15 @@ class Sizing:
         read = sum(len(rows) for rows in gathered.rows.values()) + len(gathered.signed or ())
         return max(0 if self.by_rows else len(gathered.keys), -(-read // ROWS_PER_KEY))
 
-    def _choose(self, keys: set[Values], signed: int | None = None) -> Choice:
+    def _choose(self, keys: set[Values], signed: int | None = None, sized: tuple[int, float] | None = None) -> Choice:
         """Incremental or whole, by predicted cost (lakemv.core.batch.choice); by delta (`signed`: the
-        changed rows it adds up), sized by those rows."""
+        changed rows it adds up), sized by those rows; `sized`: `_size(keys)`, when known."""
         refused = ("events are enriched as of processing time" if self.plan.as_of_processing
                    else "the state keeps the digests of unsettled rows only" if self.settle is not None else None)  # fmt: skip
         if signed is not None:
             size, rows = max(0 if self.by_rows else len(keys), -(-signed // ROWS_PER_KEY)), None
         else:
-            size, rows = self._size(keys)
+            size, rows = sized or self._size(keys)
         choice = self._costs().choose(size, lambda: self.store.view_count(self.plan.name), refused)
         if rows is not None and size > len(keys):  # sized by rows, not keys: say so
             read = f"~{int(rows):,} rows its {len(keys):,} keys read (estimated)"

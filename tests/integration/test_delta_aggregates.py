@@ -13,6 +13,7 @@ DuckDB's verify. Decimal sums and averages by delta are checked by the TPC-H tes
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 from chispa import assert_df_equality
 
 from lakemv.catalog.tables import live_rows_sql
+from lakemv.core.batch import choice
 from lakemv.core.batch.journal import BatchRef, Journal
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.definitions import parse_view
@@ -123,7 +125,8 @@ def assert_fresh(lake) -> None:
 
 @pytest.mark.slow(90)
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_aggregates_by_delta_equal_their_full_runs_through_a_random_history(lake, tmp_path, seed):
+def test_aggregates_by_delta_equal_their_full_runs_through_a_random_history(lake, tmp_path, seed, monkeypatch):
+    monkeypatch.setattr(choice, "DELTA_OVER_GROUPS", math.inf)  # by delta however small the groups (tiny here)
     p = processor(lake, tmp_path)
     by_delta: dict[str, int] = {}
     for number, lines in enumerate(batches(seed), start=1):
@@ -138,7 +141,8 @@ def test_aggregates_by_delta_equal_their_full_runs_through_a_random_history(lake
 
 @pytest.mark.slow(60)
 @pytest.mark.parametrize("point", ["view:pr_status", "state:pr_status", "state:pr_authors"])
-def test_a_unit_that_dies_after_the_view_commit_adds_its_deltas_once(lake, tmp_path, point):
+def test_a_unit_that_dies_after_the_view_commit_adds_its_deltas_once(lake, tmp_path, point, monkeypatch):
+    monkeypatch.setattr(choice, "DELTA_OVER_GROUPS", math.inf)
     history = batches(7, 3)  # pull requests only: no author joins yet
     p = processor(lake, tmp_path)
     for number, lines in enumerate(history, start=1):

@@ -64,7 +64,9 @@ def test_a_join_by_unique_keys_follows_deltas_over_its_joined_rows(sources):
     ("key", "sql", "reason"),
     [
         ("author", "SELECT p.author, count(DISTINCT p.repo) AS repos FROM pull_requests p GROUP BY p.author", "a DISTINCT aggregate"),
-        ("email", "SELECT u.email, count(*) AS n FROM users u JOIN pull_requests p ON p.author = u.username GROUP BY u.email", "not a unique key"),
+        ("email", "SELECT u.email, count(*) AS n FROM users u LEFT JOIN pull_requests p ON p.author = u.username GROUP BY u.email", "an outer or semi join"),
+        ("email", "SELECT u.email, count(*) AS n FROM users u JOIN pull_requests p ON p.author = u.username "
+                  "JOIN stars s ON s.username = u.username GROUP BY u.email", "not a unique key there, and no table"),  # (two ways to fan out)
         ("author", "SELECT author, count(*) AS n FROM pull_requests GROUP BY author HAVING count(*) > 1", "HAVING"),
         ("author", "SELECT author, collect_list(title) AS titles FROM pull_requests GROUP BY author", "is not count, sum, avg"),
         ("email", "SELECT email, username FROM users", "neither a key column nor an aggregate"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakemv.core.batch.choice import ALWAYS_WHOLE, INCREMENTAL, KEPT, PRIORS, WHOLE, Costs, Line, choose, fit, kept
+from lakemv.core.batch.choice import ALWAYS_WHOLE, INCREMENTAL, KEPT, PRIORS, WHOLE, Costs, Line, by_delta, choose, fit, kept
 
 PRIOR = Line(0.25, 0.3e-3)
 
@@ -82,3 +82,8 @@ def test_explain_states_the_break_even_its_priors_give():
     assert break_even(100_000).startswith("a batch reaching more than ~21,833 keys recomputes the view whole")
     assert Costs(PRIORS["indexed"]).choose(21_900, lambda: 100_000).plan == WHOLE
     assert Costs(PRIORS["indexed"]).choose(21_700, lambda: 100_000).plan == INCREMENTAL
+
+
+def test_aggregates_follow_deltas_only_when_they_read_fewer_rows_than_their_groups():
+    assert by_delta(12, 600_000)  # a changed line item against Q1's groups of 150k
+    assert not by_delta(44_000, 600)  # a supplier's ~600 line items' joined rows, before and after, against small groups

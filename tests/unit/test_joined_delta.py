@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections import Counter
 
 from lakemv.core.planner import plan_view
+from lakemv.core.planner.aggregates import delta_plan
 from lakemv.core.planner.definitions import parse_view
-from lakemv.core.state.layout import mirror_parts, route
+from lakemv.core.state.layout import grain_route, mirror_parts, route
 from lakemv.core.state.store import Store
-from lakemv.core.state.walk import Before, changed_rows, reached_anchors, sides
+from lakemv.core.state.walk import Before, changed_rows, estimated_reach, reached_anchors, sides
 
 VIEW = """-- @key: status
 SELECT p.status, count(*) AS n, sum(u.id) AS ids FROM pull_requests p JOIN users u ON u.username = p.author GROUP BY p.status"""
@@ -92,3 +93,67 @@ def test_before_puts_old_images_back_with_sql_equality(sources):
     assert before.lookup("users", ["username"], [(None,)], [False]) == []  # NULL = NULL is not true
     assert before.lookup("users", ["username"], [(None,)], [True]) == [nameless]  # <=> matches it
     assert Before(store, parts, {"users": {("c@x",): None}}).lookup("users", ["email"], [("c@x",)], [False]) == []  # inserted by the batch
+
+
+GRAINED = """-- @key: username
+SELECT u.username, count(*) AS prs, sum(p.index) AS indexes FROM users u JOIN pull_requests p ON p.author = u.username GROUP BY u.username"""
+
+
+def test_a_join_that_fans_out_from_its_key_adds_up_the_rows_of_its_grain(sources):
+    plan = plan_view(parse_view(GRAINED, "v"), sources)
+    assert [link.unique for link in plan.links] == [False]  # a user has many pull requests: its groups fan out
+    assert plan.grain is not None and plan.occurrence(plan.grain.anchor).table == "pull_requests"  # each one user's at most
+    found = delta_plan(plan)
+    assert not isinstance(found, str) and found.grain == "pull_requests", found
+    assert "over the joined rows of each pull_requests row" in found.describe()
+    grained = plan.at_grain()
+    r, g = route(plan), grain_route(plan)
+    assert g is not None and g.indexed and g == route(grained)
+    parts = mirror_parts(sources, [r, g])
+    assert ("author",) in parts["pull_requests"].indexes and ("username",) in parts["users"].indexes
+    store = Store(":memory:")
+    for part in parts.values():
+        store.attach_mirror(part)
+    ann, bob = row(parts, "users", id=1, email="a@x", username="ann"), row(parts, "users", id=2, email="b@x", username="bob")
+    before_prs = [pr(parts, 1, "ann"), pr(parts, 2, "bob"), pr(parts, 3, "ann"), pr(parts, 5, "cat")]  # (cat has no user)
+    store.put_rows("users", [(u, 1, False) for u in (ann, bob)])
+    store.put_rows("pull_requests", [(p, 1, False) for p in before_prs])
+
+    def per_user(prs: list[tuple], users: list[tuple]) -> Counter:
+        p, u = parts["pull_requests"].column_names, parts["users"].column_names
+        names = {user[u.index("username")] for user in users}
+        found: Counter = Counter()
+        for one in prs:
+            if one[p.index("author")] in names:
+                found[(one[p.index("author")], "prs")] += 1
+                found[(one[p.index("author")], "indexes")] += one[p.index("index")]
+        return found
+
+    # the batch: bob is renamed bea (his PR no longer joins), PR 4 by bea is opened, PR 1 is deleted
+    bea = row(parts, "users", id=2, email="b@x", username="bea")
+    store.put_rows("users", [(bea, 2, False)])
+    store.put_rows("pull_requests", [(pr(parts, 1, "ann"), 2, True), (pr(parts, 4, "bea"), 2, False)])
+    images = {"users": [bob, bea], "pull_requests": [pr(parts, 1, "ann"), pr(parts, 4, "bea")]}
+    signs = {"users": [-1, 1], "pull_requests": [-1, 1]}
+    reached = reached_anchors(grained, g, parts, store, images)
+    index = parts["pull_requests"].column_names.index("index")
+    assert sorted({a[index] for a in reached}) == [1, 2, 4]  # its own images, and bob's PR through his old name
+    old, new = sides(grained, g, parts, store, reached, changed_rows(parts, images, signs))
+    occurrence = {plan.occurrence(o).table: o for o in (0, 1)}
+    delta = per_user(new[occurrence["pull_requests"]], new[occurrence["users"]])
+    delta.subtract(per_user(old[occurrence["pull_requests"]], old[occurrence["users"]]))
+    expected = per_user([pr(parts, 2, "bob"), pr(parts, 3, "ann"), pr(parts, 4, "bea"), pr(parts, 5, "cat")], [ann, bea])
+    expected.subtract(per_user(before_prs, [ann, bob]))
+    assert {k: v for k, v in delta.items() if v} == {k: v for k, v in expected.items() if v} == {
+        ("ann", "prs"): -1, ("ann", "indexes"): -1, ("bob", "prs"): -1, ("bob", "indexes"): -2, ("bea", "prs"): 1, ("bea", "indexes"): 4,
+    }
+    # before any row is read, the reach is estimated from the images and each hop's rows per value
+    assert estimated_reach(grained, g, {"users": 2, "pull_requests": 2}, lambda table, columns: 2.0) == 2 + 2 * 2.0
+
+
+def test_an_outer_join_keeps_its_groups_by_recompute_when_it_would_need_a_grain(sources):
+    outer = GRAINED.replace("JOIN pull_requests", "LEFT JOIN pull_requests")
+    found = delta_plan(plan_view(parse_view(outer, "v"), sources))
+    assert isinstance(found, str) and "outer or semi join" in found and "pull_requests" in found
+    plan = plan_view(parse_view(VIEW, "v"), sources)
+    assert plan.grain is None  # (the key's own joins are unique: no grain needed)
