@@ -13,7 +13,7 @@ from lakemv.core.planner.aggregates import delta_plan
 from lakemv.core.planner.cost import Statistics, cost_lines, predict
 from lakemv.core.planner.dag import dag_lines
 from lakemv.core.sql.viewsql import recompute_sql
-from lakemv.core.state.layout import NOT_CONSTANT, Lookup, constant, route
+from lakemv.core.state.layout import NOT_CONSTANT, Lookup, constant, grain_route, route
 
 ARROW = " -> "
 
@@ -148,7 +148,7 @@ def _aggregate_lines(plan: ViewPlan) -> list[str]:
         if sqlglot.parse_one(plan.body, read="spark").find(exp.AggFunc) is None:
             return []
         return ["", f"aggregates - each reached key's group is recomputed from its rows: {found}."]
-    rows = "its changed rows (old images subtracted)" if found.rows is None else "the joined rows of each changed row of its key's table (as they were subtracted)"
+    rows = "its changed rows (old images subtracted)" if found.rows is None else "the joined rows its changed rows reach (as they were subtracted)"
     return ["", f"aggregates - with the local state, each batch adds {rows} to the reached keys' states, {found.describe()}:",
             "  a changed row costs the same in a group of ten rows or ten million (exact: sums and averages of decimals and integers; a",
             "  sum or average of floating-point values, whose result depends on the order of addition, recomputes its groups)."]  # fmt: skip
@@ -203,4 +203,11 @@ def _state_lines(plan: ViewPlan, order: list[int], width: int) -> list[str]:
         lines.append(f"  rows for the keys{which}: {_lookup_text(anchor, r.derived)}{evaluated}")
     for occ_id in order[len(r.anchors):]:
         lines.append(f"  {_occurrence(plan, occ_id):<{width}}  down: {_lookup_text(r.down[occ_id])}")
+    grain = grain_route(plan)
+    if grain is not None and grain.indexed:  # aggregates by delta over the grain: each changed row up to its rows
+        grained = plan.at_grain()
+        lines.append(f"  by delta, up to the rows of {_occurrence(plan, grained.anchor)}:")
+        for occ_id in order:
+            if occ_id != grained.anchor:
+                lines.append(f"  {_occurrence(plan, occ_id):<{width}}  up: {ARROW.join(_lookup_text(h) for h in grain.up[occ_id]) or '(its own key)'}")
     return lines

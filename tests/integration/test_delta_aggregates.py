@@ -1,7 +1,8 @@
-"""Aggregates by delta: a grouped view and a total over one table, and a grouped view over a join
-(pull requests joined to their authors by the unique username), follow a batch's signed rows (old
-images subtracted, new ones added; for the join, each reached pull request's joined row as it was and
-as it is) instead of reading their groups, and equal their SQL run in full after every batch of a
+"""Aggregates by delta: a grouped view and a total over one table, and two grouped views over a join
+(pull requests joined to their authors by the unique username: grouped by status, and by author, whose
+pull requests fan out, so the pull requests are its grain), follow a batch's signed rows (old images
+subtracted, new ones added; for the join, each reached pull request's joined row as it was and as it
+is) instead of reading their groups, and equal their SQL run in full after every batch of a
 random history, through renamed and deleted authors, retracted extremes, deletes of whole groups,
 replays and units that die after the view's commit.
 
@@ -41,6 +42,10 @@ SELECT 'all' AS scope, count(*) AS prs, sum(`index`) AS total, avg(`index`) AS m
     "pr_authors": """-- @key: status
 SELECT p.status, count(*) AS prs, sum(u.id) AS ids, max(u.registered_at) AS newest, count_if(u.username = 'ann') AS anns
 FROM pull_requests p JOIN users u ON u.username = p.author WHERE p.repo <> 'skip' GROUP BY p.status""",
+    # keyed by the author, whose pull requests fan out: by delta over the pull requests (its grain)
+    "author_prs": """-- @key: username
+SELECT u.username, count(*) AS prs, sum(p.`index`) AS total, max(p.created_at) AS last, count_if(p.status = 'open') AS opened
+FROM users u JOIN pull_requests p ON p.author = u.username GROUP BY u.username""",
 }
 STATUSES, AUTHORS, TITLES = ("open", "merged", None), ("ann", "bob", "cy", None), ("fix", "feat", None)
 TIMES = ("2024-03-01T12:00:00Z", "2024-03-02T12:00:00Z", "2024-03-03T12:00:00Z", None)
@@ -134,13 +139,13 @@ def test_aggregates_by_delta_equal_their_full_runs_through_a_random_history(lake
         for name, v in result.views.items():
             by_delta[name] = by_delta.get(name, 0) + (v.reason or "").startswith("aggregates by delta")
         assert_fresh(lake)
-    assert sum(by_delta.values()) >= 8 and by_delta.get("pr_authors"), by_delta  # (the first batch builds the states from the mirror)
+    assert sum(by_delta.values()) >= 8 and by_delta.get("pr_authors") and by_delta.get("author_prs"), by_delta  # (the first batch builds the states)
     p.close()
 
 
 
 @pytest.mark.slow(60)
-@pytest.mark.parametrize("point", ["view:pr_status", "state:pr_status", "state:pr_authors"])
+@pytest.mark.parametrize("point", ["view:pr_status", "state:pr_status", "state:pr_authors", "state:author_prs"])
 def test_a_unit_that_dies_after_the_view_commit_adds_its_deltas_once(lake, tmp_path, point, monkeypatch):
     monkeypatch.setattr(choice, "DELTA_OVER_GROUPS", math.inf)
     history = batches(7, 3)  # pull requests only: no author joins yet
@@ -159,6 +164,6 @@ def test_a_unit_that_dies_after_the_view_commit_adds_its_deltas_once(lake, tmp_p
     assert_fresh(lake)
     closed = [(dbz("u", 911, {**opened, "status": "merged"}, opened), at("pull_requests")), (dbz("d", 912, None, authors[0]), at("users"))]
     more = p.process_lines(5, closed)
-    assert all((more.views[v].reason or "").startswith("aggregates by delta") for v in ("pr_status", "pr_authors")), more.views
+    assert all((more.views[v].reason or "").startswith("aggregates by delta") for v in ("pr_status", "pr_authors", "author_prs")), more.views
     assert_fresh(lake)
     p.close()

@@ -9,6 +9,7 @@ from collections import Counter
 from lakemv.core.planner import plan_view
 from lakemv.core.planner.aggregates import delta_plan
 from lakemv.core.planner.definitions import parse_view
+from lakemv.core.planner.explain import explain
 from lakemv.core.state.layout import grain_route, mirror_parts, route
 from lakemv.core.state.store import Store
 from lakemv.core.state.walk import Before, changed_rows, estimated_reach, reached_anchors, sides
@@ -106,6 +107,8 @@ def test_a_join_that_fans_out_from_its_key_adds_up_the_rows_of_its_grain(sources
     found = delta_plan(plan)
     assert not isinstance(found, str) and found.grain == "pull_requests", found
     assert "over the joined rows of each pull_requests row" in found.describe()
+    text = explain(plan)  # the walks up to the grain, beside the key's
+    assert "by delta, up to the rows of pull_requests p:" in text and "users u" in text.split("by delta, up to the rows of")[1], text
     grained = plan.at_grain()
     r, g = route(plan), grain_route(plan)
     assert g is not None and g.indexed and g == route(grained)
