@@ -23,6 +23,8 @@ whose rows settle) is always incremental.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -57,6 +59,16 @@ PRIORS: Mapping[str, Mapping[str, Line]] = {
 # whose keys are sized by the rows they read (a key that is an expression or a constant may stand for
 # a month of rows, or the whole table) counts this many rows as one key of the incremental line.
 ROWS_PER_KEY = 8
+# A row read beyond those costs about 1/ROW_SHARE of a key: ~9.4 us a row (gathered, recomputed) against
+# ~0.3 ms a key (TPC-H at scale 0.1, 2026-12-02: Q21's 882 keys read 1.87M rows in ~18 s, Q10's 845 keys
+# 58k rows in ~0.7 s, user_profile's keys ~8 rows each at ~0.3 ms).
+ROW_SHARE = 32
+
+
+def sized(keys: int, rows: float) -> int:
+    """The incremental line's size for `keys` keys that read `rows` rows: the keys, plus the rows beyond
+    `ROWS_PER_KEY` a key at 1/`ROW_SHARE` of a key each (a key standing for many rows passes keys=0)."""
+    return keys + max(0, int(rows) - ROWS_PER_KEY * keys) // ROW_SHARE
 
 # Priors that pin every batch to one way, whatever it measures (tests of each path).
 ALWAYS_WHOLE: Mapping[str, Mapping[str, Line]] = {way: {INCREMENTAL: Line(1e9, 0.0), WHOLE: Line(0.0, 0.0)} for way in PRIORS}
@@ -69,7 +81,7 @@ DELTA_OVER_GROUPS = 1.0
 
 def by_delta(signed: float, groups: float) -> bool:
     """Whether adding up `signed` rows is predicted to cost less than recomputing groups that read `groups` rows."""
-    return signed <= DELTA_OVER_GROUPS * groups
+    return DELTA_OVER_GROUPS == math.inf or signed <= DELTA_OVER_GROUPS * groups
 
 
 Observation = tuple[float, float]  # (size, seconds)

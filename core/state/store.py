@@ -30,12 +30,12 @@ from lakemv.core.sql.quote import ansi_ident
 from lakemv.core.state.book import ViewBook
 from lakemv.core.state.codec import Values, decode, encode, index_value
 from lakemv.core.state.dbfile import Checkpointer, close_sealed, open_checked
+from lakemv.core.state.fanout import Fanouts
 from lakemv.core.state.layout import MirrorPart, ViewPart
 from lakemv.core.state.places import CHUNK, FilePlaces, Location, key_blob
 from lakemv.core.state.tallies import Tallies
 
 log = logging.getLogger(__name__)
-SAMPLE = 20_000  # index entries `fanout` reads
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Stored:
     location: Location | None = None  # where the row lives, for a located part (None: not known)
 
 
-class Store(FilePlaces, ViewBook, Tallies):
+class Store(FilePlaces, ViewBook, Tallies, Fanouts):
     """The local indexed state of one ingest stream (see the module docstring)."""
 
     def __init__(self, path: Path | str):
@@ -81,8 +81,7 @@ class Store(FilePlaces, ViewBook, Tallies):
         self._views: dict[str, ViewPart] = {}
         self._file_ids: dict[str, int] = {}
         self._paths: dict[int, str] = {}
-        # per table and column set: rows per value (`fanout`), and whether the sample held every row (then new rows count it again)
-        self._fanouts: dict[str, dict[tuple[str, ...], tuple[float, bool]]] = {}
+        self._fanouts: dict[str, dict[tuple[object, ...], tuple[float, bool]]] = {}  # per source and hop: `Fanouts`
 
     def _open(self) -> sqlite3.Connection:
         """Connect, checking the file is one SQLite can read whole unless a clean close sealed it
@@ -214,8 +213,7 @@ class Store(FilePlaces, ViewBook, Tallies):
                 blob = encode(values[:width] if part.derived else values)
                 yield [index_value(values[i]) for i in positions] + [blob, position, int(bool(deleted)), file_id, at]
 
-        if any(whole for _, whole in self._fanouts.get(table, {}).values()):
-            self._fanouts[table] = {}
+        self._fanouts_stale(table)
         with self.transaction():
             cursor = self._db.executemany(sql, params())
             return cursor.rowcount
@@ -265,19 +263,6 @@ class Store(FilePlaces, ViewBook, Tallies):
     def count_lookup(self, table: str, columns: Sequence[str], values: Iterable[Values], null_safe: Sequence[bool]) -> int:
         """How many rows `lookup` with the same arguments finds (counted by the index, no row read)."""
         return sum(r[0] for r in self._select(table, tuple(columns), _wanted(values, null_safe), tuple(null_safe), live=True, count=True))
-
-    def fanout(self, table: str, columns: Sequence[str]) -> float:
-        """About how many live rows of `table` share one value of `columns` (the primary key or an indexed
-        set): read off the first `SAMPLE` entries of its index in order, so it costs milliseconds at any size;
-        kept for the store's life (a table smaller than the sample: until rows are put into it). An estimate for choosing how to maintain a view, never for its rows."""
-        wanted = tuple(sorted(columns))
-        if wanted not in self._fanouts.setdefault(table, {}):
-            listed = ", ".join(ansi_ident(c) for c in wanted)
-            sample = f"SELECT {listed} FROM {ansi_ident(f'm_{table}')} WHERE _del = 0 ORDER BY {listed} LIMIT {SAMPLE}"
-            with self._lock:
-                rows, values = self._db.execute(f"SELECT count(*), (SELECT count(*) FROM (SELECT DISTINCT * FROM ({sample}))) FROM ({sample})").fetchone()
-            self._fanouts[table][wanted] = (rows / values if values else 1.0, rows < SAMPLE)
-        return self._fanouts[table][wanted][0]
 
     def count(self, table: str) -> int:
         with self._lock:

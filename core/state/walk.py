@@ -123,29 +123,38 @@ def gather(
     return rows
 
 
-def estimated_rows(plan: ViewPlan, route: Route, anchors: Mapping[int, float], fanout: Callable[[str, Sequence[str]], float]) -> float:
+Fanout = Callable[[str, Lookup], float]  # rows a hop finds per row of the table it starts from (`Store.fanout`)
+
+
+def estimated_rows(plan: ViewPlan, route: Route, anchors: Mapping[int, float], fanout: Fanout) -> float:
     """About how many rows `gather` reads for keys whose anchors read `anchors` rows (per anchor): each
-    occurrence's rows are its parent's times its hop's rows per value (`fanout(table, columns)`), one
-    for a link by a unique key. For choosing how to maintain the view, never for its rows."""
+    occurrence's rows are its parent's times the rows its hop finds per parent row (`fanout(parent
+    table, hop)`), one for a link by a unique key. For choosing how to maintain the view, never for its rows."""
     rows = {anchor: float(count) for anchor, count in anchors.items()}
     for link in plan.links:  # parents before children
-        hop = route.down[link.child]
-        rows[link.child] = rows.get(link.parent, 0.0) * (1.0 if link.unique else fanout(hop.table, hop.columns))
+        parent = plan.occurrence(link.parent).table
+        rows[link.child] = rows.get(link.parent, 0.0) * (1.0 if link.unique else fanout(parent, route.down[link.child]))
     return sum(rows.values())
 
 
-def estimated_reach(plan: ViewPlan, route: Route, images: Mapping[str, int], fanout: Callable[[str, Sequence[str]], float]) -> float:
+def estimated_reach(plan: ViewPlan, route: Route, images: Mapping[str, int], fanout: Fanout) -> float:
     """About how many anchor rows `reached_anchors` finds for `images` (per table, how many): each
-    occurrence's images times the rows per value of each hop up (and of the anchor's lookup by the key
+    occurrence's images times the rows each hop up finds per row (and the anchor's lookup by the key
     columns its last link carries). For choosing how to maintain the view, never for its rows."""
     total = 0.0
     for occ in plan.occurrences:
-        rows = float(images.get(occ.table, 0))
+        rows, table = float(images.get(occ.table, 0)), occ.table
         hops = list(route.up[occ.id])
-        if rows and len(hops) < len(plan.chain(occ.id)):
-            hops.append(route.anchors[plan.anchor])
+        if rows and len(hops) < len(plan.chain(occ.id)):  # the last link carries the key: the anchor's rows by those columns
+            anchor = route.anchors[plan.anchor]
+            using = tuple(route.key_columns[occ.id][plan.key_names.index(n)] for n in anchor.using)
+            if all(c is not None for c in using):
+                hops.append(anchor.model_copy(update={"using": using}))
         for hop in hops:
-            rows *= fanout(hop.table, hop.columns)
+            if not rows:
+                break
+            rows *= fanout(table, hop)
+            table = hop.table
         total += rows
     return total
 

@@ -1,26 +1,32 @@
 """How a view the local state serves sizes its maintenance and chooses its way (`IndexedView`'s part).
 
-A batch's reached keys are sized by what recomputing them reads: the keys, or, when more, the rows they
-read as keys of `ROWS_PER_KEY` - their anchor rows counted by the index (a key that is an expression or a
-constant may stand for a month of rows) and each joined table's estimated from its parent's by the rows
-per value of its lookup (`lakemv.core.state.walk.estimated_rows`, `Store.fanout`: a join that fans out,
-TPC-H Q5's nation to its customers, orders and line items). A unit by delta is sized by the signed rows
-it adds up. What each way then cost calibrates the next choices (`lakemv.core.batch.choice`).
+A batch's reached keys are sized by what recomputing them reads (`lakemv.core.batch.choice.sized`): the
+keys, plus the rows they read beyond the ~8 a key of the priors reads, each a fraction of a key. The
+rows are estimated: a key that holds its anchor's primary key reads what a sample of the reached keys
+reads (gathered); a key that may stand for many anchor rows (an expression, a constant, a group: TPC-H
+Q5's nation) counts them in the index and each joined table's rows from its parent's by the rows its
+lookup finds per parent row (`lakemv.core.state.walk.estimated_rows`, `Store.fanout`). A unit by delta
+is sized by the signed rows it adds up. What each way then cost calibrates the next choices (`lakemv.core.batch.choice`).
 """
 
 from __future__ import annotations
 
+import heapq
+import zlib
 from collections.abc import Callable
 from dataclasses import replace
 
 from lakemv.core.batch import choice as cost_choice
-from lakemv.core.batch.choice import ROWS_PER_KEY, Choice, Costs
+from lakemv.core.batch.choice import ROW_SHARE, ROWS_PER_KEY, Choice, Costs
 from lakemv.core.planner import ViewPlan
 from lakemv.core.state.codec import Values
 from lakemv.core.state.layout import Route
 from lakemv.core.state.store import Store
-from lakemv.core.state.walk import estimated_rows
+from lakemv.core.state.walk import estimated_rows, gather
 from lakemv.spark.views.together import Gathered
+
+SAMPLED_KEYS = 64  # reached keys whose rows are read to size a batch's keys
+SAMPLED_ROWS = 20_000  # (or fewer, once they read this many rows)
 
 
 class Sizing:
@@ -39,22 +45,39 @@ class Sizing:
         return self.costs
 
     def _size(self, keys: set[Values]) -> tuple[int, float]:
-        """What maintaining `keys` incrementally is sized by, and the rows they read (estimated: their anchor
-        rows, counted by the index when a key may stand for several, and each joined table's by its rows per
-        value, `lakemv.core.state.walk.estimated_rows`): the keys, or those rows as keys of `ROWS_PER_KEY`
-        when more (a key may stand for a month of rows; a join may fan out: TPC-H Q5's nation)."""
+        """What maintaining `keys` incrementally is sized by (`choice.sized`), and the rows they read,
+        estimated: a view whose key may stand for many anchor rows counts them in the index and each joined
+        table's from its parent's (`lakemv.core.state.walk.estimated_rows`); any other reads the rows of a
+        sample of its keys (`_per_key`)."""
+        if not self.by_rows:
+            rows = self._per_key(keys) * len(keys)
+            return cost_choice.sized(len(keys), rows), rows
         anchors: dict[int, float] = {}
         for anchor_id, anchor in self.route.anchors.items():
             positions = [self.plan.key_names.index(n) for n in anchor.using]
-            anchors[anchor_id] = (self.store.count_lookup(anchor.table, anchor.columns, [tuple(k[i] for i in positions) for k in keys], anchor.null_safe)
-                                  if self.by_rows else len(keys))  # fmt: skip
+            anchors[anchor_id] = self.store.count_lookup(anchor.table, anchor.columns, [tuple(k[i] for i in positions) for k in keys], anchor.null_safe)
         rows = estimated_rows(self.plan, self.route, anchors, self.store.fanout)
-        return max(0 if self.by_rows else len(keys), -(-int(rows) // ROWS_PER_KEY)), rows
+        return cost_choice.sized(0, rows), rows
+
+    def _per_key(self, keys: set[Values]) -> float:
+        """The rows a key reads, on average over up to `SAMPLED_KEYS` of `keys` (picked by a hash of the key,
+        whatever order the keys sort in; gathered a few at a time until `SAMPLED_ROWS` rows): the rows of the
+        keys a batch reaches, which a sample of a table would not tell (the most active users' keys are
+        reached most, and may sort first)."""
+        picked = heapq.nsmallest(SAMPLED_KEYS, keys, key=lambda k: zlib.crc32(repr(k).encode()))
+        read = done = 0
+        for start in range(0, len(picked), 8):
+            chunk = picked[start : start + 8]
+            read += sum(len(rows) for rows in gather(self.plan, self.route, self.store.mirrors, self.store, chunk).values())
+            done += len(chunk)
+            if read >= SAMPLED_ROWS:
+                break
+        return read / done if done else 0.0
 
     def _rows_sized(self, gathered: Gathered) -> int:
         """The rows `gathered` read (or the signed rows it adds up), as `_size` counts them."""
         read = sum(len(rows) for rows in gathered.rows.values()) + len(gathered.signed or ())
-        return max(0 if self.by_rows else len(gathered.keys), -(-read // ROWS_PER_KEY))
+        return cost_choice.sized(0 if self.by_rows else len(gathered.keys), read)
 
     def _choose(self, keys: set[Values], signed: int | None = None, sized: tuple[int, float] | None = None) -> Choice:
         """Incremental or whole, by predicted cost (lakemv.core.batch.choice); by delta (`signed`: the
@@ -62,13 +85,13 @@ class Sizing:
         refused = ("events are enriched as of processing time" if self.plan.as_of_processing
                    else "the state keeps the digests of unsettled rows only" if self.settle is not None else None)  # fmt: skip
         if signed is not None:
-            size, rows = max(0 if self.by_rows else len(keys), -(-signed // ROWS_PER_KEY)), None
+            size, rows = cost_choice.sized(0 if self.by_rows else len(keys), signed), None
         else:
             size, rows = sized or self._size(keys)
         choice = self._costs().choose(size, lambda: self.store.view_count(self.plan.name), refused)
-        if rows is not None and size > len(keys):  # sized by rows, not keys: say so
+        if rows is not None and rows > ROWS_PER_KEY * len(keys):  # sized by rows, not keys: say so
             read = f"~{int(rows):,} rows its {len(keys):,} keys read (estimated)"
-            return replace(choice, reason=f"{choice.reason} (incremental sized by the {read}, {ROWS_PER_KEY} to a key)")
+            return replace(choice, reason=f"{choice.reason} (incremental sized by the {read}, {ROW_SHARE} to a key beyond {ROWS_PER_KEY} a key)")
         return choice
 
     def _measured(self, way: str, size: Callable[[], int], seconds: float) -> None:

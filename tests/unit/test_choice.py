@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lakemv.core.batch import choice
 from lakemv.core.batch.choice import ALWAYS_WHOLE, INCREMENTAL, KEPT, PRIORS, WHOLE, Costs, Line, by_delta, choose, fit, kept
 
 PRIOR = Line(0.25, 0.3e-3)
@@ -87,3 +88,9 @@ def test_explain_states_the_break_even_its_priors_give():
 def test_aggregates_follow_deltas_only_when_they_read_fewer_rows_than_their_groups():
     assert by_delta(12, 600_000)  # a changed line item against Q1's groups of 150k
     assert not by_delta(44_000, 600)  # a supplier's ~600 line items' joined rows, before and after, against small groups
+
+
+def test_rows_beyond_what_a_key_reads_count_as_a_share_of_a_key():
+    assert choice.sized(100, 800) == 100  # ~8 rows a key: the priors' keys
+    assert choice.sized(882, 1_870_000) == 882 + (1_870_000 - 8 * 882) // choice.ROW_SHARE  # TPC-H Q21's keys
+    assert choice.sized(0, 640) == 20  # a key standing for many rows: its rows alone

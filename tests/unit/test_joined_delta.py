@@ -151,7 +151,7 @@ def test_a_join_that_fans_out_from_its_key_adds_up_the_rows_of_its_grain(sources
         ("ann", "prs"): -1, ("ann", "indexes"): -1, ("bob", "prs"): -1, ("bob", "indexes"): -2, ("bea", "prs"): 1, ("bea", "indexes"): 4,
     }
     # before any row is read, the reach is estimated from the images and each hop's rows per value
-    assert estimated_reach(grained, g, {"users": 2, "pull_requests": 2}, lambda table, columns: 2.0) == 2 + 2 * 2.0
+    assert estimated_reach(grained, g, {"users": 2, "pull_requests": 2}, lambda table, hop: 2.0) == 2 + 2 * 2.0
 
 
 def test_an_outer_join_keeps_its_groups_by_recompute_when_it_would_need_a_grain(sources):

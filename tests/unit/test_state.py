@@ -248,22 +248,27 @@ def test_gather_collects_each_occurrences_rows_for_the_keys(plans, sources):
 
 def test_the_rows_keys_read_are_estimated_from_each_joins_rows_per_value(plans, sources):
     store, parts = _seed_store(plans, sources)
-    assert store.fanout("stars", ("username",)) == pytest.approx(4 / 3)  # ann, bob twice, cat (live though its user is not)
-    assert store.fanout("users", ("email",)) == 1.0 and store.fanout("repos", ("owner", "name")) == 1.0
+    plan, r = plans["user_profile"], route(plans["user_profile"])
+    stars = next(link.child for link in plan.links if plan.occurrence(link.child).table == "stars")
+    by_name = r.down[stars]  # users -> stars by username
+    assert store.fanout("users", by_name) == pytest.approx(3 / 2)  # live users ann (1 star) and bob (2); cat is gone
     star = tuple({"username": "ann", "repo_owner": "o", "repo_name": "r2"}.get(c) for c in parts["stars"].column_names)
     store.put_rows("stars", [(star, 6, False)])
-    assert store.fanout("stars", ("username",)) == pytest.approx(5 / 3)  # a table smaller than the sample is counted again
-    plan, r = plans["user_profile"], route(plans["user_profile"])
-    asked: list[tuple[str, tuple[str, ...]]] = []
+    assert store.fanout("users", by_name) == pytest.approx(4 / 2)  # a source smaller than the sample is measured again
+    nameless = tuple({"id": 4, "email": "d@x", "username": None}.get(c) for c in parts["users"].column_names)
+    store.put_rows("users", [(nameless, 6, False)])
+    assert store.fanout("users", by_name) == pytest.approx(4 / 3)  # a NULL username finds no star
+    asked: list[tuple[str, str, tuple[str, ...]]] = []
 
-    def fanout(table, columns):
-        asked.append((table, tuple(columns)))
+    def fanout(table, hop):
+        asked.append((table, hop.table, hop.columns))
         return 2.0
 
     loose = {link.child: not link.unique for link in plan.links}
     expected = sum(3 * 2.0 ** sum(loose[link.child] for link in plan.chain(o.id)) for o in plan.occurrences)
     assert estimated_rows(plan, r, {plan.anchor: 3}, fanout) == expected
-    assert sorted(asked) == sorted((r.down[c].table, r.down[c].columns) for c, is_loose in loose.items() if is_loose)
+    assert sorted(asked) == sorted((plan.occurrence(link.parent).table, r.down[link.child].table, r.down[link.child].columns)
+                                   for link in plan.links if loose[link.child])  # fmt: skip
     assert any(loose.values()) and not all(loose.values())  # stars fan out; repos are found by their key
 
 
