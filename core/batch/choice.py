@@ -24,7 +24,6 @@ whose rows settle) is always incremental.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
