@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from lakemv.core.sql.quote import ansi_ident
 from lakemv.core.state.codec import Values, decode, index_value
@@ -34,6 +33,8 @@ class Fanouts:
     @property
     def mirrors(self) -> Mapping[str, MirrorPart]: ...
 
+    def count_per_value(self, table: str, columns: Sequence[str], values: Iterable[Values], null_safe: Sequence[bool]) -> dict[Values, int]: ...
+
     def fanout(self, source: str, hop: Lookup) -> float:
         """About how many live rows `hop` finds from one live row of `source` (see the module docstring)."""
         wanted = (hop.table, hop.columns, hop.using, hop.null_safe)
@@ -44,30 +45,10 @@ class Fanouts:
             with self._lock:
                 blobs = [r[0] for r in self._db.execute(f"SELECT _row FROM {ansi_ident(f'm_{source}')} WHERE _del = 0 LIMIT {SAMPLE}")]
             values = [tuple(index_value(row[i]) for i in positions) for row in map(decode, blobs)]
-            counts = self._counts(hop, values)
+            counts = self.count_per_value(hop.table, hop.columns, values, hop.null_safe)
             found = sum(counts.get(v, 0) for v in values)
             cached[wanted] = (found / len(values) if values else 1.0, len(values) < SAMPLE)
         return cached[wanted][0]
-
-    def _counts(self, hop: Lookup, values: list[Values]) -> Counter[Values]:
-        """How many live rows of `hop.table` each distinct one of `values` finds."""
-        distinct = [v for v in dict.fromkeys(values) if all(x is not None or ns for x, ns in zip(v, hop.null_safe, strict=True))]
-        if not distinct:
-            return Counter()
-        width = len(hop.columns)
-        listed = ", ".join(f"c{i}" for i in range(width))
-        on = " AND ".join(f"m.{ansi_ident(c)} {'IS' if ns else '='} w.c{i}" for i, (c, ns) in enumerate(zip(hop.columns, hop.null_safe, strict=True)))
-        row = "(" + ", ".join("?" for _ in range(width)) + ")"
-        found: Counter[Values] = Counter()
-        per = max(1, 500 // width)
-        with self._lock:
-            for start in range(0, len(distinct), per):
-                chunk = distinct[start : start + per]
-                sql = (f"WITH w({listed}) AS (VALUES {', '.join(row for _ in chunk)}) SELECT {', '.join(f'w.c{i}' for i in range(width))}, count(*) "
-                       f"FROM w CROSS JOIN {ansi_ident(f'm_{hop.table}')} AS m ON {on} AND m._del = 0 GROUP BY {listed}")  # fmt: skip
-                for *key, count in self._db.execute(sql, [x for value in chunk for x in value]):
-                    found[tuple(key)] = count
-        return found
 
     def _fanouts_stale(self, table: str) -> None:
         """Rows were put into `table`: the hops from it or into it measured on a sample that held all of

@@ -268,24 +268,33 @@ class Store(FilePlaces, ViewBook, Tallies, Fanouts):
         with self._lock:
             return self._db.execute(f"SELECT count(*) FROM {ansi_ident(f'm_{table}')}").fetchone()[0]
 
+    def count_per_value(self, table: str, columns: Sequence[str], values: Iterable[Values], null_safe: Sequence[bool]) -> dict[Values, int]:
+        """How many rows `lookup` finds for each of `values` that finds any (counted by the index, no row
+        read; each value as SQLite compares it: `index_value`)."""
+        found = self._select(table, tuple(columns), _wanted(values, null_safe), tuple(null_safe), live=True, grouped=True)
+        return {tuple(r[:-1]): r[-1] for r in found}
+
     def _select(
-        self, table: str, columns: tuple[str, ...], wanted: list[Values], null_safe: tuple[bool, ...], live: bool, count: bool = False
+        self, table: str, columns: tuple[str, ...], wanted: list[Values], null_safe: tuple[bool, ...], live: bool, count: bool = False,
+        grouped: bool = False,
     ) -> Iterator[tuple[Any, ...]]:
         """The stored rows (`_row, _pos, _del, _file, _at`) whose `columns` equal one of `wanted`; with
-        `count`, one `(count,)` per statement instead."""
+        `count`, one `(count,)` per statement instead; with `grouped`, one `(*value, count)` per value
+        of `wanted` that finds a row."""
         name = ansi_ident(f"m_{table}")
         alive = " AND _del = 0" if live else ""
-        what, what_m = ("count(*)", "count(*)") if count else ("_row, _pos, _del, _file, _at", "m._row, m._pos, m._del, m._file, m._at")
+        stored = "_row, _pos, _del, _file, _at"
         with self._lock:
             if len(columns) == 1:
                 column = ansi_ident(columns[0])
+                what, group = (f"{column}, count(*)", f" GROUP BY {column}") if grouped else ("count(*)" if count else stored, "")
                 plain = [index_value(v[0]) for v in wanted if v[0] is not None]
                 for start in range(0, len(plain), CHUNK):
                     chunk = plain[start : start + CHUNK]
                     marks = ", ".join("?" for _ in chunk)
-                    yield from self._db.execute(f"SELECT {what} FROM {name} WHERE {column} IN ({marks}){alive}", chunk)
+                    yield from self._db.execute(f"SELECT {what} FROM {name} WHERE {column} IN ({marks}){alive}{group}", chunk)
                 if any(v[0] is None for v in wanted):
-                    yield from self._db.execute(f"SELECT {what} FROM {name} WHERE {column} IS NULL{alive}")
+                    yield from self._db.execute(f"SELECT {what} FROM {name} WHERE {column} IS NULL{alive}{group}")
                 return
             # several columns: the wanted tuples as a VALUES list joined to the part, each seeking its
             # index (CROSS JOIN keeps the list outside: SQLite never scans the part), CHUNK parameters a statement
@@ -293,13 +302,16 @@ class Store(FilePlaces, ViewBook, Tallies, Fanouts):
                 f"m.{ansi_ident(c)} IS w.c{i}" if ns else f"m.{ansi_ident(c)} = w.c{i}" for i, (c, ns) in enumerate(zip(columns, null_safe, strict=True))
             )
             listed, row = ", ".join(f"c{i}" for i in range(len(columns))), "(" + ", ".join("?" for _ in columns) + ")"
+            values = ", ".join(f"w.c{i}" for i in range(len(columns)))
+            each = "count(*)" if count else ", ".join(f"m.{c}" for c in stored.split(", "))
+            what, group = (f"{values}, count(*)", f" GROUP BY {values}") if grouped else (each, "")
             alive_m = " AND m._del = 0" if live else ""
             per = max(1, CHUNK // len(columns))
             for start in range(0, len(wanted), per):
                 chunk = wanted[start : start + per]
                 sql = (
                     f"WITH w({listed}) AS (VALUES {', '.join(row for _ in chunk)}) "
-                    f"SELECT {what_m} FROM w CROSS JOIN {name} AS m ON {on}{alive_m}"
+                    f"SELECT {what} FROM w CROSS JOIN {name} AS m ON {on}{alive_m}{group}"
                 )
                 yield from self._db.execute(sql, [index_value(v) for value in chunk for v in value])
 

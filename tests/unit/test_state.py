@@ -246,6 +246,16 @@ def test_gather_collects_each_occurrences_rows_for_the_keys(plans, sources):
     assert len(by_table["repos"]) == 2 and by_table["pull_requests"] == [] and len(by_table["payment_info"]) == 1
 
 
+def test_a_lookup_counts_the_rows_each_value_finds_in_the_index(plans, sources):
+    store, _ = _seed_store(plans, sources)
+    assert store.count_per_value("stars", ["username"], [("ann",), ("bob",), ("zed",)], [False]) == {("ann",): 1, ("bob",): 2}
+    pairs = [("o", "r1"), ("o", "r2"), ("o", "none"), (None, "r1")]  # (owner, name): several columns, one NULL
+    counted = store.count_per_value("stars", ["repo_owner", "repo_name"], pairs, [False, False])
+    assert set(counted) == {("o", "r1"), ("o", "r2")} and counted[("o", "r1")] > counted[("o", "r2")] == 1
+    for pair in pairs:  # each as many as the lookup finds
+        assert counted.get(pair, 0) == store.count_lookup("stars", ["repo_owner", "repo_name"], [pair], [False, False]), pair
+
+
 def test_the_rows_keys_read_are_estimated_from_each_joins_rows_per_value(plans, sources):
     store, parts = _seed_store(plans, sources)
     plan, r = plans["user_profile"], route(plans["user_profile"])
