@@ -45,6 +45,11 @@ class ViewDefinitionError(LakemvError):
         super().__init__(f"view {view}{where}: {message}")
 
 
+class KeySpansTables(ViewDefinitionError):
+    """The view's key columns come from several tables' rows (`lakemv.core.planner.grain` may keep it at
+    its rows' grain instead)."""
+
+
 class EnvelopeError(LakemvError):
     """A change record is not a usable Debezium envelope; it goes to the dead-letter table."""
 

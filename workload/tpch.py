@@ -40,22 +40,6 @@ WHERE p_partkey = ps_partkey AND s_suppkey = ps_suppkey AND p_size = 15 AND p_ty
   AND ps_supplycost = (SELECT min(ps_supplycost) FROM partsupp, supplier, nation, region
                        WHERE p_partkey = ps_partkey AND s_suppkey = ps_suppkey AND s_nationkey = n_nationkey
                          AND n_regionkey = r_regionkey AND r_name = 'EUROPE')""",
-    "q07": """SELECT supp_nation, cust_nation, l_year, sum(volume) AS revenue
-FROM (SELECT n1.n_name AS supp_nation, n2.n_name AS cust_nation, extract(YEAR FROM l_shipdate) AS l_year,
-             l_extendedprice * (1 - l_discount) AS volume
-      FROM supplier, lineitem, orders, customer, nation n1, nation n2
-      WHERE s_suppkey = l_suppkey AND o_orderkey = l_orderkey AND c_custkey = o_custkey
-        AND s_nationkey = n1.n_nationkey AND c_nationkey = n2.n_nationkey
-        AND ((n1.n_name = 'FRANCE' AND n2.n_name = 'GERMANY') OR (n1.n_name = 'GERMANY' AND n2.n_name = 'FRANCE'))
-        AND l_shipdate BETWEEN date '1995-01-01' AND date '1996-12-31') AS shipping
-GROUP BY supp_nation, cust_nation, l_year""",
-    "q09": """SELECT nation, o_year, sum(amount) AS sum_profit
-FROM (SELECT n_name AS nation, extract(YEAR FROM o_orderdate) AS o_year,
-             l_extendedprice * (1 - l_discount) - ps_supplycost * l_quantity AS amount
-      FROM part, supplier, lineitem, partsupp, orders, nation
-      WHERE s_suppkey = l_suppkey AND ps_suppkey = l_suppkey AND ps_partkey = l_partkey AND p_partkey = l_partkey
-        AND o_orderkey = l_orderkey AND s_nationkey = n_nationkey AND p_name LIKE '%green%') AS profit
-GROUP BY nation, o_year""",
     "q11": """SELECT ps_partkey, sum(ps_supplycost * ps_availqty) AS value
 FROM partsupp, supplier, nation
 WHERE ps_suppkey = s_suppkey AND s_nationkey = n_nationkey AND n_name = 'GERMANY'

@@ -27,6 +27,6 @@ class _PlannerState:
         self.problems: dict[int, list[str]] = {}
         self.scope_of_select: dict[int, Scope] = {}
 
-    def fail(self, message: str, node: exp.Expression | str | None = None) -> ViewDefinitionError:
+    def fail(self, message: str, node: exp.Expression | str | None = None, kind: type[ViewDefinitionError] = ViewDefinitionError) -> ViewDefinitionError:
         fragment = node if isinstance(node, str) or node is None else _short(node)
-        return ViewDefinitionError(self.definition.name, message, fragment)
+        return kind(self.definition.name, message, fragment)

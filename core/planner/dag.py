@@ -19,8 +19,9 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from lakemv.catalog.declarations import SourceTable, ViewColumn, ViewSource
-from lakemv.core.errors import ViewDefinitionError
+from lakemv.core.errors import KeySpansTables, ViewDefinitionError
 from lakemv.core.planner.definitions import ViewDefinition
+from lakemv.core.planner.grain import at_grain
 from lakemv.core.planner.model import SELF, ViewPlan
 from lakemv.core.planner.plan import plan_view
 
@@ -71,14 +72,26 @@ def as_source(plan: ViewPlan) -> ViewSource:
 
 
 def plan_views(definitions: Mapping[str, ViewDefinition], sources: Mapping[str, SourceTable]) -> dict[str, ViewPlan]:
-    """Every view planned, in dependency order (each after the views it reads, which it sees as tables)."""
+    """Every view planned, in dependency order (each after the views it reads, which it sees as tables).
+    A grouped view whose key's columns come from several tables is kept through a view of its rows at
+    their grain, planned just before it (`lakemv.core.planner.grain`)."""
     plans: dict[str, ViewPlan] = {}
+
+    def planned(definition: ViewDefinition) -> ViewPlan:
+        inputs = tuple(as_source(plans[u]) for u in views_read(definition, plans, sources))
+        plan = plan_view(definition, {**sources, **{v.name: v for v in inputs}})  # type: ignore[dict-item]
+        return plan.model_copy(update={"inputs": inputs}) if inputs else plan
+
     for name in dependency_order(definitions, sources):
         definition = definitions[name]
-        upstream = views_read(definition, definitions, sources)
-        inputs = tuple(as_source(plans[u]) for u in upstream)
-        plan = plan_view(definition, {**sources, **{v.name: v for v in inputs}})  # type: ignore[dict-item]
-        plans[name] = plan.model_copy(update={"inputs": inputs}) if inputs else plan
+        try:
+            plans[name] = planned(definition)
+        except KeySpansTables as refused:
+            visible = {**sources, **{u: as_source(plans[u]) for u in views_read(definition, plans, sources)}}
+            rows, reading = at_grain(definition, visible, refused, plan_view, {*sources, *definitions, *plans})  # type: ignore[arg-type]
+            inputs = tuple(as_source(plans[u]) for u in views_read(rows.definition, plans, sources))
+            plans[rows.name] = rows.model_copy(update={"inputs": inputs}) if inputs else rows
+            plans[name] = planned(reading)
     return plans
 
 

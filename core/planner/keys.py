@@ -7,9 +7,10 @@ from collections import deque
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from lakemv.core.errors import KeySpansTables, ViewDefinitionError
 from lakemv.core.planner.model import SELF, Grain, KeyColumn, Link, holds_columns
 from lakemv.core.planner.resolve import _Resolution
-from lakemv.core.planner.sqltools import _conjuncts, _is_aggregated, _NotLocal, select_conjuncts, select_from
+from lakemv.core.planner.sqltools import _conjuncts, _is_aggregated, _NotLocal, _SeveralTables, select_conjuncts, select_from
 
 TRUE = "TRUE"  # both sides of the link to a view of one row: every row of the parent meets it
 
@@ -34,12 +35,13 @@ class _Keys(_Resolution):
             try:
                 occ, expression = self._resolve_expression(projection.unalias(), root)
             except _NotLocal as exc:
-                raise self.fail(f"key column {name!r} must come from one table's row: {exc}", projection) from None
+                kind = KeySpansTables if isinstance(exc, _SeveralTables) else ViewDefinitionError
+                raise self.fail(f"key column {name!r} must come from one table's row: {exc}", projection, kind) from None
             anchors.add(occ)
             keys.append(KeyColumn(name=name, expr=expression.sql(dialect="spark")))
         if len(anchors) != 1:
             tables = ", ".join(self.occurrences[o].alias for o in sorted(anchors))
-            raise self.fail(f"the key columns come from several tables ({tables}); they must come from one")
+            raise self.fail(f"the key columns come from several tables ({tables}); they must come from one", kind=KeySpansTables)
         return anchors.pop(), tuple(keys)
 
     def _one_row_anchor(self, root: Scope, projections: list[exp.Expression]) -> tuple[int, tuple[KeyColumn, ...]]:

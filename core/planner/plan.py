@@ -21,7 +21,7 @@ from lakemv.core.planner.finality import FINAL, disjoint_windows, finality, over
 from lakemv.core.planner.keys import _Keys
 from lakemv.core.planner.model import OCCURRENCE, SELF, Branch, KeyColumn, ViewPlan
 from lakemv.core.planner.refusals import _Refusals
-from lakemv.core.planner.sqltools import factor_ors
+from lakemv.core.planner.sqltools import factor_ors, source_schema
 from lakemv.core.planner.windows import _Windows
 
 
@@ -37,9 +37,8 @@ class _Planner(_Refusals, _Edges, _Keys, _Windows):
         self._refuse_constructs(tree)
         tree = inline_ctes(tree)
         self._check_tables(tree)
-        schema = {name: {c.name: c.spark_type for c in src.columns} for name, src in self.sources.items()}
         try:
-            tree = qualify(tree, schema=schema, dialect="spark", quote_identifiers=False)
+            tree = qualify(tree, schema=source_schema(self.sources), dialect="spark", quote_identifiers=False)
         except OptimizeError as exc:
             raise self.fail(f"cannot resolve the SQL against the declared sources: {exc}") from None
         except SqlglotError as exc:

@@ -7,7 +7,7 @@ from sqlglot.optimizer.scope import Scope
 
 from lakemv.core.planner.context import _PlannerState
 from lakemv.core.planner.model import SELF, Occurrence
-from lakemv.core.planner.sqltools import _is_aggregated, _NotLocal, _short
+from lakemv.core.planner.sqltools import _is_aggregated, _NotLocal, _SeveralTables, _short
 
 
 class _Resolution(_PlannerState):
@@ -74,7 +74,7 @@ class _Resolution(_PlannerState):
         resolved = [self._resolve_column(c, scope) for c in columns]
         occs = {occ for occ, _ in resolved}
         if len(occs) != 1:
-            raise _NotLocal(f"`{_short(expression, 60)}` combines columns of several tables")
+            raise _SeveralTables(f"`{_short(expression, 60)}` combines columns of several tables")
         copy = expression.copy()
         for column, (_occ, replacement) in zip(list(copy.find_all(exp.Column)), resolved, strict=True):
             if column is copy:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -22,6 +23,15 @@ def spark_tree(sql: str) -> exp.Expression:
 
 class _NotLocal(Exception):
     """A column or expression that does not trace back to one occurrence's row."""
+
+
+class _SeveralTables(_NotLocal):
+    """An expression over columns of several occurrences' rows."""
+
+
+def source_schema(sources: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The tables (sources, and views read as tables) as sqlglot's optimizer takes a schema: column -> type."""
+    return {name: {c.name: c.spark_type for c in source.columns} for name, source in sources.items()}
 
 
 def _conjuncts(condition: exp.Expression | None) -> Iterator[exp.Expression]:

@@ -3,7 +3,8 @@
 The DAG (`DAG`): `user_prs` (pull requests per author, from the local state), `pr_histogram` (authors
 per PR count, over `user_prs`), `pr_total` (one row over the histogram; both aggregates by delta over
 the rows of the view they read, the histogram's max falling back to its group when retracted) and `user_card` (users joined
-with `user_prs` by username: a source and a view). After every batch, each view equals its SQL run by
+with `user_prs` by username: a source and a view); and `star_origins`, whose group key's columns come
+from two tables, kept through its rows at their grain. After every batch, each view equals its SQL run by
 Spark with every view it reads replaced by *its* SQL, down to the mirrors (so the whole DAG equals a
 recompute from the sources), and DuckDB's verify of every level passes. A unit that dies after an
 upstream view committed, before the views that read it, is replayed to the same rows; a backfill of
@@ -45,8 +46,16 @@ SELECT u.email, u.username, coalesce(p.prs, 0) AS prs FROM users u LEFT JOIN use
 }
 
 
-def dag_plans(sources) -> dict:
-    return plan_views({name: parse_view(text, name) for name, text in DAG.items()}, sources)
+# a group key over columns of two tables (the starring user's sign-up year, the starred repo's owner):
+# kept through its rows at their grain, one a star (`star_origins__rows`, lakemv.core.planner.grain)
+STAR_ORIGINS = """-- @key: signup_year, owner
+SELECT year(u.registered_at) AS signup_year, r.owner, count(*) AS stars, max(s.created_at) AS last_star
+FROM stars s JOIN users u ON u.username = s.username JOIN repos r ON r.owner = s.repo_owner AND r.name = s.repo_name
+GROUP BY year(u.registered_at), r.owner"""
+
+
+def dag_plans(sources, **more: str) -> dict:
+    return plan_views({name: parse_view(text, name) for name, text in {**DAG, **more}.items()}, sources)
 
 
 def assert_dag_fresh(lake, plans: dict) -> None:
@@ -73,7 +82,8 @@ def assert_dag_fresh(lake, plans: dict) -> None:
 
 @pytest.mark.slow(60)
 def test_a_dag_of_views_equals_its_recompute_from_the_sources_after_every_batch(lake, tmp_path):
-    plans = dag_plans(lake.sources)
+    plans = dag_plans(lake.sources, star_origins=STAR_ORIGINS)
+    assert plans["star_origins__rows"].key_names == ("username", "repo_name", "repo_owner") and plans["star_origins"].upstream == ("star_origins__rows",)
     staging, landing = tmp_path / "staging", tmp_path / "landing"
     generate_files(WorkloadConfig(users=40, seed=11, rounds=3), lake.sources, staging)
     maintained: dict[str, int] = {}
@@ -86,7 +96,7 @@ def test_a_dag_of_views_equals_its_recompute_from_the_sources_after_every_batch(
                 maintained[name] = maintained.get(name, 0) + (step.upserts + step.deletes)
                 reasons.setdefault(name, set()).add(step.reason or "")
         assert_dag_fresh(lake, plans)
-    assert all(maintained.get(name) for name in ("pr_histogram", "pr_total", "user_card")), maintained  # reached by batches, not only built
+    assert all(maintained.get(name) for name in ("pr_histogram", "pr_total", "user_card", "star_origins")), maintained  # reached by batches, not only built
     for name in ("pr_histogram", "pr_total"):  # aggregates over a view follow its changed rows (lakemv.spark.views.viewdelta)
         assert any(r.startswith("aggregates by delta") for r in reasons[name]), reasons
     # a batch in flight has committed one view and not yet its readers: a consistent read shows every
