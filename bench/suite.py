@@ -788,13 +788,16 @@ def _resident_bytes() -> int:
 
 
 def _failure(exc: BaseException) -> str:
-    """A failed measure's error for the results: where Python was (the traceback's last frames), and
-    the error's head, which for a JVM error names its cause (`java.lang.OutOfMemoryError: ...`), and
-    its tail (a JVM stack's innermost frames come first, its `Caused by` last)."""
+    """A failed measure's error for the results: where Python was (the traceback's frames in lakemv's
+    own code, and its last two), and the error's head, which for a JVM error names its cause
+    (`java.lang.OutOfMemoryError: ...`), and its tail (a JVM stack's innermost frames come first, its
+    `Caused by` last)."""
     import traceback
 
     text = str(exc)
-    where = "".join(traceback.format_tb(exc.__traceback__)[-4:])
+    frames = traceback.extract_tb(exc.__traceback__)
+    kept = [f for i, f in enumerate(frames) if "site-packages" not in f.filename or i >= len(frames) - 2]
+    where = "".join(traceback.format_list(kept))
     body = text if len(text) <= 6000 else f"{text[:4000]}\n[... {len(text) - 6000:,} characters ...]\n{text[-2000:]}"
     return f"{type(exc).__name__}: {body}\n{where}"
 

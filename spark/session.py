@@ -119,6 +119,11 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
         # 1 GiB of results ("Total size of serialized results ... is bigger than
         # spark.driver.maxResultSize"). The driver's heap is the bound that matters.
         "spark.driver.maxResultSize": settings.driver_memory,
+        # A task's result larger than this goes to the driver through the block manager, which can
+        # lose it under memory pressure: building 100 views at 1M users failed with "TaskResultLost
+        # (result lost from block manager)" in a collect. Up to the RPC message size (128 MiB) it is
+        # handed over with the task's status (in process, in local mode).
+        "spark.task.maxDirectResultSize": "128m",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         # Compiled query code is cached per plan; Spark keeps 100. A batch of 16 views needs more
         # than that, so each batch compiled them all again (a 16-view batch: 5.5 -> 5.0 s with more).

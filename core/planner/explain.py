@@ -150,8 +150,9 @@ def _aggregate_lines(plan: ViewPlan) -> list[str]:
         return ["", f"aggregates - each reached key's group is recomputed from its rows: {found}."]
     rows = "its changed rows (old images subtracted)" if found.rows is None else "the joined rows its changed rows reach (as they were subtracted)"
     return ["", f"aggregates - with the local state, each batch adds {rows} to the reached keys' states, {found.describe()}:",
-            "  a changed row costs the same in a group of ten rows or ten million (exact: sums and averages of decimals and integers; a",
-            "  sum or average of floating-point values, whose result depends on the order of addition, recomputes its groups)."]  # fmt: skip
+            "  a changed row costs the same in a group of ten rows or ten million (exact: sums and averages of decimals and integers;",
+            "  of floating-point values, a compensated sum, equal to a full run's within the error of summation order; a group whose",
+            "  floating-point sum is infinite or NaN is recomputed)."]  # fmt: skip
 
 
 def _windows(plan: ViewPlan) -> list[str]:

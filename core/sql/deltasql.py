@@ -3,16 +3,22 @@ a batch's signed rows make to it, and the view's rows from the new state. Pure: 
 
 A state row holds, per key: `_lmv_n` (the group's rows) and per aggregate i the columns its kind
 needs: `s<i>` (a sum, typed as Spark types the aggregate's sum), `c<i>` (a count), `m<i>` (an
-extreme). The signed rows carry `_lmv_sign`: +1 for a new image, -1 for an old one.
+extreme), and for a sum or average of floating-point values `e<i>`: the rounding error the additions
+of deltas made, carried as a compensated (Neumaier) sum does, so a state's error does not grow with
+the batches it has seen (the row is `s<i> + e<i>`). The signed rows carry `_lmv_sign`: +1 for a new
+image, -1 for an old one.
 
 * `state_sql`: the state of every key over a relation of rows (a build, a reload, a group recomputed);
 * `step_sql`: the old states (a relation, keys the batch reaches) plus the signed rows' deltas, as new
-  states, with `_lmv_redo` true where an old image held a group's extreme (its group is recomputed);
+  states, with `_lmv_redo` true where an old image held a group's extreme, or a floating-point sum is
+  not finite (an infinity or NaN cannot be subtracted again): its group is recomputed;
 * `rows_sql`: the view's rows over new states (a grouped view drops a key whose group has no rows).
 
 Every value comes out as the view's own SQL would give it: sums of decimals stay in the sum's decimal
 type, an average is Spark's (the sum divided by the count as `avg` divides it, cast to avg's type), a
-sum or average over no non-NULL value is NULL, `count` over none is 0.
+sum or average over no non-NULL value is NULL, `count` over none is 0. A floating-point sum is the
+sum of the same values added in another order: equal to Spark's within the error of summation order
+(`lakemv.duck.verify` compares doubles within `FLOAT_TOLERANCE`).
 """
 
 from __future__ import annotations
@@ -41,12 +47,13 @@ def _avg_sum(arg: str, decimal: bool) -> str:
     return arg if decimal else f"CAST({arg} AS DOUBLE)"
 
 
-def state_columns(plan: DeltaPlan) -> list[str]:
-    """The state's columns after the key columns, in order."""
+def state_columns(plan: DeltaPlan, floats: Sequence[int] = ()) -> list[str]:
+    """The state's columns after the key columns, in order. `floats`: the sums and averages of
+    floating-point values (with their error, `e<i>`)."""
     columns = [ROWS]
     for i, aggregate in enumerate(plan.aggregates):
         if aggregate.kind in ("sum", "avg"):
-            columns += [f"s{i}", f"c{i}"]
+            columns += [f"s{i}", f"c{i}", *([f"e{i}"] if i in floats else [])]
         elif aggregate.kind in ("count", "count_if"):
             columns.append(f"c{i}")
         elif aggregate.kind in ("min", "max"):
@@ -54,16 +61,16 @@ def state_columns(plan: DeltaPlan) -> list[str]:
     return columns
 
 
-def state_sql(plan: DeltaPlan, rows: str, decimals: Sequence[int] = ()) -> str:
+def state_sql(plan: DeltaPlan, rows: str, decimals: Sequence[int] = (), floats: Sequence[int] = ()) -> str:
     """Each key's state over relation `rows` (the table's columns). `decimals`: the aggregates whose
-    argument is a decimal (an average sums it as it is)."""
+    argument is a decimal (an average sums it as it is); `floats`: as `state_columns`."""
     a = "_lmv_r"
     select = [*_keys(plan, a), f"count(*) AS {ROWS}"]
     for i, aggregate in enumerate(plan.aggregates):
         arg = _arg(aggregate.arg, a)
         if aggregate.kind in ("sum", "avg"):
             value = arg if aggregate.kind == "sum" else _avg_sum(arg, i in decimals)
-            select += [f"sum({value}) AS s{i}", f"count({arg}) AS c{i}"]
+            select += [f"sum({value}) AS s{i}", f"count({arg}) AS c{i}", *([f"CAST(0 AS DOUBLE) AS e{i}"] if i in floats else [])]
         elif aggregate.kind == "count":
             select.append(f"count({arg}) AS c{i}")
         elif aggregate.kind == "count_if":
@@ -79,12 +86,14 @@ def state_sql(plan: DeltaPlan, rows: str, decimals: Sequence[int] = ()) -> str:
 
 
 def step_sql(
-    plan: DeltaPlan, signed: str, old: str, decimals: Sequence[int] = (), types: Mapping[str, str] | None = None, keys: str | None = None
+    plan: DeltaPlan, signed: str, old: str, decimals: Sequence[int] = (), types: Mapping[str, str] | None = None, keys: str | None = None,
+    floats: Sequence[int] = (),
 ) -> str:
     """New states of the keys the signed rows in `signed` reach, from their `old` states (a relation
     of `state_sql`'s columns; a key it lacks had no rows). `types`: each state column's Spark type,
     which the new state keeps (a sum's delta is cast back to the sum's type). `keys`: a relation of
-    the keys to step (those its signed rows reach, and more: a key no row reaches keeps its state)."""
+    the keys to step (those its signed rows reach, and more: a key no row reaches keeps its state).
+    `floats`: as `state_columns`."""
     a, types = "_lmv_r", types or {}
     delta = [*_keys(plan, a), f"sum({a}.{SIGN}) AS {ROWS}"]
     for i, aggregate in enumerate(plan.aggregates):
@@ -115,7 +124,14 @@ def step_sql(
     redo = []
     for i, aggregate in enumerate(plan.aggregates):
         count = f"coalesce(o.c{i}, 0) + coalesce(d.c{i}, 0)"
-        if aggregate.kind in ("sum", "avg"):
+        if aggregate.kind in ("sum", "avg") and i in floats:  # a compensated sum (Neumaier): the error of each addition kept
+            was, add = f"coalesce(o.s{i}, 0D)", f"coalesce(d.s{i}, 0D)"
+            error = f"IF(abs({was}) >= abs({add}), ({was} - ({was} + {add})) + {add}, ({add} - ({was} + {add})) + {was})"
+            select.append(f"{typed(f's{i}', f'IF({count} = 0, NULL, {was} + {add})')} AS s{i}")
+            select.append(f"{typed(f'c{i}', count)} AS c{i}")
+            select.append(f"{typed(f'e{i}', f'IF({count} = 0, 0D, coalesce(o.e{i}, 0D) + {error})')} AS e{i}")
+            redo.append(f"NOT coalesce({_finite(f'o.s{i}')} AND {_finite(f'd.s{i}')} AND {_finite(f'{was} + {add}')}, TRUE)")
+        elif aggregate.kind in ("sum", "avg"):
             select.append(f"{typed(f's{i}', f'IF({count} = 0, NULL, coalesce(o.s{i}, 0) + coalesce(d.s{i}, 0))')} AS s{i}")
             select.append(f"{typed(f'c{i}', count)} AS c{i}")
         elif aggregate.kind in ("count", "count_if"):
@@ -134,12 +150,18 @@ def step_sql(
     return f"SELECT {', '.join(select)} FROM {keys} AS k LEFT JOIN ({d}) AS d ON {on('d')} LEFT JOIN {old} AS o ON {on('o')}"
 
 
+def _finite(value: str) -> str:
+    """SQL: `value` is neither infinite nor NaN (NULL stays NULL)."""
+    return f"(NOT isnan({value}) AND abs({value}) < CAST('Infinity' AS DOUBLE))"
+
+
 def rows_sql(
-    plan: DeltaPlan, states: str, columns: Sequence[str], types: Mapping[str, str], decimals: Sequence[int] = (), extra: Sequence[str] = ()
+    plan: DeltaPlan, states: str, columns: Sequence[str], types: Mapping[str, str], decimals: Sequence[int] = (), extra: Sequence[str] = (),
+    floats: Sequence[int] = (),
 ) -> str:
     """The view's rows (its `columns`, each cast to its Spark type in `types`) over the relation
     `states` of new states; a grouped view's key with no rows left has none. With `extra` (columns of
-    the states to pass on), every state's row, the caller telling them apart."""
+    the states to pass on), every state's row, the caller telling them apart. `floats`: as `state_columns`."""
     values: dict[str, str] = {}
     for i, aggregate in enumerate(plan.aggregates):
         if aggregate.kind == "rows":
@@ -147,10 +169,11 @@ def rows_sql(
         elif aggregate.kind in ("count", "count_if"):
             values[AGG.format(i)] = f"s.c{i}"
         elif aggregate.kind == "sum":
-            values[AGG.format(i)] = f"s.s{i}"
+            values[AGG.format(i)] = f"s.s{i} + s.e{i}" if i in floats else f"s.s{i}"
         elif aggregate.kind == "avg":  # as Spark's avg divides: a decimal sum by the count as a decimal(20,0)
             divisor = f"CAST(s.c{i} AS DECIMAL(20,0))" if i in decimals else f"CAST(s.c{i} AS DOUBLE)"
-            values[AGG.format(i)] = f"IF(s.c{i} = 0, NULL, s.s{i} / {divisor})"
+            total = f"(s.s{i} + s.e{i})" if i in floats else f"s.s{i}"
+            values[AGG.format(i)] = f"IF(s.c{i} = 0, NULL, {total} / {divisor})"
         else:
             values[AGG.format(i)] = f"s.m{i}"
     outputs = {o.name: o.template for o in plan.outputs}

@@ -70,8 +70,9 @@ class LocalStateBackend(ScanBackend):
         routes = {m.plan.name: route(m.plan) for m in ctx.maintainers}
         located = bool(ctx.direct_tables)  # direct commits delete replaced rows by their place in the table's files
         retention = {t: json.dumps([ctx.needs[t], ctx.sources[t].lateness_micros]) for t in ctx.needs}
-        grains = [g for m in ctx.maintainers if routes[m.plan.name].indexed and (g := grain_route(m.plan)) is not None]  # (aggregates by delta over a join's grain)
-        for table, part in mirror_parts(ctx.sources, [*routes.values(), *grains], located, retention).items():
+        grains = {m.plan.name: grain_route(m.plan) for m in ctx.maintainers if routes[m.plan.name].indexed}  # (aggregates by delta over a join's grain)
+        walked = [*routes.values(), *(g for g in grains.values() if g is not None)]
+        for table, part in mirror_parts(ctx.sources, walked, located, retention).items():
             store.attach_mirror(part)
             # the store judges which rows win and knows where the rows they replace live; a direct
             # commit writes unpartitioned tables only (an event source's is partitioned by event time)
@@ -86,7 +87,7 @@ class LocalStateBackend(ScanBackend):
                     ViewPart(view=m.plan.name, key=m.plan.key_names, definition=m.plan.fingerprint, located=located,
                              settle=rule[0] if rule is not None else None)  # fmt: skip
                 )
-                self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync)
+                self.indexed[m.plan.name] = IndexedView(m, routes[m.plan.name], self.sync, grains[m.plan.name])
                 if deferral.deferrable(m.plan, indexed=True):
                     self.indexed[m.plan.name].budget = m.plan.definition.freshness
                 elif deferral.refusal(m.plan, indexed=True) is None:  # a view that may have had a budget: keys one

@@ -41,7 +41,7 @@ from lakemv.core.planner.model import ViewPlan
 from lakemv.core.sql.deltasql import REDO, ROWS, rows_sql, state_columns, state_sql, step_sql
 from lakemv.core.sql.quote import q, spark_string
 from lakemv.core.state.codec import Values, rows_of, to_arrow
-from lakemv.core.state.layout import route
+from lakemv.core.state.layout import Route
 from lakemv.core.state.store import Store
 from lakemv.core.state.walk import changed_rows, estimated_reach, reached_anchors, sides
 from lakemv.spark.batch.sync import DIGEST, digest_sql
@@ -72,6 +72,7 @@ class DeltaAggregates:
         self.reason: str | None = None  # why not, once analysed (None: usable, or not analysed yet)
         self._analysed = False
         self.decimals: list[int] = []  # the aggregates whose argument is a decimal
+        self.floats: list[int] = []  # the sums and averages of floating-point values (compensated: `deltasql`)
         self.types: dict[str, str] = {}  # each state column's Spark type
         self.state_schema: pa.Schema | None = None  # key columns, then state columns
         self.pending: tuple[str, list[tuple[Values, Values | None]]] | None = None  # a unit's new states, stored after its commit
@@ -79,8 +80,8 @@ class DeltaAggregates:
 
     # ---- what Spark makes of the view's aggregates -------------------------------------------------
     def usable(self) -> bool:
-        """Whether the deltas are exact here: no sum or average of floating-point values (whose sum
-        depends on the order it is added in). Analysed by Spark once (analysis only: nothing runs)."""
+        """Whether the deltas can be taken here (the types of the aggregates' arguments known, and what
+        the state keeps of each). Analysed by Spark once (analysis only: nothing runs)."""
         if not self._analysed:
             self._analysed = True
             self.reason = self._analyse()
@@ -93,13 +94,16 @@ class DeltaAggregates:
                 continue
             kind = self.spark.sql(f"SELECT {aggregate.arg.replace('_lmv_self.', 'a.')} AS x FROM {live} AS a").schema["x"].dataType
             if aggregate.kind in ("sum", "avg") and isinstance(kind, DoubleType | FloatType):
-                return f"{aggregate.describe()} adds floating-point values, whose sum depends on the order they are added in"
+                self.floats.append(i)
             if isinstance(kind, DecimalType):
                 self.decimals.append(i)
-        schema = self.spark.sql(state_sql(self.plan, live, self.decimals)).schema
-        self.types = {f.name: f.dataType.simpleString() for f in schema.fields if f.name in state_columns(self.plan)}
+        schema = self.spark.sql(state_sql(self.plan, live, self.decimals, self.floats)).schema
+        self.types = {f.name: f.dataType.simpleString() for f in schema.fields if f.name in self.state_columns()}
         self.state_schema = to_arrow_schema(schema)
         return None
+
+    def state_columns(self) -> list[str]:
+        return state_columns(self.plan, self.floats)
 
     @property
     def keys(self) -> list[str]:
@@ -111,14 +115,14 @@ class DeltaAggregates:
 
     def build(self, write_id: str) -> None:
         """Every key's state from the table as the unit left it (Spark), kept in the store."""
-        found = self.spark.sql(state_sql(self.plan, f"({self.live()})", self.decimals)).toArrow()
-        states = rows_of(found, [*self.keys, *state_columns(self.plan)])
+        found = self.spark.sql(state_sql(self.plan, f"({self.live()})", self.decimals, self.floats)).toArrow()
+        states = rows_of(found, [*self.keys, *self.state_columns()])
         width = len(self.keys)
         self.store.set_tallies(self.name, self.view_plan.fingerprint, ((s[:width], s[width:]) for s in states), write_id)
 
     def states_of(self, found: pa.Table, keys: Sequence[Values]) -> list[tuple[Values, Values | None]]:
         """Each of `keys` with its state in `found` (`state_sql`'s rows; None: the key has no rows)."""
-        computed = dict(zip(rows_of(found, self.keys), rows_of(found, state_columns(self.plan)), strict=True))
+        computed = dict(zip(rows_of(found, self.keys), rows_of(found, self.state_columns()), strict=True))
         return [(k, computed.get(k)) for k in keys]
 
     def view_types(self) -> dict[str, str]:
@@ -133,7 +137,7 @@ class DeltaAggregates:
         stepped = rows_of(result, self.keys)
         redo_flags = result.column(REDO).to_pylist()
         redo = [k for k, r in zip(stepped, redo_flags, strict=True) if r]
-        states = rows_of(result, state_columns(self.plan))
+        states = rows_of(result, self.state_columns())
         counts = result.column(ROWS).to_pylist()
         self.pending = (write_id, [(k, s if n else None) for k, s, n, r in zip(stepped, states, counts, redo_flags, strict=True) if not r])
         alive = pc.and_(pc.greater(result.column(ROWS), 0), pc.invert(result.column(REDO))) if self.plan.grouped else pc.invert(result.column(REDO))
@@ -172,7 +176,7 @@ class IndexedDelta(DeltaAggregates):
     """Aggregates by delta of a view the local state serves: its signed rows are the unit's images of
     its mirror, or for a join each reached anchor row's joined row before and after the unit."""
 
-    def __init__(self, view: IndexedView, plan: DeltaPlan):
+    def __init__(self, view: IndexedView, plan: DeltaPlan, grain: Route | None):
         live = view.maintainer.live
         if plan.rows is None:
             table = view.plan.occurrence(view.plan.anchor).table
@@ -186,14 +190,16 @@ class IndexedDelta(DeltaAggregates):
         # the plan and route its changed rows walk to the rows whose joined rows they move: the view's, or
         # rooted at its grain when its key's joins fan out (`ViewPlan.at_grain`)
         self.walk_plan = view.plan if plan.grain is None else view.plan.at_grain()
-        self.walk_route = view.route if plan.grain is None else route(self.walk_plan)
+        self.walk_route = view.route if grain is None else grain
 
     @classmethod
-    def of(cls, view: IndexedView) -> IndexedDelta | None:
+    def of(cls, view: IndexedView, grain: Route | None) -> IndexedDelta | None:
+        """Its aggregates by delta, when they qualify; `grain`: its route from its grain
+        (`lakemv.core.state.layout.grain_route`), which a plan over a grain walks."""
         found = delta_plan(view.plan)
-        if isinstance(found, str):
+        if isinstance(found, str) or (found.grain is not None and grain is None):
             return None
-        delta = cls(view, found)
+        delta = cls(view, found, grain if found.grain is not None else None)
         return delta if delta.walk_route.indexed else None
 
     def estimate(self, images: Mapping[str, Sequence[Values]]) -> float:
@@ -250,9 +256,9 @@ class IndexedDelta(DeltaAggregates):
         else:
             part = self.store.mirrors[self.table]
             inputs[signed_relation] = to_arrow([r for r, _ in signed], part_schema(part)).append_column(SIGN, pa.array([s for _, s in signed], type=pa.int32()))
-        step = step_sql(self.plan, signed_relation, old_relation, self.decimals, self.types, keys_relation)
-        extra = [ROWS, *state_columns(self.plan)[1:], REDO]
-        rows_part = rows_sql(self.plan, "n", list(self.view_plan.columns), self.view_types(), self.decimals, extra=extra)
+        step = step_sql(self.plan, signed_relation, old_relation, self.decimals, self.types, keys_relation, self.floats)
+        extra = [ROWS, *self.state_columns()[1:], REDO]
+        rows_part = rows_sql(self.plan, "n", list(self.view_plan.columns), self.view_types(), self.decimals, extra=extra, floats=self.floats)
         digest = digest_sql(list(self.view_plan.columns), "b")
         outputs = [*self.view_plan.columns, DIGEST, *extra]
         fields = ", ".join(f"{spark_string(c)}, IF(b.{q(c)} IS NULL, NULL, b.{q(c)})" for c in outputs)
@@ -277,7 +283,7 @@ class IndexedDelta(DeltaAggregates):
             inputs[relation] = to_arrow(list(rows.get(self.view_plan.anchor, [])), part_schema(self.store.mirrors[self.table]))
         else:
             relation = f"({over_occurrences(self.plan.rows, self._relations(f'{MARK}{self.name}_group', rows, inputs))})"
-        found = run_kept(self.spark, [(self.view.kept, "delta-state", state_sql(self.plan, relation, self.decimals), inputs)])[0]
+        found = run_kept(self.spark, [(self.view.kept, "delta-state", state_sql(self.plan, relation, self.decimals, self.floats), inputs)])[0]
         states = self.states_of(found, keys)
         if self.pending is not None and self.pending[0] == write_id:
             states = [*self.pending[1], *states]

@@ -49,7 +49,8 @@ _OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
 class IndexedView(Sizing):
     """Maintains one view from the store (see the module docstring)."""
 
-    def __init__(self, maintainer: ViewMaintainer, route: Route, sync: StoreSync):
+    def __init__(self, maintainer: ViewMaintainer, route: Route, sync: StoreSync, grain: Route | None):
+        """`grain`: the view's route from its grain (`lakemv.core.state.layout.grain_route`), when it has one."""
         self.maintainer = maintainer
         self.plan = maintainer.plan
         self.route = route
@@ -69,7 +70,7 @@ class IndexedView(Sizing):
         # A key may stand for many anchor rows (`_size`): an expression, a constant, a group missing the anchor's key (TPC-H Q1).
         pk = maintainer.sources[self.plan.occurrence(self.plan.anchor).table].primary_key
         self.by_rows = bool(route.derived) or (not self.plan.branches and not holds_columns(self.plan.keys, pk))
-        self.delta = IndexedDelta.of(self)  # its aggregates by delta, when they qualify (lakemv.spark.views.delta)
+        self.delta = IndexedDelta.of(self, grain)  # its aggregates by delta, when they qualify (lakemv.spark.views.delta)
 
     def view_schema(self) -> pa.Schema:
         if self._schema is None:
@@ -114,13 +115,13 @@ class IndexedView(Sizing):
         delta, whole, choice, sized = self.delta, False, None, None
         if keys and delta is not None and not holds and self.budget is None and delta.ready(signs, images):
             estimate, sized = delta.estimate(images), self._size(keys)
-            if cost_choice.by_delta(estimate, sized[1]):  # when it reads fewer rows than recomputing the keys' groups
+            if cost_choice.by_delta(estimate, sized.rows):  # when it reads fewer rows than recomputing the keys' groups
                 choice = self._choose(keys, signed=int(estimate))
             if choice is not None and choice.plan == INCREMENTAL:
                 clock = time.perf_counter()
                 signed = delta.signed(raw, signs, images, (updated or {}).get(delta.table), unit.write_id)  # type: ignore[arg-type]
                 steps["rows"] = time.perf_counter() - clock
-                reason = f"aggregates by delta over {len(signed)} changed rows (~{int(estimate):,} estimated; their groups read ~{int(sized[1]):,})"
+                reason = f"aggregates by delta over {len(signed)} changed rows (~{int(estimate):,} estimated; their groups read ~{int(sized.rows):,})"
                 choice = replace(choice, reason=f"{reason}: {choice.reason}")
                 return Gathered(self, sorted(keys, key=repr), {}, choice, Writing(len(keys), position, unit, started, steps, state), signed)
         if holds:  # (a unit that reaches none of its keys holds nothing)
@@ -141,6 +142,8 @@ class IndexedView(Sizing):
             whole = not pending.known  # the state lost what was pending: diff the whole view
         if not keys and not whole:
             return ViewResult(self.plan.name, 0, seconds=time.perf_counter() - started, steps=steps)
+        if not whole and choice is None:
+            sized = sized or self._size(keys)
         choice = Choice(WHOLE, 0.0, None, "its pending keys were not known") if whole else choice or self._choose(keys, sized=sized)
         if choice.plan == WHOLE:  # lakemv.spark.views.whole
             result = write_whole(self, Writing(None if whole else len(keys), position, unit, started, steps, state))
@@ -153,7 +156,8 @@ class IndexedView(Sizing):
             return replace(result, seconds=seconds, plan=WHOLE, reason=choice.reason, note=f"recomputed in full: {choice.reason}")
         clock = time.perf_counter()
         ordered = sorted(keys, key=repr)
-        rows = gather(self.plan, self.route, parts, self.store, ordered)
+        found = sized.rows_of(ordered) if sized is not None else None  # (read once, to size a small batch)
+        rows = found if found is not None else gather(self.plan, self.route, parts, self.store, ordered)
         steps["rows"] = time.perf_counter() - clock
         return Gathered(self, ordered, rows, choice, Writing(len(keys), position, unit, started, steps, state))
 

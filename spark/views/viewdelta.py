@@ -27,7 +27,7 @@ import pyarrow as pa
 from lakemv.core.cdc.effects import SIGN
 from lakemv.core.planner.aggregates import delta_plan
 from lakemv.core.planner.model import SELF
-from lakemv.core.sql.deltasql import REDO, ROWS, rows_sql, state_columns, state_sql, step_sql
+from lakemv.core.sql.deltasql import REDO, ROWS, rows_sql, state_sql, step_sql
 from lakemv.core.sql.diff import content_diff
 from lakemv.core.sql.quote import q
 from lakemv.core.sql.viewsql import old_rows_sql
@@ -65,9 +65,10 @@ class ViewDelta(DeltaAggregates):
         try:
             for relation, rows in relations.items():
                 spark.createDataFrame(rows).createOrReplaceTempView(relation)
-            step = step_sql(self.plan, signed, states, self.decimals, self.types, keyed)
-            extra = [ROWS, *state_columns(self.plan)[1:], REDO]
-            result = spark.sql(rows_sql(self.plan, f"({step})", list(self.view_plan.columns), self.view_types(), self.decimals, extra=extra)).toArrow()
+            step = step_sql(self.plan, signed, states, self.decimals, self.types, keyed, self.floats)
+            extra = [ROWS, *self.state_columns()[1:], REDO]
+            result = spark.sql(rows_sql(self.plan, f"({step})", list(self.view_plan.columns), self.view_types(), self.decimals, extra=extra,
+                                        floats=self.floats)).toArrow()  # fmt: skip
             rows, _, redo = self.split(result, write_id)
             if redo:
                 self.pending = None
@@ -84,5 +85,5 @@ class ViewDelta(DeltaAggregates):
         them (their groups were recomputed: an extreme was retracted), stored by `commit` after the view's."""
         on = " AND ".join(f"k.{q(name)} <=> {expr.replace(f'{SELF}.', 'v.')}" for name, expr in self.plan.keys)
         rows = f"(SELECT v.* FROM ({self.live()}) AS v LEFT SEMI JOIN {relation} AS k ON {on})"
-        found = self.spark.sql(state_sql(self.plan, rows, self.decimals)).toArrow()
+        found = self.spark.sql(state_sql(self.plan, rows, self.decimals, self.floats)).toArrow()
         self.pending = (write_id, self.states_of(found, rows_of(keys, self.keys)))

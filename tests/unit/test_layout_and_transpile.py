@@ -112,3 +112,24 @@ def test_a_decimal_average_compares_within_half_a_unit_of_its_scale():
         con.close()
     assert counts == {"match": 1, "mismatch": 2}
     assert [(s.key["k"], s.columns) for s in samples] == [(2, ("avg",)), (3, ("d",))]
+
+
+def test_floating_point_values_compare_within_the_error_of_summation_order():
+    """A sum of doubles kept by deltas, or run by another engine, adds in another order: verify counts
+    it equal within FLOAT_TOLERANCE of the larger value (or of 1 near zero), not beyond; NaN and the
+    infinities only equal themselves."""
+    from lakemv.duck.verify import FLOAT_TOLERANCE, _differences
+
+    near, far = 1e6 * (1 + FLOAT_TOLERANCE / 2), 1e6 * (1 + FLOAT_TOLERANCE * 4)
+    rows = [(1, 1e6, 1e6), (2, 1e6, near), (3, 1e6, far), (4, 0.0, FLOAT_TOLERANCE / 2), (5, 0.0, FLOAT_TOLERANCE * 2),
+            (6, "nan", "nan"), (7, "inf", "inf"), (8, "inf", "-inf"), (9, "nan", 1.0)]  # fmt: skip
+    con = connect_duckdb(threads=1)
+    try:
+        for side, at in (("expected", 1), ("actual", 2)):
+            values = ", ".join(f"({r[0]}, CAST('{r[at]}' AS DOUBLE))" for r in rows)
+            con.execute(f"CREATE TEMP TABLE {side} AS SELECT * FROM (VALUES {values}) t(k, total)")
+        counts, samples = _differences(con, ["k"], ["total"], 9)
+    finally:
+        con.close()
+    assert counts == {"match": 5, "mismatch": 4}
+    assert sorted(s.key["k"] for s in samples) == [3, 5, 8, 9]
