@@ -77,20 +77,24 @@ def plan_views(definitions: Mapping[str, ViewDefinition], sources: Mapping[str, 
     their grain, planned just before it (`lakemv.core.planner.grain`)."""
     plans: dict[str, ViewPlan] = {}
 
+    def inputs(definition: ViewDefinition) -> tuple[ViewSource, ...]:
+        return tuple(as_source(plans[u]) for u in views_read(definition, plans, sources))
+
+    def with_inputs(plan: ViewPlan) -> ViewPlan:
+        read = inputs(plan.definition)
+        return plan.model_copy(update={"inputs": read}) if read else plan
+
     def planned(definition: ViewDefinition) -> ViewPlan:
-        inputs = tuple(as_source(plans[u]) for u in views_read(definition, plans, sources))
-        plan = plan_view(definition, {**sources, **{v.name: v for v in inputs}})  # type: ignore[dict-item]
-        return plan.model_copy(update={"inputs": inputs}) if inputs else plan
+        return with_inputs(plan_view(definition, {**sources, **{v.name: v for v in inputs(definition)}}))  # type: ignore[dict-item]
 
     for name in dependency_order(definitions, sources):
         definition = definitions[name]
         try:
             plans[name] = planned(definition)
         except KeySpansTables as refused:
-            visible = {**sources, **{u: as_source(plans[u]) for u in views_read(definition, plans, sources)}}
+            visible = {**sources, **{v.name: v for v in inputs(definition)}}
             rows, reading = at_grain(definition, visible, refused, plan_view, {*sources, *definitions, *plans})  # type: ignore[arg-type]
-            inputs = tuple(as_source(plans[u]) for u in views_read(rows.definition, plans, sources))
-            plans[rows.name] = rows.model_copy(update={"inputs": inputs}) if inputs else rows
+            plans[rows.name] = with_inputs(rows)
             plans[name] = planned(reading)
     return plans
 

@@ -94,10 +94,11 @@ def _shape(definition: ViewDefinition, sources: Mapping[str, SourceTable], name:
     return "it neither groups one FROM subquery nor groups joined tables"
 
 
-def _grain_first(select: exp.Select, grain: exp.Table) -> None:
-    """(In place) `grain` as the FROM table of `select`, the planner's anchor: inner joins are reordered
-    freely once their ON conditions join the WHERE (outer, semi and anti joins keep their order, and
-    then only the FROM table can be the grain)."""
+def _grain_first(select: exp.Select, alias: str) -> None:
+    """(In place) the table `alias` names, the grain, as the FROM table of `select`, the planner's
+    anchor: inner joins are reordered freely once their ON conditions join the WHERE (outer, semi and
+    anti joins keep their order, and then only the FROM table can be the grain)."""
+    grain = next(t for t in _tables(select) if t.alias_or_name == alias)
     relations = [select_from(select), *(j.this for j in select.args.get("joins") or [])]
     if relations[0] is grain:
         return
@@ -132,7 +133,7 @@ def _subquery_rows(
 ) -> tuple[exp.Select, exp.Select, tuple[str, ...]]:
     """A GROUP BY over one FROM subquery: the subquery with the grain's key is the rows view."""
     rows = relation.this.copy()
-    _grain_first(rows, next(t for t in _tables(rows) if t.alias_or_name == grain.alias_or_name))
+    _grain_first(rows, grain.alias_or_name)
     outputs = {p.alias_or_name: p.unalias() for p in rows.selects}
     key = []
     for output, column in _key_of(grain, sources, set(outputs)):
@@ -161,7 +162,7 @@ def _joined_rows(tree: exp.Select, grain: exp.Table, sources: Mapping[str, Sourc
     rows.set("joins", [j.copy() for j in tree.args["joins"]])
     if tree.args.get("where"):
         rows.set("where", tree.args["where"].copy())
-    _grain_first(rows, next(t for t in _tables(rows) if t.alias_or_name == grain.alias_or_name))
+    _grain_first(rows, grain.alias_or_name)
     for part in parts:
         for column in list(part.find_all(exp.Column)):
             column.replace(exp.column(named[(column.table, column.name)]))
