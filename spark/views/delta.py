@@ -69,7 +69,6 @@ class DeltaAggregates:
         self.table = view.occurrence(view.anchor).table  # the one table (or view) it reads
         self.view_table = view_table
         self.live = live  # SQL of the live rows of `table`
-        self.reason: str | None = None  # why not, once analysed (None: usable, or not analysed yet)
         self._analysed = False
         self.decimals: list[int] = []  # the aggregates whose argument is a decimal
         self.floats: list[int] = []  # the sums and averages of floating-point values (compensated: `deltasql`)
@@ -80,14 +79,14 @@ class DeltaAggregates:
 
     # ---- what Spark makes of the view's aggregates -------------------------------------------------
     def usable(self) -> bool:
-        """Whether the deltas can be taken here (the types of the aggregates' arguments known, and what
-        the state keeps of each). Analysed by Spark once (analysis only: nothing runs)."""
+        """The deltas can be taken, once the types of the aggregates' arguments are known, and what the
+        state keeps of each: analysed by Spark once (analysis only: nothing runs)."""
         if not self._analysed:
             self._analysed = True
-            self.reason = self._analyse()
-        return self.reason is None
+            self._analyse()
+        return True
 
-    def _analyse(self) -> str | None:
+    def _analyse(self) -> None:
         live = f"({self.live()})"
         for i, aggregate in enumerate(self.plan.aggregates):
             if aggregate.arg is None:
@@ -100,7 +99,6 @@ class DeltaAggregates:
         schema = self.spark.sql(state_sql(self.plan, live, self.decimals, self.floats)).schema
         self.types = {f.name: f.dataType.simpleString() for f in schema.fields if f.name in self.state_columns()}
         self.state_schema = to_arrow_schema(schema)
-        return None
 
     def state_columns(self) -> list[str]:
         return state_columns(self.plan, self.floats)
