@@ -38,10 +38,13 @@ from lakemv.spark.directwrite import Committed
 log = logging.getLogger(__name__)
 _MAX_WALK = 10_000  # snapshots followed back from the current one before giving up (reload)
 DIGEST = "_lmv_digest"
-# Values (rows x columns) a reload collects at once: 20M of them are ~1 GB in the driver's heap and
-# again in Python; a 1M-user, 100-view mirror with its derived key columns was 1.2 GB in one collect,
-# which a 4 GB driver could not hold (its task-result thread ran out of heap and the job hung).
+# What a reload collects at once: values (rows x columns) in the driver - a 1M-user, 100-view mirror
+# with its derived key columns was 1.2 GB in one collect, more than a 4 GB driver's heap - and bytes in
+# one slice, which may be one task's result: a task hands over up to `spark.task.maxDirectResultSize`
+# (128 MiB, lakemv.spark.session); a 1M-row view's digests and file places, a few hundred MB, were lost.
 RELOAD_CELLS = 8_000_000
+RELOAD_BYTES = 32 << 20
+RELOAD_SAMPLE = 1_000  # rows read to size a row in bytes; a part of at most this many is collected at once
 
 
 @dataclass(frozen=True)
@@ -278,11 +281,14 @@ class StoreSync:
         return True
 
     def _slices(self, sql: str, key: Sequence[str], width: int) -> Iterator[pa.Table]:
-        """The rows of `sql` in slices by a hash of their `key` columns, each collected on its own: a
-        100-view lake's mirror with every key column its views derive, collected whole, needed more
-        than the driver's heap (`RELOAD_CELLS` values a slice; one slice when the rows are fewer)."""
+        """The rows of `sql` in slices by a hash of their `key` columns, each collected on its own, as
+        many as `reload_slices` says from the row count and a sample's bytes a row."""
         rows = self.spark.sql(f"SELECT count(*) FROM ({sql})").first()[0]
-        slices = max(1, -(-rows * width // RELOAD_CELLS))
+        if rows <= RELOAD_SAMPLE:
+            yield self.spark.sql(sql).toArrow()
+            return
+        sample = self.spark.sql(f"SELECT * FROM ({sql}) LIMIT {RELOAD_SAMPLE}").toArrow()
+        slices = reload_slices(rows, width, sample.nbytes / max(1, sample.num_rows))
         if slices == 1:
             yield self.spark.sql(sql).toArrow()
             return
@@ -346,6 +352,12 @@ class StoreSync:
                     rows += data.num_rows
             self.store.set_record(name, view.fingerprint, snapshot, None)
         return rows
+
+
+def reload_slices(rows: int, width: int, row_bytes: float) -> int:
+    """Slices for a reload of `rows` rows of `width` columns, `row_bytes` each in Arrow: at most
+    `RELOAD_CELLS` values, and `RELOAD_BYTES` in one slice (its rows may be one task's: one file)."""
+    return max(1, -(-rows * width // RELOAD_CELLS), int(-(-rows * row_bytes // RELOAD_BYTES)))
 
 
 def _locations(data, located: bool):  # noqa: ANN001, ANN202

@@ -101,8 +101,21 @@ def test_the_store_follows_compaction_backfill_and_its_own_loss(lake, tmp_path, 
     lake.spark.sql(f"DELETE FROM {table} WHERE email = '{victim}'")
     assert backfill(view="user_profile", warehouse=warehouse)["upserts"] == 1
     ingest_round(4)
-    # the store is lost: rebuilt from the tables (each table in slices, as a large one is), same results
-    monkeypatch.setattr(sync_module, "RELOAD_CELLS", 300)
+    # the store is lost: rebuilt from the tables (each table in slices, as a large one is: by the
+    # values a slice holds, and by its bytes), same results
+    monkeypatch.setattr(sync_module, "RELOAD_SAMPLE", 20)
+    monkeypatch.setattr(sync_module, "RELOAD_CELLS", 150)
+    monkeypatch.setattr(sync_module, "RELOAD_BYTES", 4096)
+    sliced: list[tuple[int, int, int]] = []  # (slices, slices by values alone, slices by bytes alone)
+    sizes = sync_module.reload_slices
+
+    def slices(rows: int, width: int, row_bytes: float) -> int:
+        sliced.append((sizes(rows, width, row_bytes), sizes(rows, width, 0.0), sizes(rows, 0, row_bytes)))
+        return sliced[-1][0]
+
+    monkeypatch.setattr(sync_module, "reload_slices", slices)
     shutil.rmtree(path.parent)
     ingest_round(5)
     assert path.exists()
+    assert any(total > by_values > 1 for total, by_values, _ in sliced), sliced  # the bytes ruled
+    assert any(total > by_bytes > 1 for total, _, by_bytes in sliced), sliced  # the values ruled

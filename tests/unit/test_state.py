@@ -504,6 +504,20 @@ def test_in_step_tells_compaction_and_the_units_own_commits_from_foreign_ones():
     assert in_step(_History((1, None, "replace", None)), "t", None) == Step(1, 1, moved=(1,), folded=(1,))
 
 
+def test_a_reload_is_sliced_by_the_values_and_the_bytes_it_collects():
+    from lakemv.spark.batch.sync import RELOAD_BYTES, RELOAD_CELLS, reload_slices
+
+    assert reload_slices(0, 5, 0.0) == 1
+    assert reload_slices(1_000, 5, 200.0) == 1
+    # a mirror of 1M rows and 40 columns: the values bound (8M values a slice)
+    assert reload_slices(1_000_000, 40, 100.0) == -(-40_000_000 // RELOAD_CELLS) == 5
+    # a view's 1M keys, digests and file places (~300 bytes a row in Arrow): few cells, many bytes -
+    # one slice was a few hundred MB in one task's result, more than a task hands over (128 MiB)
+    slices = reload_slices(1_000_000, 4, 300.0)
+    assert slices == 9 and 1_000_000 * 300 / slices <= RELOAD_BYTES
+    assert reload_slices(10_000, 2, 50_000.0) == 15  # wide rows: 500 MB in 32 MiB slices
+
+
 def test_explain_shows_the_store_lookups_or_why_there_are_none(plans, sources):
     from lakemv.core.planner.explain import explain
 
