@@ -71,9 +71,11 @@ _RELATIONS = itertools.count()
 SMALL_ROWS = 200_000
 _SMALL_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 # The gathered rows one round of the recompute holds in the driver at once: the views of a batch that
-# gathered more go in rounds, one after the other (a hundred views at 1M users gathered more than a
-# 4 GB driver holds as local relations and results together). A view is never split.
-ROUND_ROWS = 2_000_000
+# gathered more go in rounds, one after the other. A hundred views at 1M users gathered more than a
+# 4 GB driver holds as local relations and results together, and a round of 2M rows still did (the
+# optimizer copies a local relation under a projection: `ConvertToLocalRelation`, ~2 KB a row in
+# all). A view is never split.
+ROUND_ROWS = 500_000
 
 
 def recompute_together(spark: SparkSession, views: Sequence[Gathered], workers: int = 1) -> list[tuple[pa.Table, float]]:
