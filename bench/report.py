@@ -289,7 +289,8 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
             for label in ("one", "many"):
                 r, m = v[label], v[label]["median"]
                 spread = "–".join(f"{x:.2f}" for x in r.get("seconds_spread", []))
-                lines.append(f"| {label} | {r['views']} | {r['build']['seconds']:.1f} | {m['seconds']:.2f} | {spread} | {m['cpu_seconds']:.2f} | "
+                build = f"{r['build']['seconds']:.1f}" if r.get("build") else "—"  # (not timed: a resumed run's kept lake made by hand)
+                lines.append(f"| {label} | {r['views']} | {build} | {m['seconds']:.2f} | {spread} | {m['cpu_seconds']:.2f} | "
                              f"{m['spark_jobs']} | {m['iceberg_commits']} |")  # fmt: skip
             if v["many"].get("verify"):
                 lines += ["", f"After the last repeat's batches: {_verified(v['many']['verify'])}"]

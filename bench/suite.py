@@ -248,8 +248,17 @@ class Scale:
         build = self.build()
         view_rows = self.spark.table(self.names.view(VIEW)).count()
         self.say(f"{events:,} snapshot events loaded in {load_seconds:.0f}s; {VIEW} built: {view_rows:,} rows in {build['seconds']}s")
-        return {"snapshot_events": events, "load_seconds": round(load_seconds, 1), "mirror_rows": rows,
-                "view_rows": view_rows, "build": build}  # fmt: skip
+        setup = {"snapshot_events": events, "load_seconds": round(load_seconds, 1), "mirror_rows": rows, "view_rows": view_rows, "build": build}
+        (self.root / "setup.json").write_text(json.dumps(setup, indent=2))  # for a run resumed from this lake (--resume)
+        return setup
+
+    def resume(self) -> dict[str, Any]:
+        """The setup of the run that kept the many-views lake in --root (`setup.json`); the snapshot is
+        generated again, and dropped, so that the recorded batches are the ones that run replayed."""
+        with self.console.status("generating the snapshot again (the recorded batches follow it)..."):
+            next(self.workload.rounds())
+        self.say(f"resumed from the lake kept in {self.root}")
+        return {**json.loads((self.root / "setup.json").read_text()), "resumed": True}
 
     def build(self) -> dict[str, Any]:
         """The batch processor of user_profile (building the view the first time; with the local
@@ -611,13 +620,19 @@ class Scale:
         recorded = [lines_of(self.workload.change_round(changes)) for _ in range(self.args.warmup + self.args.repeat)]
         states = [self.root / f"state-{label}" for label in plans]
         runs: dict[str, Any] = {}
-        for label, views in plans.items():
-            (processor, store), build = self.meter.measure(f"{len(views)} views built", lambda v=views, n=label: self._views_processor(v, n))
-            runs[label] = {"views": len(views), "build": build, "store_bytes": store.size_bytes() if store else None, "repeats": []}
-            if store is not None:
-                store.close()
         kept, first = self.root / "many-views-lake", self.batch_id
-        lakecopy.keep(Path(self.settings.warehouse), kept, states)
+        if self.args.resume:  # the lake and builds a previous run kept
+            built = json.loads((kept / "kept.json").read_text())
+            runs, first = {label: {**run, "repeats": []} for label, run in built["runs"].items()}, built["batch_id"]
+        else:
+            for label, views in plans.items():
+                (processor, store), build = self.meter.measure(f"{len(views)} views built", lambda v=views, n=label: self._views_processor(v, n))
+                runs[label] = {"views": len(views), "build": build, "store_bytes": store.size_bytes() if store else None, "repeats": []}
+                self.say(f"{len(views)} views built in {build['seconds']}s")
+                if store is not None:
+                    store.close()
+            lakecopy.keep(Path(self.settings.warehouse), kept, states)
+            (kept / "kept.json").write_text(json.dumps({"batch_id": first, "runs": runs}, indent=2))
         for repeat in range(self.args.view_repeats):
             for label in (("one", "many") if repeat % 2 == 0 else ("many", "one")):
                 lakecopy.restore(kept, Path(self.settings.warehouse), states)
@@ -701,7 +716,7 @@ class Scale:
     def run(self) -> dict[str, Any]:
         """Every chosen measure in turn; one that fails is recorded with its error and the others still
         run (a long run keeps what it measured)."""
-        out: dict[str, Any] = {"users": self.users, "setup": self.load(), "errors": {}}
+        out: dict[str, Any] = {"users": self.users, "setup": self.resume() if self.args.resume else self.load(), "errors": {}}
         measures = self.args.measures
         steps: list[tuple[str, str, Callable[[], Any], Any]] = [
             ("batches", "batches", self.batches, None),
@@ -842,6 +857,8 @@ def main() -> None:
     parser.add_argument("--no-direct", action="store_true", help="with the local state, but Spark MERGEs instead of direct commits")
     parser.add_argument("--quick", action="store_true", help="short runs: 20s of feed, a 100k-event backlog")
     parser.add_argument("--root", type=Path, default=None, help="work folder (default: a temporary one, removed after)")
+    parser.add_argument("--resume", action="store_true", help="with --measures views and --root: replay the batches on the lake a run "
+                        "kept there once it had built the views (`many-views-lake`), without loading and building again")  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.freshness_seconds, args.freshness_warmup, args.backlog_events, args.repeat = 20.0, 5.0, 100_000, 2
@@ -849,6 +866,8 @@ def main() -> None:
         args.fan_out_stars = min(args.fan_out_stars, max(args.users) // 10)
         args.views, args.view_repeats = args.views or 16, min(args.view_repeats, 3)
     args.views = args.views or 100
+    if args.resume and (args.root is None or args.measures != ["views"] or len(args.users) != 1):
+        parser.error("--resume needs --root, --measures views and one --users")
     args.view_workers = args.view_workers or VIEW_WORKERS
     console = Console()
     root = args.root or Path(tempfile.mkdtemp(prefix="lakemv-bench-"))
