@@ -283,12 +283,10 @@ class StoreSync:
     def _slices(self, sql: str, key: Sequence[str], width: int) -> Iterator[pa.Table]:
         """The rows of `sql` in slices by a hash of their `key` columns, each collected on its own, as
         many as `reload_slices` says from the row count and a sample's bytes a row."""
-        rows = self.spark.sql(f"SELECT count(*) FROM ({sql})").first()[0]
-        if rows <= RELOAD_SAMPLE:
-            yield self.spark.sql(sql).toArrow()
-            return
-        sample = self.spark.sql(f"SELECT * FROM ({sql}) LIMIT {RELOAD_SAMPLE}").toArrow()
-        slices = reload_slices(rows, width, sample.nbytes / max(1, sample.num_rows))
+        rows, slices = self.spark.sql(f"SELECT count(*) FROM ({sql})").first()[0], 1
+        if rows > RELOAD_SAMPLE:
+            sample = self.spark.sql(f"SELECT * FROM ({sql}) LIMIT {RELOAD_SAMPLE}").toArrow()
+            slices = reload_slices(rows, width, sample.nbytes / sample.num_rows)
         if slices == 1:
             yield self.spark.sql(sql).toArrow()
             return
