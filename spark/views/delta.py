@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import repeat
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,16 @@ if TYPE_CHECKING:
 _OCCURRENCE = re.compile(r"\b_lmv_occ_(\d+)\b")
 
 
+@dataclass(frozen=True)
+class Analysis:
+    """What Spark makes of a view's aggregates."""
+
+    decimals: list[int]  # the aggregates whose argument is a decimal
+    floats: list[int]  # the sums and averages of floating-point values (compensated: `deltasql`)
+    types: dict[str, str]  # each state column's Spark type
+    schema: pa.Schema  # key columns, then state columns
+
+
 class DeltaAggregates:
     """One view's aggregates by delta, wherever its signed rows come from: the analysis of its
     aggregates, the states' build, the split of a step's result, the states stored after the commit.
@@ -69,36 +80,44 @@ class DeltaAggregates:
         self.table = view.occurrence(view.anchor).table  # the one table (or view) it reads
         self.view_table = view_table
         self.live = live  # SQL of the live rows of `table`
-        self._analysed = False
-        self.decimals: list[int] = []  # the aggregates whose argument is a decimal
-        self.floats: list[int] = []  # the sums and averages of floating-point values (compensated: `deltasql`)
-        self.types: dict[str, str] = {}  # each state column's Spark type
-        self.state_schema: pa.Schema | None = None  # key columns, then state columns
         self.pending: tuple[str, list[tuple[Values, Values | None]]] | None = None  # a unit's new states, stored after its commit
         self._types: dict[str, str] | None = None  # the view table's column types, read at first use
 
     # ---- what Spark makes of the view's aggregates -------------------------------------------------
-    def usable(self) -> bool:
-        """The deltas can be taken, once the types of the aggregates' arguments are known, and what the
-        state keeps of each: analysed by Spark once (analysis only: nothing runs)."""
-        if not self._analysed:
-            self._analysed = True
-            self._analyse()
-        return True
-
-    def _analyse(self) -> None:
+    @cached_property
+    def analysis(self) -> Analysis:
+        """The types of the aggregates' arguments and what the state keeps of each, analysed by Spark at
+        first use (analysis only: nothing runs)."""
         live = f"({self.live()})"
+        decimals, floats = [], []
         for i, aggregate in enumerate(self.plan.aggregates):
             if aggregate.arg is None:
                 continue
             kind = self.spark.sql(f"SELECT {aggregate.arg.replace('_lmv_self.', 'a.')} AS x FROM {live} AS a").schema["x"].dataType
             if aggregate.kind in ("sum", "avg") and isinstance(kind, DoubleType | FloatType):
-                self.floats.append(i)
+                floats.append(i)
             if isinstance(kind, DecimalType):
-                self.decimals.append(i)
-        schema = self.spark.sql(state_sql(self.plan, live, self.decimals, self.floats)).schema
-        self.types = {f.name: f.dataType.simpleString() for f in schema.fields if f.name in self.state_columns()}
-        self.state_schema = to_arrow_schema(schema)
+                decimals.append(i)
+        schema = self.spark.sql(state_sql(self.plan, live, decimals, floats)).schema
+        kept = state_columns(self.plan, floats)
+        types = {f.name: f.dataType.simpleString() for f in schema.fields if f.name in kept}
+        return Analysis(decimals, floats, types, to_arrow_schema(schema))
+
+    @property
+    def decimals(self) -> list[int]:
+        return self.analysis.decimals
+
+    @property
+    def floats(self) -> list[int]:
+        return self.analysis.floats
+
+    @property
+    def types(self) -> dict[str, str]:
+        return self.analysis.types
+
+    @property
+    def state_schema(self) -> pa.Schema:
+        return self.analysis.schema
 
     def state_columns(self) -> list[str]:
         return state_columns(self.plan, self.floats)
@@ -210,10 +229,9 @@ class IndexedDelta(DeltaAggregates):
         return 2.0 * len(self.view_plan.occurrences) * estimated_reach(self.walk_plan, self.walk_route, counts, self.store.fanout)
 
     def ready(self, signs: Mapping[str, object] | None, reached: Collection[str]) -> bool:
-        """Whether the unit's images carry the signs the deltas add up (of every table reached) and the
-        aggregates are exact here (`usable`)."""
+        """Whether the unit's images carry the signs the deltas add up (of every table reached)."""
         wanted = [self.table] if self.plan.rows is None else list(reached)
-        return signs is not None and all(t in signs for t in wanted) and self.usable()
+        return signs is not None and all(t in signs for t in wanted)
 
     def signed(
         self, raw: Mapping[str, Sequence[Values]], signs: Mapping[str, Sequence[int]], reached: Mapping[str, list[Values]],
@@ -240,7 +258,6 @@ class IndexedDelta(DeltaAggregates):
     def run(self, keys: Sequence[Values], signed: Sequence[tuple[Values, int]] | Sides, write_id: str) -> Run:
         """The unit's step as a kept run: old states of `keys` plus the deltas of `signed` (a row's
         values in the part's order, its sign; or a join's `Sides`), each key's new state and row with its digest."""
-        assert self.state_schema is not None
         old = self.store.tallies(self.name, keys, write_id)
         states = to_arrow([(*k, *s) for k, s in old.items()], self.state_schema)
         signed_relation, old_relation, keys_relation = f"{MARK}{self.name}_signed", f"{MARK}{self.name}_states", f"{MARK}{self.name}_keys"
@@ -274,7 +291,6 @@ class IndexedDelta(DeltaAggregates):
     def refresh(self, keys: Sequence[Values], rows: Mapping[int, Sequence[Values]], write_id: str) -> None:
         """The states of `keys`, recomputed from the rows their groups read (`rows`: per occurrence), to
         be stored with the unit's."""
-        assert self.state_schema is not None
         inputs: dict[str, pa.Table] = {}
         if self.plan.rows is None:
             relation = f"{MARK}{self.name}_rows"

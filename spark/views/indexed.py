@@ -350,7 +350,7 @@ class IndexedView(Sizing):
         delta, unit = self.delta, gathered.writing.unit
         assert delta is not None
         if gathered.signed is None:  # recomputed by groups (keys that waited, a backlog's): their states from their rows
-            if delta.usable() and delta.known(unit.write_id):
+            if delta.known(unit.write_id):
                 delta.refresh(gathered.keys, gathered.rows, unit.write_id)
             return new, gathered.keys
         rows, keys, redo = delta.split(new, unit.write_id)

@@ -292,7 +292,7 @@ class ViewMaintainer(ViewWriter):
         choice = self._choose(keys.num_rows)
         delta = self.delta
         upstream = (signed or {}).get(delta.table) if delta is not None else None  # its upstream's signed rows
-        if choice.plan == INCREMENTAL and self.on_main and delta is not None and upstream is not None and delta.usable():
+        if choice.plan == INCREMENTAL and self.on_main and delta is not None and upstream is not None:
             result = self._by_delta(keys, upstream, Writing(keys.num_rows, position, unit, started, steps, state))
             if result is not None:
                 return replace(result, plan=INCREMENTAL, reason=f"aggregates by delta: {choice.reason}")

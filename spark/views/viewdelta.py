@@ -56,7 +56,6 @@ class ViewDelta(DeltaAggregates):
         if not self.known(write_id):
             self.build(write_id)
             signed = f"(SELECT *, 1 AS {SIGN} FROM ({self.live()}) WHERE FALSE)"  # its changes are in the states built
-        assert self.state_schema is not None
         spark, key_names = self.spark, list(self.view_plan.key_names)
         wanted = rows_of(keys, key_names)
         old = self.store.tallies(self.name, wanted, write_id)
