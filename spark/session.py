@@ -134,6 +134,11 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
         # batch; with 2 MiB pages none, 23-27 s. A larger record still gets a page its size.
         "spark.buffer.pageSize": "2m",
         "spark.ui.enabled": "false",
+        # With the UI off, Spark (before SPARK-55353) still keeps the last 1,000 SQL executions' plans
+        # and metrics on the driver's heap, read by nobody here; a 100-view batch's plans are large.
+        # A suspect (not yet measured) in the 4 GB heap that building 100 views at 1M users left too
+        # full for the first batch (2026-12-02; docs/performance.md).
+        "spark.sql.ui.retainedExecutions": "50",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.ansi.enabled": "true",
         # The landing glob (<landing>/*/*) resolves to every file; past 32 paths Spark lists them
