@@ -213,7 +213,7 @@ def markdown(results: Results, plots: list[tuple[str, str]]) -> str:
             "",
         ]
         for key, error in (scale.get("errors") or {}).items():
-            lines += [f"**{key} failed**: `{error.strip().splitlines()[-1] if error.strip() else error}`", ""]
+            lines += [f"**{key} failed**: `{_error_head(error)}`", ""]
         if b:
             lines += ["| batch | events | view keys | wall s | CPU s | view step s | Spark jobs | Iceberg commits |", "|---|---|---|---|---|---|---|---|"]
             named = [(f"1k-change batch {i + 1}", x) for i, x in enumerate(b["one_k"])] + [
@@ -317,6 +317,18 @@ def write_report(results: Results, out: Path) -> Path:
     path = out / "report.md"
     path.write_text(markdown(results, plots), encoding="utf-8")
     return path
+
+
+def _error_head(error: str) -> str:
+    """A failed measure's message (`bench.suite._failure`) up to its first frame, Python's (`  File ...`)
+    or the JVM's (`\tat ...`): a Java error's cause is on its second line (`Py4JJavaError: ...` then
+    `: java.lang.OutOfMemoryError: ...`)."""
+    head = []
+    for line in error.strip().splitlines():
+        if not line.strip() or line[0].isspace():
+            break
+        head.append(line.strip())
+    return " ".join(head)
 
 
 def _verified(verify: dict) -> str:

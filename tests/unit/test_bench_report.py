@@ -7,6 +7,11 @@ from bench.report import markdown, summary
 from bench.suite import TARGETS, steady
 
 
+def _results(*scales: dict) -> dict:
+    return {"targets": TARGETS, "scales": list(scales), "started": "s", "finished": "f", "command": "c",
+            "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "python": "3", "spark": "4", "duckdb": "1", "os": "linux"}}  # fmt: skip
+
+
 def test_latencies_that_grow_over_a_run_are_not_steady():
     assert steady([(t, 2.0 + (t % 3) * 0.1) for t in range(30)])
     assert not steady([(t, 1.0 + t) for t in range(30)])  # each file waits longer: a backlog builds
@@ -38,8 +43,7 @@ def _scale(users: int) -> dict:
 
 
 def test_the_report_shows_the_sustained_rate_both_catch_ups_batch_p99_and_driver_memory():
-    results = {"targets": TARGETS, "scales": [_scale(1_000_000)], "started": "s", "finished": "f", "command": "c",
-               "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "python": "3", "spark": "4", "duckdb": "1", "os": "linux"}}  # fmt: skip
+    results = _results(_scale(1_000_000))
     rows = {row["measure"]: row for row in summary(results)}
     assert rows["highest rate ingest sustains (p99 within target, not growing)"]["values"] == {"1M": 2250}
     assert rows["catch-up throughput, the local state rebuilt from the tables first (1M users)"]["values"] == {"1M": 8_000}
@@ -53,15 +57,14 @@ def test_the_report_shows_the_sustained_rate_both_catch_ups_batch_p99_and_driver
     assert "| 2,000 events/s | 2,001.0 | 600 | 1,200,000 | 2.50 | 7.00 | 9.00 | **no** |" in text
     assert "peak resident 2,048 MiB (Python) + 3,072 MiB (JVM);" in text
     assert "7.50 s to the first batch (12.0 s in all; peak resident 400 MiB Python + 1,500 MiB JVM)" in text
-    assert "**cost failed**: `internal error: it broke`" in text  # a failed measure is reported, the others kept
+    assert "**cost failed**: `RuntimeError: the cost measure failed: internal error: it broke`" in text  # a failed measure is reported, the others kept
 
 
 def test_driver_memory_per_1m_users_is_the_growth_between_two_scales_not_a_peak_multiplied():
     small, big = _scale(100_000), _scale(1_000_000)
     small["driver_memory"] = {**small["driver_memory"], "python_peak_bytes": 1 * 2**30, "jvm_peak_bytes": 3 * 2**30}  # 4 GiB
     big["driver_memory"] = {**big["driver_memory"], "python_peak_bytes": 2 * 2**30, "jvm_peak_bytes": 3 * 2**30 + 2**29}  # 5.5 GiB
-    results = {"targets": TARGETS, "scales": [small, big], "started": "s", "finished": "f", "command": "c",
-               "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "python": "3", "spark": "4", "duckdb": "1", "os": "linux"}}  # fmt: skip
+    results = _results(small, big)
     rows = {row["measure"]: row for row in summary(results)}
     assert rows["the suite's process, peak resident (Python, with the generated workload, + JVM)"]["values"] == {"100k": 4 * 1024, "1M": 5.5 * 1024}
     assert rows["driver memory per 1M more users"]["values"] == {"100k→1M": pytest.approx(1.5 * 1024 / 0.9)}
@@ -75,8 +78,7 @@ def test_targets_issue_31_sets_per_scale_judge_each_scale_by_its_own():
         scale["batches"] = {"median_one_k": {"seconds": batch, "cpu_seconds": batch}, "empty": {"seconds": 0.1},
                             "fan_out": {"seconds": 1.0}}  # fmt: skip
         scale["full_recompute"] = {"spark_best": {"seconds": duckdb, "cpu_seconds": duckdb}, "duckdb_best": {"seconds": duckdb}}
-    results = {"targets": TARGETS, "scales": [small, big], "started": "s", "finished": "f", "command": "c",
-               "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 24, "python": "3", "spark": "4", "duckdb": "1", "os": "linux"}}  # fmt: skip
+    results = _results(small, big)
     rows = {row["measure"]: row for row in summary(results)}
     assert (rows["catch-up throughput (100k users)"]["target"], rows["catch-up throughput (100k users)"]["met"]) == ("≥ 50,000 events/s", False)
     assert (rows["catch-up throughput (1M users)"]["target"], rows["catch-up throughput (1M users)"]["met"]) == ("≥ 25,000 events/s", True)
@@ -87,3 +89,16 @@ def test_targets_issue_31_sets_per_scale_judge_each_scale_by_its_own():
     old = {k: v for k, v in TARGETS.items() if not k.endswith(("_100k", "_1m"))}
     rows = {row["measure"]: row for row in summary({**results, "targets": old})}
     assert rows["catch-up throughput (1M users)"]["target"] == "≥ 50,000 events/s"
+
+
+def test_a_failed_measure_shows_its_java_cause_not_the_last_frame_kept():
+    scale = {**_scale(1_000_000), "errors": {"many_views": "Py4JJavaError: An error occurred while calling o1.toDataFrame.\n"
+                                             ": java.lang.OutOfMemoryError: Java heap space\n\n"
+                                             '  File "bench/suite.py", line 641, in many_views\n    raise Py4JJavaError(\n',
+                                             "cost": "Py4JJavaError: An error occurred while calling o2.sql.\n"
+                                             ": java.lang.IllegalStateException: no table\n\tat org.apache.Foo.bar(Foo.java:1)\n"}}  # fmt: skip
+    results = _results(scale)
+    text = markdown(results, [])
+    assert ("**many_views failed**: `Py4JJavaError: An error occurred while calling o1.toDataFrame. "
+            ": java.lang.OutOfMemoryError: Java heap space`") in text  # fmt: skip
+    assert "**cost failed**: `Py4JJavaError: An error occurred while calling o2.sql. : java.lang.IllegalStateException: no table`" in text
