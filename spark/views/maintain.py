@@ -14,6 +14,7 @@ import json
 import time
 from collections import ChainMap
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -32,6 +33,7 @@ from lakemv.core.planner.finality import finalizing_sql
 from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.viewsql import affected_key_queries, recompute_sql
 from lakemv.spark.commits import WriteUnit, tagged
+from lakemv.spark.materialise import materialised
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.tables import create_empty
 from lakemv.spark.views.feeds import Feeds
@@ -260,19 +262,16 @@ class ViewMaintainer(ViewWriter):
     ) -> ViewResult:
         """Recompute the keys reached by the mirror rows that differ between snapshots `since` and `now`."""
         deltas: dict[str, str] = {}
-        try:
+        with ExitStack() as held:
             for table in self.plan.tables:
                 if since.get(table) == now[table]:
                     continue
                 columns = sorted(self.plan.reads(table))
                 sql = changed_rows_sql(self.names, self.sources[table], since.get(table), now[table], columns)
                 relation = f"{self._temp}_since_{table}"
-                self.spark.sql(sql).localCheckpoint(eager=True).createOrReplaceTempView(relation)
+                held.enter_context(materialised(self.spark.sql(sql), relation))
                 deltas[table] = relation
             return self._apply(deltas, unit, position, state or ViewState()) if deltas else ViewResult(self.plan.name, 0)
-        finally:
-            for relation in deltas.values():
-                self.spark.catalog.dropTempView(relation)
 
     def _apply(
         self, deltas: Mapping[str, str], unit: WriteUnit, position: int | None, state: ViewState, signed: Mapping[str, str] | None = None

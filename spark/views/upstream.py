@@ -23,6 +23,7 @@ from lakemv.core.cdc.effects import SIGN
 from lakemv.core.sql.feedsql import feed_column
 from lakemv.core.sql.quote import q, spark_string
 from lakemv.spark.commits import WRITE_ID, WriteUnit
+from lakemv.spark.materialise import materialise, materialised, release
 
 
 def unit_span(spark: SparkSession, table: str, write_id: str) -> tuple[int | None, int] | None:
@@ -79,6 +80,7 @@ class UpstreamImages:
         self.unit = unit
         self.done = done  # what the unit did to each view so far (a replay's step writes nothing: look anyway)
         self.made: dict[str, str | None] = {}
+        self.held: list[DataFrame] = []  # the signed rows materialised, released at `close`
 
     def relation(self, view: ViewSource) -> str | None:
         """A temp view of `view`'s rows the unit changed (old and new), or None when it changed none."""
@@ -99,14 +101,12 @@ class UpstreamImages:
         if span is None or feeds is None:
             return None
         keys = f"_lmv_upkeys_{view.name}"
-        changed_keys(self.spark, self.names, view, feeds).localCheckpoint(eager=True).createOrReplaceTempView(keys)
-        try:
+        with materialised(changed_keys(self.spark, self.names, view, feeds), keys):
             relation = f"_lmv_upstream_{view.name}"
-            signed = self.spark.sql(images_sql(self.names, view, span, keys)).localCheckpoint(eager=True)
+            signed = materialise(self.spark.sql(images_sql(self.names, view, span, keys)))
+            self.held.append(signed)
             signed.createOrReplaceTempView(_signed(view.name))
             signed.drop(SIGN).createOrReplaceTempView(relation)
-        finally:
-            self.spark.catalog.dropTempView(keys)
         return relation
 
     def close(self) -> None:
@@ -114,3 +114,6 @@ class UpstreamImages:
             if relation is not None:
                 self.spark.catalog.dropTempView(relation)
                 self.spark.catalog.dropTempView(_signed(name))
+        for signed in self.held:
+            release(signed)
+        self.held.clear()

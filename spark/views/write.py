@@ -34,6 +34,7 @@ from lakemv.core.sql.viewsql import (
 from lakemv.core.state.places import Location
 from lakemv.spark.commits import WriteUnit, commit_once
 from lakemv.spark.directwrite import Committed, DirectWriter
+from lakemv.spark.materialise import materialised
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.feeds import Feeds
 from lakemv.spark.views.state import read_state
@@ -84,13 +85,13 @@ class ViewWriter:
         # Materialised once, because the MERGE below changes the view table the diff is computed against:
         # in executor memory for a backfill of every key (a batch's few keys are diffed in the driver).
         clock = time.perf_counter()
-        diff = self.spark.sql(diff_sql(self.plan, self.live, self.table, None, self.watermarks)).localCheckpoint(eager=True)
-        counts = {row[DIFF_OP]: row["n"] for row in diff.groupBy(DIFF_OP).count().withColumnRenamed("count", "n").collect()}
-        if counts.pop("held", 0):  # keys with several recomputed rows: left as they are
-            w.held = diff.filter(f"{DIFF_OP} = 'held'").select(*self.plan.key_names).distinct().count()
-            diff = diff.filter(f"{DIFF_OP} <> 'held'")
-        w.steps["diff"] = time.perf_counter() - clock
-        return self._write_frame(diff, counts, None, w)
+        with materialised(self.spark.sql(diff_sql(self.plan, self.live, self.table, None, self.watermarks))) as diff:
+            counts = {row[DIFF_OP]: row["n"] for row in diff.groupBy(DIFF_OP).count().withColumnRenamed("count", "n").collect()}
+            if counts.pop("held", 0):  # keys with several recomputed rows: left as they are
+                w.held = diff.filter(f"{DIFF_OP} = 'held'").select(*self.plan.key_names).distinct().count()
+                diff = diff.filter(f"{DIFF_OP} <> 'held'")
+            w.steps["diff"] = time.perf_counter() - clock
+            return self._write_frame(diff, counts, None, w)
 
     def write_diff(self, rows: pa.Table, w: Writing, places: Placement | None = None) -> ViewResult:
         """Append a diff computed in the driver (`content_diff`'s shape) to the feed and MERGE it.
