@@ -136,8 +136,8 @@ def base_conf(settings: LakeSettings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         # With the UI off, Spark (before SPARK-55353) still keeps the last 1,000 SQL executions' plans
         # and metrics on the driver's heap, read by nobody here; a 100-view batch's plans are large.
-        # A suspect (not yet measured) in the 4 GB heap that building 100 views at 1M users left too
-        # full for the first batch (2026-12-02; docs/performance.md).
+        # (What filled the 4 GB heap after building 100 views at 1M users was local checkpoints, not
+        # these: `lakemv.spark.materialise`; docs/performance.md.)
         "spark.sql.ui.retainedExecutions": "50",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.ansi.enabled": "true",
