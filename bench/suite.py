@@ -629,12 +629,13 @@ class Scale:
                 (processor, store), build = self.meter.measure(f"{len(views)} views built", lambda v=views, n=label: self._views_processor(v, n))
                 runs[label] = {"views": len(views), "build": build, "store_bytes": store.size_bytes() if store else None, "repeats": []}
                 self.say(f"{len(views)} views built in {build['seconds']}s")
-                if store is not None:
-                    store.close()
+                processor.close()
             lakecopy.keep(Path(self.settings.warehouse), kept, states)
             (kept / "kept.json").write_text(json.dumps({"batch_id": first, "runs": runs}, indent=2))
         for repeat in range(self.args.view_repeats):
             for label in (("one", "many") if repeat % 2 == 0 else ("many", "one")):
+                if self.processor is not None:  # the previous processor's relations and state go before the lake is restored
+                    self.processor.close()
                 lakecopy.restore(kept, Path(self.settings.warehouse), states)
                 (self.processor, store), opened = self.meter.measure("opened", lambda n=label: self._views_processor(plans[n], n))
                 self.batch_id = first
@@ -644,8 +645,9 @@ class Scale:
                 runs[label]["repeats"].append({"opened_seconds": opened["seconds"], "batches": measured, "median": _median_batch(measured)})
                 if label == "many" and repeat == self.args.view_repeats - 1:  # the views as the batches left them
                     runs["many"]["verify"] = self.verify(plans["many"])
-                if store is not None:
-                    store.close()
+        if self.processor is not None:
+            self.processor.close()
+            self.processor = None  # it read a lake that is restored below
         lakecopy.restore(kept, Path(self.settings.warehouse), states)  # later measures start from the same lake
         shutil.rmtree(kept, ignore_errors=True)
         pairs = list(zip(runs["one"]["repeats"], runs["many"]["repeats"], strict=True))
@@ -671,13 +673,12 @@ class Scale:
         con = lake_connection(self.settings, self.sources)  # pinned to the mirrors as they are now
         try:
             stats = {p.name: mirror_statistics(con, p, self.sources) for p in plans}
-            self.processor, store = self._views_processor(plans, "cost")
+            self.processor, _ = self._views_processor(plans, "cost")
             for number in range(self.args.warmup):
                 self.batch(f"cost: warm-up {number + 1}", self.workload.change_round(self.args.changes))
             batches = [self.batch(f"cost: 1k-change batch {n + 1}", self.workload.change_round(self.args.changes))
                        for n in range(self.args.repeat)]  # fmt: skip
-            if store is not None:
-                store.close()
+            self.processor.close()
             out: dict[str, Any] = {}
             for plan in plans:
                 key_profile(con, plan)
