@@ -54,6 +54,9 @@ def test_tpch_views_equal_spark_and_duckdb_full_runs_after_every_refresh(lake, t
         for table in TABLES:  # the mirrors hold what the source database holds
             live = lake.spark.sql(live_rows_sql(lake.names, sources[table])).count()
             assert live == len(workload.rows[table]), table
+        if number == 0:  # the build; compared after the refresh, whose batch reached only some of each view's rows
+            continue
+        for table in TABLES:
             lake.spark.sql(live_rows_sql(lake.names, sources[table])).createOrReplaceTempView(table)
         try:
             for plan in plans:  # a view's input views are their own SQL's runs: the DAG equals a run from the tables
@@ -71,11 +74,11 @@ def test_tpch_views_equal_spark_and_duckdb_full_runs_after_every_refresh(lake, t
         for plan in plans:
             verified = verify_plan(lake.settings, sources, plan)
             assert not isinstance(verified, str) and verified.ok, (number, verified)
-        if number > 0:  # a refresh reached the views incrementally: each was maintained, none rebuilt
-            maintained = {v for b in result.batches for v, r in b.views.items() if r.keys}
-            assert {"q01", "q03", "q10", "q12", "q18", "q13_orders", "q13", "q22"} <= maintained, maintained
-            for view in ("q01", "q06"):  # a few huge groups (one, for Q6): their decimal sums follow the changed rows (exact: compared above)
-                reasons = [r.reason or "" for b in result.batches for v, r in b.views.items() if v == view and r.keys]
-                assert any(r.startswith("aggregates by delta") for r in reasons), (view, reasons)
-            q05 = next(r for b in result.batches for v, r in b.views.items() if v == "q05" and r.keys)  # 25 nations' customers, orders, line items:
-            assert re.search(r"rows its \d+ keys read \(estimated\)|their groups read ~", q05.reason or ""), q05.reason  # sized by the rows they read
+        # a refresh reached the views incrementally: each was maintained, none rebuilt
+        maintained = {v for b in result.batches for v, r in b.views.items() if r.keys}
+        assert {"q01", "q03", "q10", "q12", "q18", "q13_orders", "q13", "q22"} <= maintained, maintained
+        for view in ("q01", "q06"):  # a few huge groups (one, for Q6): their decimal sums follow the changed rows (exact: compared above)
+            reasons = [r.reason or "" for b in result.batches for v, r in b.views.items() if v == view and r.keys]
+            assert any(r.startswith("aggregates by delta") for r in reasons), (view, reasons)
+        q05 = next(r for b in result.batches for v, r in b.views.items() if v == "q05" and r.keys)  # 25 nations' customers, orders, line items:
+        assert re.search(r"rows its \d+ keys read \(estimated\)|their groups read ~", q05.reason or ""), q05.reason  # sized by the rows they read
