@@ -598,16 +598,23 @@ class Scale:
         return {"runs": runs, "median_to_first_batch_seconds": statistics.median(r["to_first_batch_seconds"] for r in runs)}
 
     # ---- 6: many views ------------------------------------------------------------------------
-    def _views_processor(self, plans: list, label: str) -> tuple[BatchProcessor, Store | None]:
+    def _views_processor(self, plans: list, label: str) -> BatchProcessor:
         """A batch processor of `plans` with a local state of its own (`state-<label>`)."""
         store = None if self.args.scan else Store(self.root / f"state-{label}" / "state.sqlite")
-        processor = BatchProcessor(self.spark, self.names, self.sources, plans, store=store, view_workers=self.args.view_workers, direct=self.direct)
-        return processor, store
+        return BatchProcessor(self.spark, self.names, self.sources, plans, store=store, view_workers=self.args.view_workers, direct=self.direct)
+
+    def _close_processor(self) -> None:
+        """Close the batch processor in use (its relations and local state), if any, before another
+        replaces it or the lake it read is restored."""
+        if self.processor is not None:
+            self.processor.close()
+            self.processor = None
 
     def many(self, count: int, freshness: int | None = None) -> None:
         """From here on, batches maintain `count` views of mixed shapes (bench.profile --views), all but
         user_profile with the freshness budget `freshness` (micros), if given."""
-        self.processor, _ = self._views_processor(copies(load_views(self.settings.view_dirs), self.sources, count, freshness), "many")
+        self._close_processor()
+        self.processor = self._views_processor(copies(load_views(self.settings.view_dirs), self.sources, count, freshness), "many")
 
     def many_views(self) -> dict[str, Any]:
         """What one more view costs a batch, on recorded batches replayed on a restored lake: the lake is
@@ -626,7 +633,8 @@ class Scale:
             runs, first = {label: {**run, "repeats": []} for label, run in built["runs"].items()}, built["batch_id"]
         else:
             for label, views in plans.items():
-                (processor, store), build = self.meter.measure(f"{len(views)} views built", lambda v=views, n=label: self._views_processor(v, n))
+                processor, build = self.meter.measure(f"{len(views)} views built", lambda v=views, n=label: self._views_processor(v, n))
+                store = processor.store
                 runs[label] = {"views": len(views), "build": build, "store_bytes": store.size_bytes() if store else None, "repeats": []}
                 self.say(f"{len(views)} views built in {build['seconds']}s")
                 processor.close()
@@ -634,10 +642,9 @@ class Scale:
             (kept / "kept.json").write_text(json.dumps({"batch_id": first, "runs": runs}, indent=2))
         for repeat in range(self.args.view_repeats):
             for label in (("one", "many") if repeat % 2 == 0 else ("many", "one")):
-                if self.processor is not None:  # the previous processor's relations and state go before the lake is restored
-                    self.processor.close()
+                self._close_processor()
                 lakecopy.restore(kept, Path(self.settings.warehouse), states)
-                (self.processor, store), opened = self.meter.measure("opened", lambda n=label: self._views_processor(plans[n], n))
+                self.processor, opened = self.meter.measure("opened", lambda n=label: self._views_processor(plans[n], n))
                 self.batch_id = first
                 batches = [self.batch(f"{len(plans[label])} views, repeat {repeat + 1}: {'warm-up' if n < self.args.warmup else 'batch'} {n + 1}", lines)
                            for n, lines in enumerate(recorded)]  # fmt: skip
@@ -645,9 +652,7 @@ class Scale:
                 runs[label]["repeats"].append({"opened_seconds": opened["seconds"], "batches": measured, "median": _median_batch(measured)})
                 if label == "many" and repeat == self.args.view_repeats - 1:  # the views as the batches left them
                     runs["many"]["verify"] = self.verify(plans["many"])
-        if self.processor is not None:
-            self.processor.close()
-            self.processor = None  # it read a lake that is restored below
+        self._close_processor()
         lakecopy.restore(kept, Path(self.settings.warehouse), states)  # later measures start from the same lake
         shutil.rmtree(kept, ignore_errors=True)
         pairs = list(zip(runs["one"]["repeats"], runs["many"]["repeats"], strict=True))
@@ -673,12 +678,13 @@ class Scale:
         con = lake_connection(self.settings, self.sources)  # pinned to the mirrors as they are now
         try:
             stats = {p.name: mirror_statistics(con, p, self.sources) for p in plans}
-            self.processor, _ = self._views_processor(plans, "cost")
+            self._close_processor()
+            self.processor = self._views_processor(plans, "cost")
             for number in range(self.args.warmup):
                 self.batch(f"cost: warm-up {number + 1}", self.workload.change_round(self.args.changes))
             batches = [self.batch(f"cost: 1k-change batch {n + 1}", self.workload.change_round(self.args.changes))
                        for n in range(self.args.repeat)]  # fmt: skip
-            self.processor.close()
+            self._close_processor()
             out: dict[str, Any] = {}
             for plan in plans:
                 key_profile(con, plan)
