@@ -162,8 +162,9 @@ def test_a_unit_that_dies_after_the_view_commit_adds_its_deltas_once(lake, tmp_p
     monkeypatch.setattr(choice, "DELTA_OVER_GROUPS", math.inf)
     history = batches(7, 3)  # pull requests only: no author joins yet
     p = processor(lake, tmp_path)
-    for number, lines in enumerate(history, start=1):  # (such batches are checked by the random histories above;
-        p.process_lines(number, lines)                  # a wrong row they left would still be wrong below)
+    # (such batches are checked by the random histories above; a wrong row they left would still be wrong below)
+    for number, lines in enumerate(history, start=1):
+        p.process_lines(number, lines)
     # the authors arrive (their pull requests join them: pr_authors changes) and a pull request opens
     opened = {"title": "fix", "repo": "a", "repo_owner": "o", "index": 9, "author": "ann", "status": "open", "created_at": TIMES[0]}
     authors = [{"id": i, "email": e, "username": n, "registered_at": STAMPS[0]} for i, (e, n) in enumerate(zip(EMAILS, AUTHORS), start=1)]
