@@ -204,13 +204,16 @@ def serve(
         from prefect import serve as serve_deployments
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
-        from lakemv.flows.deployments import Schedules, deployments, retire
+        from lakemv.flows.deployments import Schedules, abandoned_runs_crashed, deployments, retire
 
         schedules = Schedules(ingest_every, continuous, trigger_seconds, compact_every, verify_every, retention_hours)
-        console.print(f"Prefect API: {escape(str(api))}")
-        with temporary_settings(updates={PREFECT_API_URL: api}):
+        console.print(f"Prefect API: {escape(api.url)}")
+        with temporary_settings(updates={PREFECT_API_URL: api.url}):
             for name in retire():
                 console.print(f"deleted the deployment {escape(name)} (renamed; this lakemv no longer serves it)")
+            if api.launched:  # its runs were all served by earlier serves of this lake, which are gone
+                for name in abandoned_runs_crashed():
+                    console.print(f"marked the flow run {escape(name)} crashed: the serve that ran it stopped before it ended")
             # Prefect's runner takes SIGTERM for itself when it runs in the main thread; in a worker
             # thread it leaves the signals to lakemv, which stops the server and every flow run.
             running = threading.Thread(

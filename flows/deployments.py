@@ -97,3 +97,33 @@ def retire(names: tuple[str, ...] = RETIRED) -> list[str]:
                 continue
             deleted.append(name)
     return deleted
+
+
+ABANDONED = ("RUNNING", "PENDING", "CANCELLING")  # states a run leaves only while a process serves it
+
+
+def abandoned_runs_crashed() -> list[str]:
+    """Mark crashed the runs of lakemv's deployments that a process was serving when it stopped (a
+    serve killed or interrupted mid-run); returns their names.
+
+    Only for a server lakemv started itself, before it serves anything: every such run's process is
+    gone. Left as they were, a run stuck `Running` would hold its deployment's one concurrency slot,
+    and every later scheduled run would be cancelled ("Deployment concurrency limit reached").
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType, FlowRunFilterTags
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
+    from prefect.states import Crashed
+
+    found = FlowRunFilter(
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType(s) for s in ABANDONED])),
+        tags=FlowRunFilterTags(all_=["lakemv"]),
+    )
+    crashed = []
+    with get_client(sync_client=True) as client:
+        # (limit and sort given: Prefect 3.8's sync client sends nulls the API refuses otherwise)
+        for run in client.read_flow_runs(flow_run_filter=found, limit=200, sort=FlowRunSort.START_TIME_DESC):
+            client.set_flow_run_state(run.id, Crashed(message="the lakemv serve that ran it stopped before the run ended"), force=True)
+            crashed.append(run.name)
+    return crashed

@@ -28,6 +28,9 @@ from lakemv.core.errors import ConfigError
 from lakemv.core.runtime import lifecycle
 
 
+UI_API_URL = ("PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL")  # where the UI served by a server finds its API
+
+
 def free_port() -> int:
     """A TCP port free on loopback now."""
     with socket.socket() as sock:
@@ -53,6 +56,11 @@ class PrefectApi:
         self.log = log
         self.name = name  # the child's name in lakemv.core.runtime.lifecycle
         self._ready = process is None
+
+    @property
+    def launched(self) -> bool:
+        """Whether lakemv started this API (its database is lakemv's alone), rather than found it configured."""
+        return self.process is not None
 
     @classmethod
     def configured(cls) -> PrefectApi | None:
@@ -98,6 +106,10 @@ class PrefectApi:
         port = port or free_port()
         args = ["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
         env = {"PREFECT_HOME": str(home), "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING"}
+        # The UI asks its server for the API's address (`/ui-settings`): unless configured (a proxy in
+        # front), that is Prefect's default port 4200, not the one chosen here, and the UI cannot reach it.
+        if not any(os.environ.get(name) for name in UI_API_URL):
+            env["PREFECT_UI_API_URL"] = f"http://127.0.0.1:{port}/api"
         return cls.launch(args, port, env, home / "server.log", "prefect-server")
 
     def ready(self, timeout: float = 90.0) -> str:
@@ -144,13 +156,16 @@ def export_api_url(url: str | None) -> None:
 
 
 @contextmanager
-def prefect_api(home: Path, port: int | None = None, timeout: float = 90.0, meanwhile: Callable[[], None] | None = None) -> Iterator[str]:
-    """`lakemv serve`'s API: the configured one, or a full local server started for it; `meanwhile`
-    runs while that server boots (an error there stops it again)."""
+def prefect_api(
+    home: Path, port: int | None = None, timeout: float = 90.0, meanwhile: Callable[[], None] | None = None
+) -> Iterator[PrefectApi]:
+    """`lakemv serve`'s API, ready: the configured one, or a full local server started for it;
+    `meanwhile` runs while that server boots (an error there stops it again)."""
     api = PrefectApi.configured() or PrefectApi.server(home, port)
     try:
         if meanwhile is not None:
             meanwhile()
-        yield api.ready(timeout)
+        api.ready(timeout)
+        yield api
     finally:
         api.stop()
