@@ -99,23 +99,26 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 @dataclass(frozen=True)
-class _Table:
+class LakeTable:
+    """One lakemv table as DuckDB scans it."""
+
     exists: bool
     scan: str | None  # `iceberg_scan('<metadata.json>')`, None when the table is missing or has no snapshot
     snapshot_at: datetime | None
     properties: Mapping[str, str]
 
 
-def _table(settings: LakeSettings, namespace: str, name: str) -> _Table:
+def lake_table(settings: LakeSettings, namespace: str, name: str) -> LakeTable:
+    """`namespace.name` in the lake: whether it exists, its scan and current snapshot's time, its properties."""
     try:
         table = pyiceberg_catalog(settings).load_table((namespace, name))
     except (NoSuchTableError, NoSuchNamespaceError):
-        return _Table(False, None, None, {})
+        return LakeTable(False, None, None, {})
     snapshot = table.current_snapshot()
     if snapshot is None:
-        return _Table(True, None, None, table.properties)
+        return LakeTable(True, None, None, table.properties)
     at = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
-    return _Table(True, f"iceberg_scan({ansi_string(table.metadata_location)})", at, table.properties)
+    return LakeTable(True, f"iceberg_scan({ansi_string(table.metadata_location)})", at, table.properties)
 
 
 def lake_status(
@@ -149,15 +152,15 @@ def _status(
     budgets: Mapping[str, int | None],
 ) -> LakeStatus:
     letters: dict[str | None, int] = {}
-    dead = _table(settings, OPS_NAMESPACE, DEAD_LETTERS)
+    dead = lake_table(settings, OPS_NAMESPACE, DEAD_LETTERS)
     if dead.scan:
         letters = dict(con.execute(f"SELECT source_table, count(*) FROM {dead.scan} GROUP BY source_table").fetchall())
-    ledger = _table(settings, OPS_NAMESPACE, LEDGER)
+    ledger = lake_table(settings, OPS_NAMESPACE, LEDGER)
     late = _late_events(con, ledger.scan) if ledger.scan else {}
 
     source_rows = []
     for name in sources:
-        mirror = _table(settings, MIRROR_NAMESPACE, name)
+        mirror = lake_table(settings, MIRROR_NAMESPACE, name)
         position, live, tombstones, newest, violations = None, 0, 0, None, 0
         if mirror.scan:
             position, live, tombstones, newest = con.execute(
@@ -192,7 +195,7 @@ def _status(
 
     view_rows = []
     for name, tables in views.items():
-        table = _table(settings, VIEW_NAMESPACE, name)
+        table = lake_table(settings, VIEW_NAMESPACE, name)
         rows = con.execute(f"SELECT count(*) FROM {table.scan}").fetchone()[0] if table.scan else 0
         batch_id, finished = refreshed.get(name, (None, None))
         changes = [newest_change[t] for t in tables if t in newest_change]

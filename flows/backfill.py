@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 
 from prefect import flow
 
 from lakemv.core.planner.dag import downstream
 from lakemv.core.runtime import lifecycle
+from lakemv.flows.artifacts import Sink, backfill_artifacts, run_key
 from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
 
@@ -40,8 +43,41 @@ def backfill(view: str, dry_run: bool = False, warehouse: str | None = None) -> 
         return {"view": view, "dry_run": True, "table_rows": planned.table_rows, "estimated_rows": planned.estimated_rows, "downstream": readers}
     done = {}
     for name in [view, *readers]:
+        trail = StepTrail()
         with report.steps(len(STEPS), f"backfilling {name}") as steps:
-            result = (job if name == view else Backfill(spark, lake.settings, lake.sources, plans[name])).run(steps.advance)
+            try:
+                result = (job if name == view else Backfill(spark, lake.settings, lake.sources, plans[name])).run(trail.hearing(steps.advance))
+            except BaseException as exc:
+                trail.failed(exc)
+                raise
+            finally:
+                trail.write(name)
         report.info(f"backfilled {result.describe()}")
         done[name] = result
     return {**asdict(done[view]), "downstream": {name: asdict(r) for name, r in done.items() if name != view}}
+
+
+class StepTrail:
+    """A backfill's steps as they finish, and how it ended, for its artifacts (lakemv.flows.artifacts)."""
+
+    def __init__(self):
+        self.started = time.perf_counter()
+        self.steps: list[dict[str, object]] = []
+        self.outcome = "published"
+
+    def hearing(self, advance: Callable[[str], None]) -> Callable[[str, str], None]:
+        """The step callback Backfill.run takes: the progress bar's `advance`, and a row here."""
+
+        def step(name: str, outcome: str) -> None:
+            advance(outcome)
+            self.steps.append({"step": name, "outcome": outcome, "seconds": round(time.perf_counter() - self.started, 1)})
+
+        return step
+
+    def failed(self, exc: BaseException) -> None:
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        self.outcome = "failed" if not lifecycle.stopping() else "interrupted"
+        self.steps.append({"step": "(stopped)", "outcome": f"{self.outcome}: {reason}", "seconds": round(time.perf_counter() - self.started, 1)})
+
+    def write(self, view: str) -> None:
+        Sink.this_run().write(backfill_artifacts(run_key("backfill"), view, self.steps, self.outcome), "backfill")

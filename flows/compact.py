@@ -11,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from lakemv.catalog.tables import MIRROR_NAMESPACE, OPS_NAMESPACE, VIEW_NAMESPACE, check_tables
 from lakemv.catalog.upkeep import DEFAULT_ORPHAN_AGE, DEFAULT_RETENTION, DEFAULT_TOMBSTONE_RETENTION, hours
 from lakemv.catalog.writer import CommitTurns
+from lakemv.flows.artifacts import Sink, compact_artifacts, run_key
 from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
 from lakemv.flows.retries import RETRIES, RETRY_DELAY_SECONDS, transient
@@ -96,4 +97,6 @@ def compact(
         f"{totals['data_files_after'] + totals['delete_files_after']}, "
         f"{totals['bytes_before']:,} -> {totals['bytes_after']:,} bytes"
     )
-    return {**totals, "tables": [asdict(r) for r in results], "seconds": round(sum(r.seconds for r in results), 3)}
+    tables_done = [asdict(r) for r in results]
+    Sink.this_run().write(compact_artifacts(run_key("compact"), tables_done), "compact")
+    return {**totals, "tables": tables_done, "seconds": round(sum(r.seconds for r in results), 3)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -11,6 +13,7 @@ from lakemv.catalog.writer import writer_lock
 from lakemv.core.cdc.changeset import check_landing
 from lakemv.core.errors import ConfigError
 from lakemv.core.runtime import lifecycle
+from lakemv.flows.artifacts import Sink, ingest_artifacts, run_key
 from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
 
@@ -73,6 +76,46 @@ def _lease_lost() -> None:
     lifecycle.STOP.set()
 
 
+class RunReport:
+    """An ingest run's artifacts (lakemv.flows.artifacts): written when the run ends, however it ends,
+    and while a stream runs, after a batch once `every` seconds have passed since the last ones."""
+
+    def __init__(self, lake: Lake, every: float = 60.0):
+        self.lake = lake
+        self.every = every
+        self.sink = Sink.this_run()  # (in the flow's thread: batches end in Spark's callback thread)
+        self.key = run_key("ingest")
+        self.batches: list = []
+        self.behind: Mapping[str, int] = {}
+        self.written = time.monotonic()
+
+    def batch(self, batch) -> None:  # noqa: ANN001 - lakemv.core.batch.result.BatchResult
+        self.batches.append(batch)
+        if time.monotonic() - self.written >= self.every:
+            self.write()
+
+    def progress(self, behind: Mapping[str, int]) -> None:
+        self.behind = behind
+
+    def write(self) -> None:
+        from lakemv.core.batch.deferral import budget
+        from lakemv.core.planner.dag import source_tables
+        from lakemv.duck.freshness import freshness
+
+        plans, window = self.lake.plans, 3600.0
+        reads = {name: source_tables(plans, name) for name in plans}
+        budgets = {name: (b / 1e6 if (b := budget(plan, self.lake.settings.local_state)) else None) for name, plan in plans.items()}
+        end = time.time()
+        try:
+            fresh = freshness(self.lake.settings, reads, budgets, window)
+        except Exception as exc:  # noqa: BLE001 - the report goes out without its lag columns
+            report.info(f"could not read the views' freshness from the ledger: {type(exc).__name__}: {str(exc)[:200]}", style="yellow")
+            fresh = {}
+        found = ingest_artifacts(self.key, self.batches, self.behind, self.lake.sources, fresh, (end - window, end))
+        self.sink.write(found, "ingest")
+        self.written = time.monotonic()
+
+
 def _ingest(lake: Lake, landing: str | None, kafka: str | None, once: bool, trigger_seconds: float, max_files_per_trigger: int | None) -> dict:
     from lakemv.spark.stream.files import run_ingest
 
@@ -80,21 +123,31 @@ def _ingest(lake: Lake, landing: str | None, kafka: str | None, once: bool, trig
     with report.status("starting Spark..."):
         spark = lake.spark()
     plans = list(lake.checked_plans(spark).values())
+    artifacts = RunReport(lake)
+
+    def each_batch(batch) -> None:  # noqa: ANN001 - lakemv.core.batch.result.BatchResult
+        _batch_line(batch)
+        artifacts.batch(batch)
+
     common = {
         "views": plans,
         "on_build": lambda built: report.info(f"built {built.describe()}"),
         "once": once,
         "trigger_seconds": trigger_seconds,
-        "on_batch": _batch_line,
+        "on_batch": each_batch,
         "on_delivery": _delivery_line,
+        "on_behind": artifacts.progress,
     }
     with report.bound():  # batches are reported from Spark's callback thread
-        if kafka is not None:
-            from lakemv.spark.stream.kafka import run_kafka_ingest
+        try:
+            if kafka is not None:
+                from lakemv.spark.stream.kafka import run_kafka_ingest
 
-            result = run_kafka_ingest(spark, lake.settings, sources, kafka, on_gate=_gate_line, **common)
-        else:
-            result = run_ingest(spark, lake.settings, sources, Path(landing), max_files_per_trigger=max_files_per_trigger, **common)
+                result = run_kafka_ingest(spark, lake.settings, sources, kafka, on_gate=_gate_line, **common)
+            else:
+                result = run_ingest(spark, lake.settings, sources, Path(landing), max_files_per_trigger=max_files_per_trigger, **common)
+        finally:  # (a stream stopped by a signal too: that is how a running stream ends)
+            artifacts.write()
     rate = result.events / result.seconds if result.seconds else 0.0
     conflicts = f"; {result.conflicts_retried} commit conflicts retried" if result.conflicts_retried else ""
     totals = {

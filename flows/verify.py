@@ -7,6 +7,7 @@ from dataclasses import asdict
 from prefect import flow
 
 from lakemv.duck.verify import ViewMismatch, verify_plan
+from lakemv.flows.artifacts import Sink, run_key, verify_artifacts
 from lakemv.flows.context import Lake
 from lakemv.flows.progress import report
 
@@ -34,6 +35,7 @@ def verify(view: str | None = None, sample: int = 5, warehouse: str | None = Non
             report.info(f"  {difference.describe()}", style="red")
         results[name] = {k: v for k, v in asdict(result).items() if k != "samples"}
         failed = failed or (None if result.ok else result)
+    Sink.this_run().write(verify_artifacts(run_key("verify"), results), "verify")
     if failed is not None:
         raise ViewMismatch(failed)
     return {"views": results}

@@ -50,6 +50,8 @@ class Compaction:
     tombstones_purged: int = 0
     deferred: tuple[str, ...] = ()  # rewrites a writer kept winning the race against: the next run tries again
     waited: float = 0.0  # seconds until the stream gave compaction its turn (it finished a unit)
+    snapshots_before: int = 0  # snapshots the table's metadata held before, and after expiry
+    snapshots_after: int = 0
 
     def describe(self) -> str:
         return (
@@ -74,6 +76,11 @@ def _files(spark: SparkSession, table: str) -> tuple[int, int, int]:
         f"coalesce(sum(file_size_in_bytes), 0) AS bytes FROM {table}.files"
     ).collect()[0]
     return int(row["data"]), int(row["deletes"]), int(row["bytes"])
+
+
+def _snapshots(spark: SparkSession, table: str) -> int:
+    """How many snapshots the table's metadata holds."""
+    return int(spark.sql(f"SELECT count(*) AS n FROM {table}.snapshots").collect()[0]["n"])
 
 
 def _timestamp(moment: datetime) -> str:
@@ -168,6 +175,7 @@ def compact_table(
     full = f"{catalog}.{table}"
     _ensure_properties(spark, full)
     data_before, deletes_before, bytes_before = _files(spark, full)
+    snapshots_before = _snapshots(spark, full)
     asked = time.perf_counter()
     with (turn or nullcontext)():
         waited = time.perf_counter() - asked
@@ -186,6 +194,7 @@ def compact_table(
         ).collect(),
     )
     data_after, deletes_after, bytes_after = _files(spark, full)
+    snapshots_after = _snapshots(spark, full)
     return Compaction(
         table=table,
         data_files_before=data_before,
@@ -202,6 +211,8 @@ def compact_table(
         tombstones_purged=purged,
         deferred=tuple(deferred),
         waited=round(waited, 3),
+        snapshots_before=snapshots_before,
+        snapshots_after=snapshots_after,
     )
 
 

@@ -44,6 +44,7 @@ class WorkloadConfig:
     rounds: int = 3  # round 0 is the initial snapshot; the rest are change rounds
     changes_per_round: int | None = None  # default: max(50, users // 2)
     noise: float = 0.1  # share of extra events that are duplicates or replays
+    start_micros: int = BASE_MICROS  # the source clock's start (it advances 1 ms - 5 s an event)
 
     @property
     def round_changes(self) -> int:
@@ -60,7 +61,7 @@ class GitHubWorkload:
         self.state: dict[str, dict[Key, Row]] = {name: {} for name in self.sources}
         self.order: dict[str, list[Key]] = {name: [] for name in self.sources}  # popularity rank order
         self.lsn = 10_000_000
-        self.clock = BASE_MICROS
+        self.clock = config.start_micros
         self.serial = 0
         self.replay_pool: list[tuple[str, dict[str, Any]]] = []
         self.events: dict[str, list[dict[str, Any]]] = {}

@@ -66,6 +66,7 @@ class BatchResult:
     unique_violations: int = 0  # values of declared unique keys several live rows hold (their changes are dead letters too)
     skipped: int = 0
     skip_reasons: Mapping[str, int] = field(default_factory=dict)
+    letters: Mapping[str, int] = field(default_factory=dict)  # dead letters per source table ('' when no table is known)
     late: Mapping[str, int] = field(default_factory=dict)  # per event source: late events (counted, or among the dead letters)
     seconds: float = 0.0
     views: Mapping[str, ViewResult] = field(default_factory=dict)
@@ -123,6 +124,7 @@ class IngestResult:
     """Totals over the units one ingest run processed."""
 
     batches: list[BatchResult] = field(default_factory=list)
+    behind: Mapping[str, int] = field(default_factory=dict)  # per source table: records its stream holds beyond what was read
 
     @property
     def events(self) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
@@ -278,6 +279,7 @@ class BatchProcessor:
                 events=changeset.events,
                 merged={t: p.rows.num_rows for t, p in plans.items()},
                 dead_letters=len(changeset.dead_letters),
+                letters=Counter(letter.table or "" for letter in changeset.dead_letters),
                 unique_violations=sum(len(v) for v in violations.values()),
                 skipped=sum(changeset.skipped.values()),
                 skip_reasons=dict(changeset.skipped),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql import functions as F
 
 from lakemv.catalog.declarations import SourceTable
@@ -86,6 +87,10 @@ class FileSource:
         self._unseen -= {local_path(uri) for uri in planned_files(self.checkpoint, batch_id)}
         return bool(self._unseen)
 
+    def behind(self, progress: StreamingQueryProgress) -> dict[str, int]:
+        """Landing files carry no count of what is still to come: nothing to say."""
+        return {}
+
     def units(self, frame: DataFrame, batch_id: int) -> list[Unit]:
         planned = planned_files(self.checkpoint, batch_id)
         set_wise = self.settings.set_wise_bytes
@@ -111,9 +116,10 @@ def run_ingest(
     on_build: Callable[[ViewResult], None] | None = None,
     on_ready: Callable[[], None] | None = None,
     on_delivery: Callable[[Delivery], None] | None = None,
+    on_behind: Callable[[Mapping[str, int]], None] | None = None,
 ) -> IngestResult:
     """Ingest landing files and maintain `views`; with `once`, everything present now, then return.
     `on_ready` is called once the tables, views and local state are ready, before the stream starts."""
     source = FileSource(settings, landing, max_files_per_trigger)
-    hooks = Hooks(on_batch, on_build, on_ready, on_delivery)
+    hooks = Hooks(on_batch, on_build, on_ready, on_delivery, on_behind)
     return run_source(spark, settings, sources, views, source, once=once, trigger_seconds=trigger_seconds, hooks=hooks)

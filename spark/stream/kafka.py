@@ -14,9 +14,11 @@ batch number beside the checkpoint, so a crash neither loses nor repeats it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from lakemv.catalog.brokers import check_bootstrap
 from lakemv.catalog.declarations import SourceTable
@@ -71,6 +73,24 @@ class KafkaSource:
     def units(self, frame: DataFrame, batch_id: int) -> list[Unit]:
         return self.cutter.units(frame.toArrow(), batch_id)
 
+    def behind(self, progress: StreamingQueryProgress) -> dict[str, int]:
+        """Per source table, the records its topic's partitions hold beyond the micro-batch's end offsets
+        (the latest offsets Spark saw when it planned the batch; the transaction topic left out)."""
+        return kafka_lag(progress, self.topics.tables)
+
+
+def kafka_lag(progress: StreamingQueryProgress, tables: Mapping[str, str]) -> dict[str, int]:
+    """Per table (topic -> table), the sum over its topic's partitions of latest minus end offset. (Read
+    from the progress's JSON: PySpark's `SourceProgress` fields hold the Python repr of the offsets.)"""
+    lag = dict.fromkeys(tables.values(), 0)
+    for source in json.loads(progress.json).get("sources", []):
+        latest, end = (json.loads(o) if isinstance(o, str) else (o or {}) for o in (source.get("latestOffset"), source.get("endOffset")))
+        for topic, partitions in latest.items():
+            if topic in tables and isinstance(partitions, dict):
+                done = end.get(topic, {}) if isinstance(end, dict) else {}
+                lag[tables[topic]] += sum(max(0, int(n) - int(done.get(p, 0))) for p, n in partitions.items())
+    return lag
+
 
 def run_kafka_ingest(
     spark: SparkSession,
@@ -86,11 +106,12 @@ def run_kafka_ingest(
     on_ready: Callable[[], None] | None = None,
     on_gate: Callable[[GateReport], None] | None = None,
     on_delivery: Callable[[Delivery], None] | None = None,
+    on_behind: Callable[[Mapping[str, int]], None] | None = None,
 ) -> IngestResult:
     """Ingest Debezium topics from `bootstrap` and maintain `views`; with `once`, what the topics hold now."""
     bootstrap = check_bootstrap(bootstrap)
     if settings.kafka_bootstrap != bootstrap:  # the brokers read from are the default for the data products too
         settings = settings.model_copy(update={"kafka_bootstrap": bootstrap})
     source = KafkaSource(settings, sources, bootstrap, on_gate)
-    hooks = Hooks(on_batch, on_build, on_ready, on_delivery)
+    hooks = Hooks(on_batch, on_build, on_ready, on_delivery, on_behind)
     return run_source(spark, settings, sources, views, source, once=once, trigger_seconds=trigger_seconds, hooks=hooks)

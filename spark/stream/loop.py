@@ -10,6 +10,7 @@ data products follow each unit.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
@@ -36,6 +38,8 @@ from lakemv.core.state.store import Store
 from lakemv.spark.batch.runner import BatchProcessor
 from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.sinks.products import Delivery, Products
+
+log = logging.getLogger(__name__)
 
 
 class Source(Protocol):
@@ -60,6 +64,11 @@ class Source(Protocol):
         """Micro-batch `batch_id` as units, in order ([]: nothing to apply)."""
         ...
 
+    def behind(self, progress: StreamingQueryProgress) -> dict[str, int]:
+        """Per source table, the records its stream holds beyond what the query has read, as of `progress`
+        ({}: the source cannot tell)."""
+        ...
+
 
 @dataclass
 class Hooks:
@@ -69,6 +78,7 @@ class Hooks:
     on_build: Callable[[ViewResult], None] | None = None
     on_ready: Callable[[], None] | None = None
     on_delivery: Callable[[Delivery], None] | None = None
+    on_behind: Callable[[Mapping[str, int]], None] | None = None  # after each micro-batch: Source.behind
 
 
 def new_processor(
@@ -123,12 +133,21 @@ def run_source(
         if outcome is not None:
             after(outcome)
 
+    def progressed(progress: StreamingQueryProgress) -> None:
+        try:
+            result.behind = source.behind(progress)
+        except Exception:  # a report of how far behind the source is: never a reason to stop the stream
+            log.warning("could not read how far behind its source the stream is", exc_info=True)
+            return
+        if hooks.on_behind is not None:
+            hooks.on_behind(result.behind)
+
     source.start(once)
 
     name = f"lakemv_{source.name}_{settings.catalog_name}"
     run_stream(
         source.frame(spark), each_batch, source.checkpoint, name, processor, products,
-        once=once, trigger_seconds=trigger_seconds, on_ready=hooks.on_ready, on_idle=idle,
+        once=once, trigger_seconds=trigger_seconds, on_ready=hooks.on_ready, on_idle=idle, on_progress=progressed,
     )  # fmt: skip
     return result
 
@@ -145,6 +164,7 @@ def run_stream(
     trigger_seconds: float,
     on_ready: Callable[[], None] | None,
     on_idle: Callable[..., None] = lambda final=False: None,
+    on_progress: Callable[[StreamingQueryProgress], None] = lambda progress: None,
 ) -> None:
     """Run `each_batch` over the micro-batches of `stream` until it ends (`once`: what is there
     now) or is interrupted; the processor's local state is closed either way. The data products
@@ -153,7 +173,8 @@ def run_stream(
     (`final=True`: views still holding a backlog's keys are due then) - only then for a `once` stream:
     its batches come back to back and judge due views themselves, and an idle turn taken before its
     first batch would maintain a view whose pending keys a rebuilt state lost whole, ahead of a backlog
-    that then reaches it again."""
+    that then reaches it again. `on_progress` hears each micro-batch's progress (Spark's), the last one
+    after the query ends too."""
     products.deliver(resync=False)
     writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint.hadoop).queryName(name)
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_seconds} seconds")
@@ -162,7 +183,7 @@ def run_stream(
     try:
         for attempt in range(3):
             try:
-                _await(writer.start(), (lambda: None) if once else on_idle, trigger_seconds)
+                _await(writer.start(), (lambda: None) if once else on_idle, trigger_seconds, on_progress)
                 break
             except Exception as exc:
                 if attempt == 2 or classify(exc).reason != "SPARK-55271":  # the Kafka source's restart bug (lakemv.core.failures)
@@ -175,14 +196,25 @@ def run_stream(
         processor.close()
 
 
-def _await(query: StreamingQuery, on_idle: Callable[[], None], every: float) -> None:
-    """Wait for the query to end, calling `on_idle` every `every` seconds. A SIGINT/SIGTERM raises
-    `lifecycle.Interrupted` here and cancels the running jobs (see `lakemv.core.runtime.lifecycle`):
-    the batch cut short is replayed on the next run."""
-    last = time.monotonic()
+def _await(
+    query: StreamingQuery, on_idle: Callable[[], None], every: float, on_progress: Callable[[StreamingQueryProgress], None]
+) -> None:
+    """Wait for the query to end, calling `on_idle` every `every` seconds and `on_progress` with each
+    new progress of the query. A SIGINT/SIGTERM raises `lifecycle.Interrupted` here and cancels the
+    running jobs (see `lakemv.core.runtime.lifecycle`): the batch cut short is replayed on the next run."""
+    last, seen = time.monotonic(), None
+
+    def progressed() -> None:
+        nonlocal seen
+        progress = query.lastProgress
+        if progress is not None and progress.timestamp != seen:
+            seen = progress.timestamp
+            on_progress(progress)
+
     while query.isActive:
         lifecycle.check()
         query.awaitTermination(1.0)
+        progressed()
         if query.isActive and time.monotonic() - last >= every:
             try:
                 on_idle()
@@ -191,3 +223,4 @@ def _await(query: StreamingQuery, on_idle: Callable[[], None], every: float) -> 
                 raise
             last = time.monotonic()
     query.awaitTermination()  # raises if the query failed
+    progressed()

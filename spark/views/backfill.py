@@ -167,20 +167,20 @@ class Backfill:
         return BackfillPlan(self.plan.name, self.branch, rows, estimate, mirrors, read_state(self.spark, self.table))
 
     # ---- run -------------------------------------------------------------------------------------
-    def run(self, step: Callable[[str], None] = lambda _: None) -> BackfillResult:
-        """Write, audit and publish the view; `step` hears each finished step (a progress bar)."""
+    def run(self, step: Callable[[str, str], None] = lambda name, outcome: None) -> BackfillResult:
+        """Write, audit and publish the view; `step` hears each finished step: its name (`STEPS`) and what it did."""
         started = time.perf_counter()
         timings: dict[str, float] = {}
         self._prepare_tables()
         with tagged(self.spark, f"backfill:{self.plan.name}:{self.id}"):
             state = self._pause()
-            step(f"paused maintenance of {self.plan.name}")
+            step("pause", f"paused maintenance of {self.plan.name}")
             for attempt in range(1, self.attempts + 1):
                 outcome = self._attempt(state, step, timings)
                 if outcome is not None:
                     upserts, deletes, catch_ups, keys, since, audit = outcome
                     break
-                step(f"main of {self.plan.name} moved (a batch in flight at the pause): starting again")
+                step("write", f"main of {self.plan.name} moved (a batch in flight at the pause): starting again")
             else:
                 self._resume(state.since)
                 raise BackfillError(
@@ -190,7 +190,7 @@ class Backfill:
             self._resume(since)
             self._drop_branches()
             timings["resume"] = time.perf_counter() - clock
-            step("resumed maintenance")
+            step("resume", "resumed maintenance")
         return BackfillResult(
             view=self.plan.name,
             branch=self.branch,
@@ -220,7 +220,7 @@ class Backfill:
         write_state(self.spark, self.table, state)
         return state
 
-    def _attempt(self, state: ViewState, step: Callable[[str], None], timings: dict[str, float]):  # noqa: ANN202
+    def _attempt(self, state: ViewState, step: Callable[[str, str], None], timings: dict[str, float]):  # noqa: ANN202
         """Steps 2-5 on a fresh branch; None when main moved under the branch (start again)."""
         clock = time.perf_counter()
         for table in (self.table, self.feed):
@@ -229,7 +229,7 @@ class Backfill:
         unit = WriteUnit(f"backfill:{self.plan.name}:{self.id}")
         written = self.maintainer.at(snapshots, self.branch).write_all(unit)
         timings["write"] = time.perf_counter() - clock
-        step(f"wrote the recompute to branch {self.branch}: {written.upserts:,} upserts, {written.deletes:,} deletes")
+        step("write", f"wrote the recompute to branch {self.branch}: {written.upserts:,} upserts, {written.deletes:,} deletes")
 
         clock, catch_ups, keys = time.perf_counter(), 0, 0
         for _ in range(self.max_catch_ups):
@@ -239,7 +239,7 @@ class Backfill:
             caught = self.maintainer.at(now, self.branch).catch_up(snapshots, now, unit)
             catch_ups, keys, snapshots = catch_ups + 1, keys + (caught.keys or 0), now
         timings["catch up"] = time.perf_counter() - clock
-        step(f"caught up: {catch_ups} rounds, {keys:,} keys")
+        step("catch up", f"caught up: {catch_ups} rounds, {keys:,} keys")
 
         clock = time.perf_counter()
         audit = self._audit(snapshots)
@@ -250,7 +250,7 @@ class Backfill:
                 f"audit of {self.plan.name} failed, main untouched, branch {self.branch} kept for inspection: "
                 f"{audit.summary()}"
             )
-        step(f"audited: {audit.matching:,} rows match DuckDB's recompute")
+        step("audit", f"audited: {audit.matching:,} rows match DuckDB's recompute")
 
         clock = time.perf_counter()
         if not self._fast_forward(self.table):
@@ -261,7 +261,7 @@ class Backfill:
         fingerprint = self.plan.fingerprint
         self.spark.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{FINGERPRINT}'='{fingerprint}')")
         timings["publish"] = time.perf_counter() - clock
-        step(f"published: main of {self.plan.name} fast-forwarded to {self.branch}")
+        step("publish", f"published: main of {self.plan.name} fast-forwarded to {self.branch}")
         return written.upserts, written.deletes, catch_ups, keys, snapshots, audit
 
     def _audit(self, snapshots: Mapping[str, int | None]) -> VerifyResult:
