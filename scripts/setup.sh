@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup of everything lakemv needs on a fresh Debian machine:
-#   1. Debian packages (Java 17, Maven, PostgreSQL for the catalog tests) when missing;
+#   1. Debian packages (Java 17, Maven, PostgreSQL for the catalog tests, Chromium for the UI's test) when missing;
 #   2. the virtualenv .venv with the pinned Python packages (pyproject.toml + constraints.txt);
 #   3. the JVM jars declared in jvm/pom.xml, fetched by Maven into jvm/lib, and those of the local CDC
 #      stack (Kafka, Kafka Connect, Debezium: jvm/stack/pom.xml) into jvm/stack/lib, and those of the
@@ -22,6 +22,7 @@ command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)  # javac:
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 command -v setfacl >/dev/null 2>&1 || missing+=(acl)  # the local stack lets PostgreSQL's user into its folder (ops/stack.py)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the Prefect UI's browser test (tests/e2e/test_prefect_ui.py)
 if ((${#missing[@]})); then
   say "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -3,8 +3,11 @@ and the files lakemv writes."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
+
+from tests.prefectapi import every
 
 
 class CommandLines:
@@ -39,3 +42,10 @@ def holding(folder: Path, secret: str, skip: tuple[Path, ...] = ()) -> list[str]
         if path.is_file() and not any(path.is_relative_to(s) for s in skip) and secret.encode() in path.read_bytes():
             found.append(str(path))
     return found
+
+
+def prefect_holding(secret: str) -> list[str]:
+    """What the Prefect API this process uses (PREFECT_API_URL) holds `secret` in: artifacts (by key) and
+    flow run parameters (by run name), of every run it recorded."""
+    found = [f"artifact {a['key'] or a['id']}" for a in every("artifacts", "CREATED_DESC") if secret in json.dumps([a["data"], a["description"]])]
+    return found + [f"flow run {r['name']} parameters" for r in every("flow_runs", "START_TIME_DESC") if secret in json.dumps(r["parameters"])]

@@ -17,7 +17,7 @@ import pytest
 
 from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 from tests.e2e.cli import lakemv, model_rows, queried_rows
-from tests.e2e.secrets import CommandLines, holding
+from tests.e2e.secrets import CommandLines, holding, prefect_holding
 
 
 def _free_port() -> int:
@@ -68,6 +68,7 @@ def test_ingest_and_query_through_a_postgresql_catalog(postgres, tmp_path, sourc
     assert not [c for c in commands.seen if PASSWORD in c], "the catalog password is on a command line"
     assert PASSWORD not in ingested.stdout + ingested.stderr
     assert not holding(tmp_path, PASSWORD), "a file lakemv wrote holds the catalog password"
+    assert not prefect_holding(PASSWORD), "the Prefect API holds the catalog password (an artifact or a flow run's parameters)"
 
     truth = GitHubWorkload(WorkloadConfig(users=150, seed=9, rounds=2), sources)
     for _ in truth.rounds():

@@ -26,6 +26,7 @@ from lakemv.ops.stack import Stack, StackConfig
 from lakemv.workload.github import WorkloadConfig
 from lakemv.workload.postgres import PostgresWorkload, apply, load_state
 from tests.e2e.cli import lakemv
+from tests.prefectapi import latest
 from tests.e2e.realcdc import (
     Ingest,
     canonical,
@@ -172,8 +173,13 @@ def test_postgres_debezium_kafka_to_views_and_data_products_exactly_once(stack: 
     last = _sentinel(con, 2)
     ingest.wait_for("the last commit", lambda: _arrived(settings, last), timeout=420)
     ingest.stop()  # as a user's Ctrl-C, maybe mid-unit; a run --once completes what it cut short
+    stopped = {row["view"]: row for row in latest("cli-ingest-views")[0]}  # a stopped stream still reports its run
+    assert all(stopped[view]["keys reached"] > 0 for view in SINKS), stopped
     drained = lakemv("--warehouse", str(warehouse), "ingest", "--kafka", c.bootstrap, "--once", env=env).stdout
     assert _delivered(settings)
+    # the run's report says per source how far behind its topic it is: drained, nothing
+    reported = {row["source"]: row for row in latest("cli-ingest-sources")[0]}
+    assert {t: reported[t]["behind (records)"] for t in TABLES} == dict.fromkeys(TABLES, 0), reported
     log = "\n".join([*earlier, *ingest.lines, drained])
 
     # Debezium sent its placeholder for the unchanged long descriptions (the update and the rename's

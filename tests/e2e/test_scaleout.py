@@ -25,7 +25,7 @@ from lakemv.core.batch.journal import BatchRef
 from lakemv.ops.cluster import Cluster, ClusterConfig
 from tests.e2e.cli import lakemv, move_round
 from tests.e2e.crash_harness import VIEWS, Place, assert_same_lake, ingest, read_lake
-from tests.e2e.secrets import CommandLines, holding
+from tests.e2e.secrets import CommandLines, holding, prefect_holding
 
 pytestmark = pytest.mark.slow(300)
 
@@ -162,6 +162,7 @@ def test_ingest_views_and_flows_run_on_the_cluster_through_the_object_store_and_
     assert secret not in ingested.stdout + ingested.stderr
     assert not holding(cluster.folder, secret, skip=(cluster.folder / "cluster.json", cluster.folder / "s3proxy.properties")), "a log holds the S3 secret"
     assert not holding(tmp_path, secret), "a file lakemv wrote holds the S3 secret"
+    assert not prefect_holding(secret), "the Prefect API holds the S3 secret (an artifact or a flow run's parameters)"
 
     # the Spark application ran on the cluster (with a cluster master no task runs in the driver): the
     # master lists it with its cores, and the worker launched its executor with the jars the driver shipped

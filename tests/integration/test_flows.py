@@ -27,6 +27,7 @@ from lakemv.spark.views.backfill import Backfill
 from lakemv.spark.views.state import read_state, write_state
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.e2e.cli import move_round
+from tests.prefectapi import latest
 
 pytestmark = pytest.mark.usefixtures("prefect_server")  # flows record their runs in the session's API
 
@@ -68,6 +69,17 @@ def test_ingest_then_verify_pass_and_are_recorded_as_flow_runs(lake, tmp_path):
         assert counts["matching"] == counts["expected_rows"] == counts["table_rows"] > 0, (name, counts)
         assert counts["mismatching"] == counts["missing"] == counts["extra"] == counts["duplicate_keys"] == 0
     assert "COMPLETED" in _final_states("ingest") and "COMPLETED" in _final_states("verify")
+    # each run says what it did as artifacts, keyed by the flow (no deployment: cli-<flow>) and by view
+    summary, made_by = latest("cli-ingest")
+    assert made_by == "ingest" and "# Ingest: " in summary and "[user_profile](/artifacts/key/ingest-user-profile)" in summary
+    views = {row["view"]: row for row in latest("cli-ingest-views")[0]}
+    assert views["user_profile"]["keys reached"] > 0 and views["user_profile"]["rows changed"] > 0, views
+    assert views["user_profile"]["how (batches)"].endswith("incremental") and views["user_profile"]["lag seconds"] is not None
+    sources = {row["source"]: row for row in latest("cli-ingest-sources")[0]}
+    assert sources["users"]["changes applied"] > 0 and sources["users"]["dead letters"] == 0, sources
+    assert "## Batches of this run" in latest("ingest-user-profile")[0]
+    checked = {row["view"]: row for row in latest("cli-verify-views")[0]}
+    assert checked["user_profile"]["outcome"] == "✅ equal" and checked["user_profile"]["matched"] == result["views"]["user_profile"]["matching"]
 
 
 def test_verify_catches_a_corrupted_row_and_a_missing_one(lake, tmp_path):
@@ -85,6 +97,11 @@ def test_verify_catches_a_corrupted_row_and_a_missing_one(lake, tmp_path):
     samples = {(d.kind, d.key["email"]): d.columns for d in found.samples}
     assert samples == {("mismatch", emails[0]): ("payment_verified",), ("missing", emails[1]): ()}, samples
     assert "FAILED" in _final_states("verify")
+    row, made_by = latest("verify-user-profile")  # the failed run still says what it found
+    assert made_by == "verify" and {k: row[0][k] for k in ("outcome", "mismatched", "missing", "extra")} == {
+        "outcome": "❌ differs", "mismatched": 1, "missing": 1, "extra": 0
+    }  # fmt: skip
+    assert "**1 differ**: user_profile" in latest("cli-verify")[0]
     # The other view is untouched and still passes.
     assert verify(view="repo_summary", warehouse=str(lake.settings.warehouse))["views"]["repo_summary"]["mismatching"] == 0
 
@@ -117,6 +134,11 @@ def test_compact_keeps_every_query_result_and_reduces_the_file_count(lake, tmp_p
     for table, key in checked.items():
         assert _rows(lake, table, key) == before[table], table
     assert verify(warehouse=str(lake.settings.warehouse))["views"]["user_profile"]["mismatching"] == 0
+    compacted = {row["table"]: row for row in latest("cli-compact-tables")[0]}
+    users = next(t for t in result["tables"] if t["table"] == "mirror.users")
+    assert users["snapshots_before"] >= 5 and users["snapshots_after"] >= 1, users  # (five ingest runs; expiry keeps days)
+    assert compacted["mirror.users"]["snapshots"] == f"{users['snapshots_before']} → {users['snapshots_after']}"
+    assert compacted["mirror.users"]["data files"] == f"{users['data_files_before']} → {users['data_files_after']}"
 
 
 def test_backfill_repairs_a_view_through_a_branch_and_maintenance_resumes(lake, tmp_path, monkeypatch):
@@ -158,6 +180,10 @@ def test_backfill_repairs_a_view_through_a_branch_and_maintenance_resumes(lake, 
     ingest(landing=str(landing), once=True, warehouse=str(lake.settings.warehouse))  # no new files
     assert read_state(lake.spark, table).state == "active"
     assert "COMPLETED" in _final_states("backfill")
+    trail, made_by = latest("backfill-user-profile")
+    assert made_by == "backfill" and trail.startswith("# Backfill of user_profile: published"), trail
+    steps = [line.split("|")[1].strip() for line in trail.splitlines() if line.startswith("| ") and not line.startswith("| step")]
+    assert steps == ["pause", "write", "catch up", "audit", "publish", "resume"], trail
 
 
 def test_resuming_from_expired_snapshots_recomputes_every_key(lake, tmp_path):
