@@ -19,6 +19,7 @@ read (disk full, permission denied, read-only, an unreachable object store).
 from __future__ import annotations
 
 import errno
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -154,6 +155,24 @@ def _line(j: _Java) -> str:
 def is_transient(exc: BaseException) -> bool:
     """True when retrying may succeed (a lost commit race, a busy catalog, the Kafka source's restart bug)."""
     return classify(exc).kind == "transient"
+
+
+def python_origin(exc: BaseException) -> str | None:
+    """The Python exception a JVM failure carries, as its traceback's last line (`ValueError: ...`): the
+    error of lakemv's own code that Spark called back (a foreachBatch function), else None. Spark wraps
+    it in a StreamingQueryException whose first line names only the condition."""
+    texts = [str(e) for e in _python_chain(exc)] + [j.message for j in _java_chain(exc)]
+    for text in texts:
+        if _TRACEBACK in text:
+            found = [line for line in text.split(_TRACEBACK, 1)[1].splitlines() if _RAISED.match(line)]
+            if found:
+                return found[-1].strip()[:300]
+    return None
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+# A traceback's own last line: the exception's class (unindented), then its message
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Conflict|Interrupted|Exit|Warning)(: .*)?$")
 
 
 def explain(exc: BaseException) -> str | None:

@@ -25,6 +25,7 @@ from lakemv.catalog.upkeep import (
 from lakemv.catalog.writer import writer_lock
 from lakemv.core.errors import ConfigError, LakemvError
 from lakemv.core.failures import explain as explain_failure
+from lakemv.core.failures import python_origin
 from lakemv.core.runtime import lifecycle
 from lakemv.flows.cliapp import PIPELINE, LogFormat, _run_flow, app
 from lakemv.flows.console import console, err_console, error_line, render
@@ -302,8 +303,8 @@ def main() -> None:
             err_console.print(error_line("error:", reason))
             code = 1
         else:
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            err_console.print(error_line("internal error:", f"{type(exc).__name__}: {first} (LAKEMV_DEBUG=1 shows the trace)"))
+            first = python_origin(exc) or f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+            err_console.print(error_line("internal error:", f"{first} (LAKEMV_DEBUG=1 shows the trace)"))
             code = 70
     if lifecycle.stopping():  # however the stop surfaced (an exception, or an exit code from a library)
         code = 128 + lifecycle.last_signal()

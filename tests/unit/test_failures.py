@@ -144,3 +144,22 @@ def test_a_persistent_race_surfaces_as_commit_conflict():
     with pytest.raises(CommitConflict, match="still conflicting after 3 attempts: CommitFailedException: Cannot commit"):
         retries.run("MERGE into mirror users", lose, RetryPolicy(attempts=3, base=0, cap=0))
     assert retries.count == 2
+
+
+def test_a_python_error_in_a_spark_callback_is_named_by_its_own_last_line():
+    from lakemv.core.failures import python_origin
+
+    message = (
+        "[STREAM_FAILED] Query [id = 48, runId = 52] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] An error "
+        "occurred in the user provided function in foreach batch sink. Reason: An exception was raised by the Python Proxy. "
+        "Return Message: Traceback (most recent call last):\n"
+        '  File "/x/py4j/clientserver.py", line 644, in _call_proxy\n'
+        "    return_value = getattr(self.pool[obj_id], method)(*params)\n"
+        '  File "/x/lakemv/spark/stream/loop.py", line 121, in each_batch\n'
+        '    raise KeyError("users: {1: 2}")\n'
+        "KeyError: 'users: {1: 2}'\n"
+        "\n\tat py4j.Protocol.getReturnValue(Protocol.java:476)\n"
+        "\tat org.apache.spark.sql.execution.streaming.sources.PythonForeachBatchHelper$.call(Unknown Source)\n"
+    )
+    assert python_origin(RuntimeError(message)) == "KeyError: 'users: {1: 2}'"
+    assert python_origin(RuntimeError("[STREAM_FAILED] no traceback here")) is None
