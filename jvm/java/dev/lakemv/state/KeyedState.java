@@ -1,0 +1,292 @@
+package dev.lakemv.state;
+
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.UUID;
+import org.apache.spark.TaskContext;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.execution.streaming.state.PrefixKeyScanStateEncoderSpec;
+import org.apache.spark.sql.execution.streaming.state.ReadStateStore;
+import org.apache.spark.sql.execution.streaming.state.ReadStateStoreRDD;
+import org.apache.spark.sql.execution.streaming.state.StateStore;
+import org.apache.spark.sql.execution.streaming.state.StateStoreCoordinatorRef;
+import org.apache.spark.sql.execution.streaming.state.StateStoreIterator;
+import org.apache.spark.sql.execution.streaming.state.StateStoreRDD;
+import org.apache.spark.sql.execution.streaming.state.StateStoreThreadLocalTracker;
+import org.apache.spark.sql.execution.streaming.state.UnsafeRowPair;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import scala.Option;
+import scala.collection.Iterator;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.reflect.ClassTag;
+import scala.reflect.ClassTag$;
+import scala.runtime.AbstractFunction2;
+
+/**
+ * lakemv's indexed state in Spark's state stores, partitioned by key over the executors.
+ *
+ * <p>One store holds every index: its key is {@code (space int, a binary, b binary)}, its value
+ * {@code (v binary)}. A space is one index (a table's rows by primary key, a table's rows by a join
+ * column, a view's rows by key); {@code a} is what the index is looked up by, {@code b} tells entries
+ * with the same {@code a} apart (empty for a unique index). Entries with the same {@code (space, a)}
+ * live in one partition of {@link #partitions}, fixed when the state is made: the requests of a
+ * round are shuffled by {@code (space, a)} into the same partitions, and each partition reads or
+ * writes its store there. Versions follow the caller's sequence: {@link #update} at version N writes
+ * N+1, and a replay at N rewrites the same N+1. Python composes the rounds; this class only moves rows.
+ */
+public final class KeyedState implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  public static final StructType KEY =
+      new StructType()
+          .add("space", DataTypes.IntegerType, false)
+          .add("a", DataTypes.BinaryType, false)
+          .add("b", DataTypes.BinaryType, false);
+  public static final StructType VALUE = new StructType().add("v", DataTypes.BinaryType, true);
+  private static final StructType PREFIX =
+      new StructType().add("space", DataTypes.IntegerType, false).add("a", DataTypes.BinaryType, false);
+  private static final byte[] NONE = new byte[0];
+
+  private final String checkpoint;
+  private final UUID runId;
+  private final long operator;
+  private final int partitions;
+
+  public KeyedState(String checkpoint, String runId, long operator, int partitions) {
+    this.checkpoint = checkpoint;
+    this.runId = UUID.fromString(runId);
+    this.operator = operator;
+    this.partitions = partitions;
+  }
+
+  public int partitions() {
+    return partitions;
+  }
+
+  /**
+   * A read store stays in a thread-local of the task's thread (Spark's, for a later write in the same
+   * task to take over); a pooled thread's next task must not find it there. Spark's own wrapper
+   * (mapPartitionsWithReadStateStore) clears it when the task ends: so does every read here.
+   */
+  private static void clearWhenDone() {
+    TaskContext task = TaskContext.get();
+    if (task != null) {
+      task.addTaskCompletionListener(new org.apache.spark.util.TaskCompletionListener() {
+        @Override
+        public void onTaskCompletion(TaskContext context) {
+          StateStoreThreadLocalTracker.clearStore();
+        }
+      });
+    }
+  }
+
+  private static ClassTag<InternalRow> rows() {
+    return ClassTag$.MODULE$.apply(InternalRow.class);
+  }
+
+  private static Option<StateStoreCoordinatorRef> coordinator(SparkSession spark) {
+    return Option.apply(spark.streams().stateStoreCoordinator());
+  }
+
+  /** The rows of `frame`, shuffled by (space, a) into the state's partitions. */
+  private RDD<InternalRow> placed(Dataset<Row> frame) {
+    Column[] by = {functions.col("space"), functions.col("a")};
+    return ((Dataset<Row>) frame.repartition(partitions, by)).queryExecution().toRdd();
+  }
+
+  private static Dataset<Row> frame(SparkSession spark, RDD<InternalRow> rdd, StructType schema) {
+    return spark.internalCreateDataFrame(rdd, schema, false);
+  }
+
+  /**
+   * Every entry whose (space, a) a request names, at version `version`: the request's columns
+   * (space int, a binary, tag binary: the caller's, carried through) and the entry's b and v. A
+   * request no entry matches gives one row with b and v null.
+   */
+  public Dataset<Row> lookup(SparkSession spark, Dataset<Row> requests, long version) {
+    Dataset<Row> asked = (Dataset<Row>) requests.select("space", "a", "tag");
+    StructType out =
+        new StructType()
+            .add("space", DataTypes.IntegerType, false)
+            .add("a", DataTypes.BinaryType, false)
+            .add("tag", DataTypes.BinaryType, true)
+            .add("b", DataTypes.BinaryType, true)
+            .add("v", DataTypes.BinaryType, true);
+    RDD<InternalRow> found =
+        new ReadStateStoreRDD<InternalRow, InternalRow>(
+            placed(asked),
+            new Look(),
+            checkpoint,
+            runId,
+            operator,
+            version,
+            Option.empty(),
+            Option.empty(),
+            KEY,
+            VALUE,
+            new PrefixKeyScanStateEncoderSpec(KEY, 2),
+            spark.sessionState(),
+            coordinator(spark),
+            false,
+            scala.collection.immutable.Map$.MODULE$.empty(),
+            rows(),
+            rows());
+    return frame(spark, found, out);
+  }
+
+  /**
+   * Writes `changes` (space int, a binary, b binary, v binary: null deletes the entry) over version
+   * `version` and commits version+1; gives each change with the value it replaced (`old`, null when
+   * there was none).
+   */
+  public Dataset<Row> update(SparkSession spark, Dataset<Row> changes, long version) {
+    Dataset<Row> asked = (Dataset<Row>) changes.select("space", "a", "b", "v");
+    StructType out =
+        new StructType()
+            .add("space", DataTypes.IntegerType, false)
+            .add("a", DataTypes.BinaryType, false)
+            .add("b", DataTypes.BinaryType, false)
+            .add("v", DataTypes.BinaryType, true)
+            .add("old", DataTypes.BinaryType, true);
+    RDD<InternalRow> written =
+        new StateStoreRDD<InternalRow, InternalRow>(
+            placed(asked),
+            new Write(),
+            checkpoint,
+            runId,
+            operator,
+            version,
+            Option.empty(),
+            Option.empty(),
+            KEY,
+            VALUE,
+            new PrefixKeyScanStateEncoderSpec(KEY, 2),
+            spark.sessionState(),
+            coordinator(spark),
+            false,
+            scala.collection.immutable.Map$.MODULE$.empty(),
+            false,
+            rows(),
+            rows());
+    return frame(spark, written, out);
+  }
+
+  /** How many entries each space holds at `version` (a full scan: for tests and reports). */
+  public Dataset<Row> count(SparkSession spark, long version) {
+    StructType none = new StructType().add("space", DataTypes.IntegerType, false).add("a", DataTypes.BinaryType, false).add("tag", DataTypes.BinaryType, true);
+    Dataset<Row> empty = spark.internalCreateDataFrame(spark.sparkContext().emptyRDD(rows()), none, false);
+    StructType out = new StructType().add("space", DataTypes.IntegerType, false).add("entries", DataTypes.LongType, false);
+    RDD<InternalRow> counted =
+        new ReadStateStoreRDD<InternalRow, InternalRow>(
+            placed(empty),
+            new Count(),
+            checkpoint,
+            runId,
+            operator,
+            version,
+            Option.empty(),
+            Option.empty(),
+            KEY,
+            VALUE,
+            new PrefixKeyScanStateEncoderSpec(KEY, 2),
+            spark.sessionState(),
+            coordinator(spark),
+            false,
+            scala.collection.immutable.Map$.MODULE$.empty(),
+            rows(),
+            rows());
+    return (Dataset<Row>) frame(spark, counted, out).groupBy("space").sum("entries").toDF("space", "entries");
+  }
+
+  private static final class Look extends AbstractFunction2<ReadStateStore, Iterator<InternalRow>, Iterator<InternalRow>>
+      implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public Iterator<InternalRow> apply(ReadStateStore store, Iterator<InternalRow> requests) {
+      clearWhenDone();
+      UnsafeProjection prefix = UnsafeProjection.create(PREFIX);
+      List<InternalRow> out = new ArrayList<>();
+      while (requests.hasNext()) {
+        InternalRow request = requests.next();
+        int space = request.getInt(0);
+        byte[] a = request.getBinary(1);
+        byte[] tag = request.isNullAt(2) ? null : request.getBinary(2);
+        UnsafeRow key = prefix.apply(new GenericInternalRow(new Object[] {space, a}));
+        StateStoreIterator<UnsafeRowPair> entries = store.prefixScan(key, StateStore.DEFAULT_COL_FAMILY_NAME());
+        boolean any = false;
+        while (entries.hasNext()) {
+          UnsafeRowPair entry = entries.next();
+          any = true;
+          out.add(new GenericInternalRow(new Object[] {space, a, tag, entry.key().getBinary(2), entry.value().getBinary(0)}));
+        }
+        if (!any) {
+          out.add(new GenericInternalRow(new Object[] {space, a, tag, null, null}));
+        }
+      }
+      return CollectionConverters.asScala(out.iterator());
+    }
+  }
+
+  private static final class Write extends AbstractFunction2<StateStore, Iterator<InternalRow>, Iterator<InternalRow>>
+      implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public Iterator<InternalRow> apply(StateStore store, Iterator<InternalRow> changes) {
+      UnsafeProjection keys = UnsafeProjection.create(KEY);
+      UnsafeProjection values = UnsafeProjection.create(VALUE);
+      String family = StateStore.DEFAULT_COL_FAMILY_NAME();
+      List<InternalRow> out = new ArrayList<>();
+      while (changes.hasNext()) {
+        InternalRow change = changes.next();
+        int space = change.getInt(0);
+        byte[] a = change.getBinary(1);
+        byte[] b = change.isNullAt(2) ? NONE : change.getBinary(2);
+        byte[] v = change.isNullAt(3) ? null : change.getBinary(3);
+        UnsafeRow key = keys.apply(new GenericInternalRow(new Object[] {space, a, b})).copy();
+        UnsafeRow old = store.get(key, family);
+        byte[] was = old == null ? null : old.getBinary(0);
+        if (v == null) {
+          if (old != null) {
+            store.remove(key, family);
+          }
+        } else {
+          store.put(key, values.apply(new GenericInternalRow(new Object[] {v})).copy(), family);
+        }
+        out.add(new GenericInternalRow(new Object[] {space, a, b, v, was}));
+      }
+      store.commit();
+      return CollectionConverters.asScala(out.iterator());
+    }
+  }
+
+  private static final class Count extends AbstractFunction2<ReadStateStore, Iterator<InternalRow>, Iterator<InternalRow>>
+      implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public Iterator<InternalRow> apply(ReadStateStore store, Iterator<InternalRow> ignored) {
+      clearWhenDone();
+      java.util.Map<Integer, Long> counts = new java.util.TreeMap<>();
+      StateStoreIterator<UnsafeRowPair> all = store.iterator(StateStore.DEFAULT_COL_FAMILY_NAME());
+      while (all.hasNext()) {
+        counts.merge(all.next().key().getInt(0), 1L, Long::sum);
+      }
+      List<InternalRow> out = new ArrayList<>();
+      counts.forEach((space, n) -> out.add(new GenericInternalRow(new Object[] {space, n})));
+      return CollectionConverters.asScala(out.iterator());
+    }
+  }
+}

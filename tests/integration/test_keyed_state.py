@@ -1,0 +1,120 @@
+"""The contract lakemv's JVM operator keeps over Spark's internal state store API (KeyedState.java): it
+fails here, not in a batch, when Spark changes under it."""
+
+from __future__ import annotations
+
+import pytest
+from lakemv.spark.engine.keyed import KeyedStore
+from pyspark.sql import functions as F
+
+
+def _changes(spark, rows):
+    return spark.createDataFrame(
+        rows, "space INT, a STRING, b STRING, v STRING"
+    ).select(
+        "space",
+        F.col("a").cast("binary").alias("a"),
+        F.coalesce(F.col("b"), F.lit("")).cast("binary").alias("b"),
+        F.col("v").cast("binary").alias("v"),
+    )
+
+
+def _asked(spark, rows):
+    return spark.createDataFrame(rows, "space INT, a STRING, tag STRING").select(
+        "space",
+        F.col("a").cast("binary").alias("a"),
+        F.col("tag").cast("binary").alias("tag"),
+    )
+
+
+def _text(rows, *columns):
+    return sorted(
+        tuple(
+            None
+            if r[c] is None
+            else (r[c] if isinstance(r[c], int) else bytes(r[c]).decode())
+            for c in columns
+        )
+        for r in rows
+    )
+
+
+@pytest.fixture
+def store(spark, tmp_path):
+    return KeyedStore(spark, str(tmp_path / "state"), partitions=3)
+
+
+def test_entries_are_found_by_space_and_a_every_b_of_them_and_a_miss_says_so(
+    spark, store
+):
+    written = store.update(_changes(spark, [(1, "alice", None, "row-a"), (11, "al", "alice", "row-a"), (11, "al", "albert", "row-b"),
+                                            (11, "bo", "bob", "row-c"), (12, "al", "x", "other space")]), 0).collect()  # fmt: skip
+    assert _text(written, "space", "a", "old") == [
+        (1, "alice", None),
+        (11, "al", None),
+        (11, "al", None),
+        (11, "bo", None),
+        (12, "al", None),
+    ]
+    found = store.lookup(
+        _asked(spark, [(11, "al", "t1"), (1, "alice", "t2"), (11, "zed", "t3")]), 1
+    ).collect()
+    assert _text(found, "space", "a", "tag", "b", "v") == [
+        (1, "alice", "t2", "", "row-a"), (11, "al", "t1", "albert", "row-b"), (11, "al", "t1", "alice", "row-a"), (11, "zed", "t3", None, None)
+    ]  # fmt: skip
+    assert store.counts(1) == {1: 1, 11: 3, 12: 1}
+
+
+def test_an_update_reports_what_it_replaced_and_a_null_value_deletes(spark, store):
+    store.update(
+        _changes(spark, [(1, "alice", None, "v1"), (1, "bob", None, "v1")]), 0
+    ).collect()
+    replaced = store.update(
+        _changes(
+            spark,
+            [
+                (1, "alice", None, "v2"),
+                (1, "bob", None, None),
+                (1, "carol", None, "v1"),
+            ],
+        ),
+        1,
+    ).collect()
+    assert _text(replaced, "a", "v", "old") == [
+        ("alice", "v2", "v1"),
+        ("bob", None, "v1"),
+        ("carol", "v1", None),
+    ]
+    assert _text(store.lookup(_asked(spark, [(1, "alice", ""), (1, "bob", ""), (1, "carol", "")]), 2).collect(), "a", "v") == [
+        ("alice", "v2"), ("bob", None), ("carol", "v1")
+    ]  # fmt: skip
+    assert _text(store.lookup(_asked(spark, [(1, "alice", "")]), 1).collect(), "v") == [
+        ("v1",)
+    ]  # an older version still reads
+
+
+def test_a_replayed_version_is_written_again_and_what_followed_is_gone(spark, store):
+    store.update(_changes(spark, [(1, "k", None, "first")]), 0).collect()
+    store.update(_changes(spark, [(1, "k", None, "second")]), 1).collect()
+    store.update(_changes(spark, [(1, "k", None, "third")]), 2).collect()
+    replayed = store.update(
+        _changes(spark, [(1, "k", None, "second, again")]), 1
+    ).collect()  # a crash after 2: the batch of 1 again
+    assert _text(replayed, "old") == [("first",)]
+    assert _text(store.lookup(_asked(spark, [(1, "k", "")]), 2).collect(), "v") == [
+        ("second, again",)
+    ]
+
+
+def test_the_state_survives_its_process_losing_it(spark, store, tmp_path):
+    store.update(
+        _changes(spark, [(1, f"key{i}", None, f"value{i}") for i in range(50)]), 0
+    ).collect()
+    store.update(_changes(spark, [(1, "key7", None, "changed")]), 1).collect()
+    spark.sparkContext._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()  # every loaded store unloaded
+    again = KeyedStore(spark, store.location, partitions=3, operator=0)
+    assert again.counts(2) == {1: 50}
+    assert _text(
+        again.lookup(_asked(spark, [(1, "key7", ""), (1, "key8", "")]), 2).collect(),
+        "v",
+    ) == [("changed",), ("value8",)]
