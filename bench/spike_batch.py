@@ -63,342 +63,272 @@ TYPES = {
 
 def _image(source) -> str:
     """A table's row as a Spark DDL struct (timestamps as Debezium sends them: numbers, or ISO strings)."""
-    return (
-        "STRUCT<"
-        + ", ".join(
-            f"`{c.name}`: {'STRING' if c.encoding == 'iso' else TYPES.get(c.type, 'STRING')}"
-            for c in source.columns
-        )
-        + ">"
-    )
+    return "STRUCT<" + ", ".join(f"`{c.name}`: {'STRING' if c.encoding == 'iso' else TYPES.get(c.type, 'STRING')}" for c in source.columns) + ">"
 
 
-def _parsed(spark, source, path: Path):
+def _events(spark, source, path: Path):
     """A table's lines (Debezium's schema wrapper or not) as its latest change per primary key:
     (image: the row after, or before for a delete, deleted, position)."""
     from pyspark.sql import functions as F
 
     image = _image(source)
     envelope = f"op STRING, before {image}, after {image}, source STRUCT<lsn: BIGINT, ts_ms: BIGINT>, ts_ms BIGINT"
-    raw = spark.read.text(str(path)).select(
-        F.from_json("value", f"payload STRUCT<{envelope}>, {envelope}").alias("e")
-    )
+    raw = spark.read.text(str(path)).select(F.from_json("value", f"payload STRUCT<{envelope}>, {envelope}").alias("e"))
     e = F.coalesce(
         F.col("e.payload"),
-        F.struct(
-            *[
-                F.col(f"e.{f}").alias(f)
-                for f in ("op", "before", "after", "source", "ts_ms")
-            ]
-        ),
+        F.struct(*[F.col(f"e.{f}").alias(f) for f in ("op", "before", "after", "source", "ts_ms")]),
     )
     rows = raw.select(e.alias("e")).select(
-        F.coalesce(
-            F.col("e.source.lsn"), F.col("e.source.ts_ms"), F.col("e.ts_ms")
-        ).alias("position"),
+        F.coalesce(F.col("e.source.lsn"), F.col("e.source.ts_ms"), F.col("e.ts_ms")).alias("position"),
         (F.col("e.op") == "d").alias("deleted"),
-        F.when(F.col("e.op") == "d", F.col("e.before"))
-        .otherwise(F.col("e.after"))
-        .alias("image"),
+        F.when(F.col("e.op") == "d", F.col("e.before")).otherwise(F.col("e.after")).alias("image"),
     )
-    # the latest per key: one hash aggregate (max of (position, ...) ), no sort
-    latest = rows.groupBy(
-        *[F.col("image")[k].alias(f"_k{i}") for i, k in enumerate(source.primary_key)]
-    ).agg(F.max(F.struct("position", "deleted", "image")).alias("m"))
-    return latest.select("m.position", "m.deleted", "m.image")
+    return rows
 
 
 def _json_of(columns: list[str], struct: str = "image", names: list[str] | None = None):
     """The JSON of `columns` of `struct` (as `names`): how an index or a primary key is spelled in the state."""
     from pyspark.sql import functions as F
 
-    return F.to_json(
-        F.struct(
-            *[
-                F.col(struct)[c].alias(n)
-                for c, n in zip(columns, names or columns, strict=True)
-            ]
-        )
-    ).cast("binary")
-
-
-def _entries(name: str, source, frame, with_indexes: bool = True):
-    """Bulk load: a table's rows by primary key and by each index (the row's JSON as the value)."""
-    from pyspark.sql import functions as F
-
-    row = F.to_json("image").cast("binary")
-    pk = _json_of(source.primary_key)
-    parts = [
-        frame.select(
-            F.lit(TABLES[name]).alias("space"),
-            pk.alias("a"),
-            F.lit(b"").cast("binary").alias("b"),
-            row.alias("v"),
-        )
-    ]
-    for space, (table, columns) in INDEXES.items():
-        if table == name and with_indexes:
-            parts.append(
-                frame.select(
-                    F.lit(space).alias("space"),
-                    _json_of(columns).alias("a"),
-                    pk.alias("b"),
-                    row.alias("v"),
-                )
-            )
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    return out
+    return F.to_json(F.struct(*[F.col(struct)[c].alias(n) for c, n in zip(columns, names or columns, strict=True)])).cast("binary")
 
 
 class Batch:
     """One batch of changes through the candidate's rounds."""
 
-    def __init__(self, spark, state, sources, views: int, results: dict, label: str):
-        self.spark, self.state, self.sources, self.views, self.results, self.label = (
-            spark,
-            state,
-            sources,
-            views,
-            results,
-            label,
-        )
+    def __init__(self, spark, state, sources, views: int, results: dict, label: str, kept: list | None = None, writer=None):
+        self.spark, self.state, self.sources, self.views, self.results, self.label = spark, state, sources, views, results, label
+        self.kept, self.writer = kept, writer  # each view's KeptPlans, a DirectWriter: the small batch's other path
+
+    def _kept_and_direct(self, sql: str) -> None:
+        """A small batch's recompute by each view's kept plan (planned once, its inputs swapped: lakemv's
+        Replan), all views in one Spark job; and each view's rows committed by the direct writer (one
+        Parquet file and one Iceberg commit a view, from 4 threads). The rows pass through Python here
+        for the measurement's sake only: the engine keeps them in the JVM."""
+        import uuid
+
+        import pyarrow as pa
+        import sqlglot
+        from sqlglot import exp
+
+        from lakemv.spark.views.kept import MARK, run_kept
+
+        tree = sqlglot.parse_one(sql, read="spark")
+        for table in tree.find_all(exp.Table):
+            if table.name in TABLES:
+                table.set("this", exp.to_identifier(MARK + table.name))
+        marked = tree.sql(dialect="spark")
+        with self.step("kept_inputs"):
+            inputs = {MARK + n: self.spark.table(n).toArrow() for n in TABLES}
+        with self.step("recompute_kept", self.views):
+            outs = run_kept(self.spark, [(self.kept[i], "recompute", marked, inputs) for i in range(self.views)])
+        self.results[f"{self.label}.kept_reran"] = sum(k.reran for k in self.kept[: self.views])
+
+        def commit(i: int) -> None:
+            keys = outs[i].column("email").cast(pa.string())
+            part = pa.table({"k": keys, "doc": pa.array(["x" * 300] * len(keys), pa.string())})
+            self.writer.append_files(f"lake.spike.v{i}", [part], f"spike:{uuid.uuid4().hex}")
+
+        with self.step("commit_direct", self.views), ThreadPoolExecutor(4) as pool:
+            list(pool.map(commit, range(self.views)))
 
     def step(self, name: str, count: int | None = None) -> Timer:
         return Timer(self.results, f"{self.label}.{name}", count)
 
-    def run(self, landing: Path, version: int, events: int) -> int:
+    def run(self, landing: Path, version: int, events: int) -> int:  # noqa: PLR0915 - one batch, round by round, reads best
         from pyspark.sql import functions as F
         from pyspark.storagelevel import StorageLevel
 
-        spark, state, S = self.spark, self.state, self.sources
-        mem = StorageLevel.MEMORY_AND_DISK
+        spark, state, S, mem = self.spark, self.state, self.sources, StorageLevel.MEMORY_AND_DISK
+        none = F.lit(None).cast("binary")
+        persisted = []
+
+        def keep(frame):  # noqa: ANN001, ANN202
+            persisted.append(frame.persist(mem))
+            return frame
+
         with Timer(self.results, self.label, events):
-            with self.step("parse", events):
-                parsed = {
-                    n: _parsed(spark, S[n], landing / n).persist(mem)
-                    for n in TABLES
-                    if (landing / n).exists()
-                }
-                rows = sum(f.count() for f in parsed.values())
-            self.results[f"{self.label}.rows"] = rows
-
-            with self.step(
-                "U1_rows", rows
-            ):  # rows by primary key, their old images back
-                pk_changes = None
-                for n, f in parsed.items():
-                    part = f.select(F.lit(TABLES[n]).alias("space"), _json_of(S[n].primary_key).alias("a"), F.lit(b"").cast("binary").alias("b"),
-                                    F.when(F.col("deleted"), F.lit(None).cast("binary")).otherwise(F.to_json("image").cast("binary")).alias("v"))  # fmt: skip
-                    pk_changes = (
-                        part if pk_changes is None else pk_changes.unionByName(part)
-                    )
-                u1 = state.update(pk_changes, version).persist(mem)
-                u1.count()
+            # R1: parse, the latest change per key, the rows by primary key (their old images back)
+            with self.step("R1_parse_rows", events):
+                u1 = keep(state.update(_latest(spark, S, landing), version))
+                self.results[f"{self.label}.rows"] = u1.count()
             version += 1
 
-            with self.step(
-                "U2_indexes"
-            ):  # index entries: put the new row, delete the old key where it moved
-                changes = []
-                for space, (table, columns) in INDEXES.items():
-                    if table not in parsed:
-                        continue
-                    image = _image(S[table])
-                    t = u1.where(F.col("space") == TABLES[table]).select(
-                        "a",
-                        "v",
-                        F.from_json(F.col("v").cast("string"), image).alias("new"),
-                        F.from_json(F.col("old").cast("string"), image).alias(
-                            "old_row"
-                        ),
-                    )
-                    new_key, old_key = (
-                        _json_of(columns, "new"),
-                        _json_of(columns, "old_row"),
-                    )
-                    changes.append(
-                        t.where("new IS NOT NULL").select(
-                            F.lit(space).alias("space"),
-                            new_key.alias("a"),
-                            F.col("a").alias("b"),
-                            F.col("v"),
-                        )
-                    )
-                    changes.append(t.where(F.col("old_row").isNotNull() & (F.col("new").isNull() | (old_key != new_key))).select(
-                        F.lit(space).alias("space"), old_key.alias("a"), F.col("a").alias("b"), F.lit(None).cast("binary").alias("v")))  # fmt: skip
-                u2 = changes[0]
-                for c in changes[1:]:
-                    u2 = u2.unionByName(c)
-                self.results[f"{self.label}.U2_entries"] = state.update(
-                    u2, version
-                ).count()
+            # R2: the index entries written, and the first hop up read after them (one shuffle)
+            with self.step("R2_indexes_and_hop1"):
+                r2 = keep(state.round(_indexes_and_hop1(S, u1), version))
+                self.results[f"{self.label}.R2_ops"] = r2.count()
             version += 1
 
-            def images(table: str):
-                image = _image(S[table])
-                t = u1.where(F.col("space") == TABLES[table])
-                return t.select(F.from_json(F.col("v").cast("string"), image).alias("r")).union(
-                    t.select(F.from_json(F.col("old").cast("string"), image).alias("r"))).where("r IS NOT NULL")  # fmt: skip
+            def rows(frame, table: str):  # noqa: ANN001, ANN202 - found entries as a table's rows
+                return frame.where(F.col("v").isNotNull()).select(F.from_json(F.col("v").cast("string"), _image(S[table])).alias("r")).select("r.*")
 
-            def ask(
-                frame, space: int, columns: list[str], names: list[str] | None = None
-            ):
-                return frame.select(
-                    F.lit(space).alias("space"),
-                    _json_of(columns, "r", names).alias("a"),
-                    F.lit(None).cast("binary").alias("tag"),
+            found = r2.where("read")
+            with self.step("R3_hop2"):  # users by the usernames of the stars a changed repo has
+                hop2 = rows(found.where("space = 13"), "stars").select(
+                    F.lit(11).alias("space"), F.to_json(F.struct("username")).cast("binary").alias("a"), none.alias("tag")
                 )
+                r3 = keep(state.lookup(hop2.distinct(), version))
+                r3.count()
+            users_in = u1.where(F.col("space") == TABLES["users"])
+            users = keep(
+                rows(users_in, "users")
+                .unionByName(rows(found.where("space IN (11, 18)"), "users"))
+                .unionByName(rows(r3, "users"))
+                .dropDuplicates(["email"])
+            )
+            gone = users_in.where("v IS NULL").select(F.get_json_object(F.col("a").cast("string"), "$.email").alias("email"))
+            keys = keep(users.select("email").unionByName(gone).distinct())
+            self.results[f"{self.label}.keys_reached"] = keys.count()
 
-            def found(frame, table: str, column: str = "v"):
-                return frame.where(F.col(column).isNotNull()).select(
-                    F.from_json(F.col(column).cast("string"), _image(S[table])).alias(
-                        "r"
-                    )
-                )
-
-            with self.step("walk_up"):
-                reached = []
-                l1 = []
-                if "users" in parsed:
-                    reached.append(
-                        images("users").select(F.col("r.email").alias("email"))
-                    )
-                if "stars" in parsed:
-                    l1.append(ask(images("stars"), 11, ["username"]))
-                if "pull_requests" in parsed:
-                    l1.append(
-                        ask(images("pull_requests"), 11, ["author"], ["username"])
-                    )
-                if "payment_info" in parsed:
-                    l1.append(ask(images("payment_info"), 18, ["user_id"], ["id"]))
-                if "repos" in parsed:
-                    l1.append(
-                        ask(
-                            images("repos"),
-                            13,
-                            ["owner", "name"],
-                            ["repo_owner", "repo_name"],
+            with self.step("R4_gather"):  # the reached users' stars, pull requests and payments
+                asks = users.select(
+                    F.explode(
+                        F.array(
+                            F.struct(F.lit(12).alias("space"), F.to_json(F.struct("username")).cast("binary").alias("a")),
+                            F.struct(F.lit(14).alias("space"), F.to_json(F.struct(F.col("username").alias("author"))).cast("binary").alias("a")),
+                            F.struct(F.lit(16).alias("space"), F.to_json(F.struct(F.col("id").alias("user_id"))).cast("binary").alias("a")),
                         )
-                    )
-                asked = l1[0]
-                for a in l1[1:]:
-                    asked = asked.unionByName(a)
-                with self.step("L1"):
-                    r1 = (
-                        state.lookup(asked.distinct(), version)
-                        .where("v IS NOT NULL")
-                        .persist(mem)
-                    )
-                    self.results[f"{self.label}.L1_found"] = r1.count()
-                reached.append(
-                    found(r1.where("space IN (11, 18)"), "users").select(
-                        F.col("r.email").alias("email")
-                    )
-                )
-                with self.step("L2"):
-                    r2 = state.lookup(
-                        ask(
-                            found(r1.where("space = 13"), "stars"), 11, ["username"]
-                        ).distinct(),
-                        version,
-                    )
-                    reached.append(
-                        found(r2, "users").select(F.col("r.email").alias("email"))
-                    )
-                    keys = reached[0]
-                    for r in reached[1:]:
-                        keys = keys.unionByName(r)
-                    keys = keys.distinct().persist(mem)
-                    self.results[f"{self.label}.keys_reached"] = keys.count()
-
-            with self.step("gather"):
-                with self.step("G1"):
-                    g1 = state.lookup(keys.select(F.lit(1).alias("space"), F.to_json(F.struct("email")).cast("binary").alias("a"),
-                                                  F.lit(None).cast("binary").alias("tag")), version).persist(mem)  # fmt: skip
-                    g1.count()
-                users = found(g1, "users").select("r.*").persist(mem)
-                with self.step("G2"):
-                    u = users.select(F.struct("username", "id").alias("r"))
-                    g2 = state.lookup(ask(u, 12, ["username"]).unionByName(ask(u, 14, ["username"], ["author"])).unionByName(ask(u, 16, ["id"], ["user_id"])), version).persist(mem)  # fmt: skip
-                    g2.count()
-                stars = (
-                    found(g2.where("space = 12"), "stars").select("r.*").persist(mem)
-                )
-                with self.step("G3"):
-                    g3 = state.lookup(ask(stars.select(F.struct("repo_owner", "repo_name").alias("r")), 2, ["repo_owner", "repo_name"], ["owner", "name"]).distinct(), version)  # fmt: skip
-                    repos = found(g3, "repos").select("r.*").persist(mem)
-                    self.results[f"{self.label}.gathered_rows"] = (
-                        users.count() + stars.count() + repos.count()
-                    )
-                users.createOrReplaceTempView("users")
-                stars.createOrReplaceTempView("stars")
-                repos.createOrReplaceTempView("repos")
-                found(g2.where("space = 14"), "pull_requests").select(
-                    "r.*"
-                ).createOrReplaceTempView("pull_requests")
-                found(g2.where("space = 16"), "payment_info").select(
-                    "r.*"
-                ).createOrReplaceTempView("payment_info")
+                    ).alias("q")
+                ).select("q.space", "q.a", none.alias("tag"))
+                r4 = keep(state.lookup(asks, version))
+                r4.count()
+            stars = keep(rows(r4.where("space = 12"), "stars"))
+            with self.step("R5_gather"):  # the starred repos
+                asks = stars.select(
+                    F.lit(2).alias("space"),
+                    F.to_json(F.struct(F.col("repo_owner").alias("owner"), F.col("repo_name").alias("name"))).cast("binary").alias("a"),
+                    none.alias("tag"),
+                ).distinct()
+                repos = keep(rows(state.lookup(asks, version), "repos"))
+                self.results[f"{self.label}.gathered_rows"] = users.count() + stars.count() + repos.count()
+            users.createOrReplaceTempView("users")
+            stars.createOrReplaceTempView("stars")
+            repos.createOrReplaceTempView("repos")
+            rows(r4.where("space = 14"), "pull_requests").createOrReplaceTempView("pull_requests")
+            rows(r4.where("space = 16"), "payment_info").createOrReplaceTempView("payment_info")
 
             sql = Path("views/user_profile.sql").read_text()
-            with self.step("recompute_and_diff"):
-                docs = []
+            with self.step("recompute_and_R6_diff"):
+                docs = None
                 for i in range(self.views):
-                    view = spark.sql(sql)
-                    docs.append(view.select(F.lit(VIEW_SPACE + i).alias("space"), F.to_json(F.struct("email")).cast("binary").alias("a"),
-                                            F.lit(b"").cast("binary").alias("b"), F.sha2(F.to_json(F.struct("*")), 256).cast("binary").alias("v"),
-                                            F.to_json(F.struct("*")).alias("doc")))  # fmt: skip
-                gone = keys.select(
-                    F.to_json(F.struct("email")).cast("binary").alias("a")
-                )  # reached keys no row stands for any more
-                all_docs = docs[0]
-                for d in docs[1:]:
-                    all_docs = all_docs.unionByName(d)
-                all_docs = all_docs.persist(mem)
-                deletes = [gone.select(F.lit(VIEW_SPACE + i).alias("space"), "a", F.lit(b"").cast("binary").alias("b"), F.lit(None).cast("binary").alias("v"))
-                           .join(all_docs.where(F.col("space") == VIEW_SPACE + i).select("a"), "a", "left_anti") for i in range(self.views)]  # fmt: skip
-                d = all_docs.select("space", "a", "b", "v")
-                for x in deletes:
-                    d = d.unionByName(x.select("space", "a", "b", "v"))
-                diff = (
-                    state.update(d, version)
-                    .where("old IS NULL OR v IS NULL OR old != v")
-                    .persist(mem)
+                    view = spark.sql(sql).select(
+                        F.lit(VIEW_SPACE + i).alias("space"),
+                        F.to_json(F.struct("email")).cast("binary").alias("a"),
+                        F.to_json(F.struct("*")).alias("doc"),
+                    )
+                    docs = view if docs is None else docs.unionByName(view)
+                docs = keep(docs.withColumn("b", F.lit(b"").cast("binary")).withColumn("v", F.sha2("doc", 256).cast("binary")))
+                wanted = keys.select(F.to_json(F.struct("email")).cast("binary").alias("a")).crossJoin(
+                    spark.range(self.views).select((F.col("id") + VIEW_SPACE).cast("int").alias("space"))
                 )
+                removed = wanted.join(docs.select("space", "a"), ["space", "a"], "left_anti").select(
+                    "space", "a", F.lit(b"").cast("binary").alias("b"), none.alias("v")
+                )
+                diff = keep(state.update(docs.select("space", "a", "b", "v").unionByName(removed), version).where("NOT (old <=> v)"))
                 self.results[f"{self.label}.view_rows_changed"] = diff.count()
             version += 1
 
+            if self.kept is not None and self.results[f"{self.label}.gathered_rows"] <= 50_000:
+                self._kept_and_direct(sql)
+
             with self.step("write", self.views):
-                changed = all_docs.join(
-                    diff.select("space", "a"), ["space", "a"], "left_semi"
-                ).persist(mem)
+                changed = keep(docs.join(diff.select("space", "a"), ["space", "a"], "left_semi"))
                 changed.count()
 
                 def write(i: int) -> None:
-                    changed.where(F.col("space") == VIEW_SPACE + i).select(
-                        F.col("a").cast("string").alias("k"), "doc"
-                    ).writeTo(f"lake.spike.v{i}").append()
+                    changed.where(F.col("space") == VIEW_SPACE + i).select(F.col("a").cast("string").alias("k"), "doc").writeTo(
+                        f"lake.spike.v{i}"
+                    ).append()
 
                 with ThreadPoolExecutor(4) as pool:
                     list(pool.map(write, range(self.views)))
-            for f in (
-                *parsed.values(),
-                u1,
-                r1,
-                keys,
-                g1,
-                users,
-                g2,
-                stars,
-                repos,
-                all_docs,
-                diff,
-                changed,
-            ):
-                f.unpersist()
+            for frame in persisted:
+                frame.unpersist()
         return version
+
+
+def _latest(spark, sources, landing: Path):  # noqa: ANN001, ANN202
+    """Every table's lines parsed with its schema, the latest change per primary key, as state writes
+    `(space, a: the key's JSON, b, v: the row's JSON, null for a delete)`, grouped by (space, a): placed as
+    the state places them, so the round that writes them does not shuffle them again."""
+    from pyspark.sql import functions as F
+
+    frames = None
+    for name, space in TABLES.items():
+        if not (landing / name).exists():
+            continue
+        rows = _events(spark, sources[name], landing / name).select(
+            F.lit(space).alias("space"),
+            _json_of(sources[name].primary_key).alias("a"),
+            F.struct("position", "deleted", F.to_json("image").cast("binary").alias("v")).alias("m"),
+        )
+        frames = rows if frames is None else frames.unionByName(rows)
+    latest = frames.groupBy("space", "a").agg(F.max("m").alias("m"))
+    return latest.select("space", "a", F.lit(b"").cast("binary").alias("b"), F.when(F.col("m.deleted"), None).otherwise(F.col("m.v")).alias("v"))
+
+
+WALK_UP = {  # table: (space, its columns, as the space names them): the first hop from a changed row towards a profile
+    "stars": (11, ["username"], ["username"]),
+    "pull_requests": (11, ["author"], ["username"]),
+    "payment_info": (18, ["user_id"], ["id"]),
+    "repos": (13, ["owner", "name"], ["repo_owner", "repo_name"]),
+}
+
+
+def _indexes_and_hop1(sources, u1):  # noqa: ANN001, ANN202
+    """From the rows written by primary key (new `v`, `old`), one frame of ops: each index's entry put
+    for the new row and deleted where its key moved, and the first hop's reads for both images."""
+    from pyspark.sql import functions as F
+
+    none = F.lit(None).cast("binary")
+    by_table = []
+    for table, space in TABLES.items():
+        image = _image(sources[table])
+        t = u1.where(F.col("space") == space).select(
+            "a", "v", F.from_json(F.col("v").cast("string"), image).alias("new"), F.from_json(F.col("old").cast("string"), image).alias("was")
+        )
+        ops = []
+        for index, (owner, columns) in INDEXES.items():
+            if owner != table:
+                continue
+            new_key, old_key = _json_of(columns, "new"), _json_of(columns, "was")
+            ops.append(
+                F.when(
+                    F.col("new").isNotNull(),
+                    F.struct(
+                        F.lit(index).alias("space"), new_key.alias("a"), F.col("a").alias("b"), F.col("v").alias("v"), F.lit(False).alias("read")
+                    ),
+                )
+            )
+            moved = F.col("was").isNotNull() & (F.col("new").isNull() | (old_key != new_key))
+            ops.append(
+                F.when(
+                    moved,
+                    F.struct(F.lit(index).alias("space"), old_key.alias("a"), F.col("a").alias("b"), none.alias("v"), F.lit(False).alias("read")),
+                )
+            )
+        if table in WALK_UP:
+            hop, columns, names = WALK_UP[table]
+            for image_column in ("new", "was"):
+                ops.append(
+                    F.when(
+                        F.col(image_column).isNotNull(),
+                        F.struct(
+                            F.lit(hop).alias("space"),
+                            _json_of(columns, image_column, names).alias("a"),
+                            none.alias("b"),
+                            none.alias("v"),
+                            F.lit(True).alias("read"),
+                        ),
+                    )
+                )
+        if ops:
+            by_table.append(t.select(F.explode(F.array(*ops)).alias("op")).where("op IS NOT NULL").select("op.*"))
+    out = by_table[0]
+    for frame in by_table[1:]:
+        out = out.unionByName(frame)
+    return out.withColumn("tag", none)  # (the round reads each (space, a, tag) of a partition once)
 
 
 def main() -> None:
@@ -420,6 +350,7 @@ def main() -> None:
         help="change events of each batch",
     )
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--replay-check", action="store_true", help="replay the last batch: it must change no view row")
     args = parser.parse_args()
 
     shutil.rmtree(args.root, ignore_errors=True)
@@ -439,9 +370,7 @@ def main() -> None:
     }
     snapshot = args.root / "snapshot"
     with Timer(results, "generate"):
-        workload, events, _ = generate_files(
-            WorkloadConfig(users=args.users, seed=3, rounds=1), sources, snapshot
-        )
+        workload, events, _ = generate_files(WorkloadConfig(users=args.users, seed=3, rounds=1), sources, snapshot)
     results["snapshot_events"] = events
 
     from lakemv.spark.engine.keyed import KeyedStore
@@ -453,33 +382,46 @@ def main() -> None:
     state = KeyedStore(spark, str(args.root / "state"), args.partitions)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.spike")
     for i in range(args.views):
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS lake.spike.v{i} (k STRING, doc STRING) USING iceberg TBLPROPERTIES ('format-version'='2')"
-        )
+        spark.sql(f"CREATE TABLE IF NOT EXISTS lake.spike.v{i} (k STRING, doc STRING) USING iceberg TBLPROPERTIES ('format-version'='2')")
 
+    from pyspark.sql import functions as F
     from pyspark.storagelevel import StorageLevel
 
     with Timer(results, "snapshot_parse", events):
-        parsed = {
-            n: _parsed(spark, sources[n], snapshot / n).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
-            for n in TABLES
-        }
-        results["snapshot_rows"] = sum(f.count() for f in parsed.values())
-    entries = None
-    for n, f in parsed.items():
-        part = _entries(n, sources[n], f)
-        entries = part if entries is None else entries.unionByName(part)
-    with Timer(
-        results, "bulk_load", events
-    ):  # sorted within each partition by key, then written in that order
-        sorted_entries = entries.repartition(
-            args.partitions, "space", "a"
-        ).sortWithinPartitions("space", "a", "b")
-        results["state_entries"] = state.update(sorted_entries, 0).count()
+        latest = _latest(spark, sources, snapshot).persist(StorageLevel.MEMORY_AND_DISK)
+        results["snapshot_rows"] = latest.count()
+    with Timer(results, "bulk_load", events):  # sorted within each partition by key, then written in that order
+        indexes = _indexes_and_hop1(sources, latest.withColumn("old", F.lit(None).cast("binary"))).where("NOT read").drop("read", "tag")
+        entries = latest.unionByName(indexes).repartition(args.partitions, "space", "a").sortWithinPartitions("space", "a", "b")
+        results["state_entries"] = state.update(entries, 0).count()
     version = 1
 
+    # every view's rows as they stand (Spark's full recompute over the snapshot): their digests seed the state
+    image_frames = {}
+    for name in TABLES:
+        image_frames[name] = (
+            latest.where(F.col("space") == TABLES[name])
+            .select(F.from_json(F.col("v").cast("string"), _image(sources[name])).alias("r"))
+            .select("r.*")
+        )
+        image_frames[name].createOrReplaceTempView(name)
+    with Timer(results, "spark_full_recompute"):  # one view, written as an Iceberg table's next snapshot
+        spark.sql(Path("views/user_profile.sql").read_text()).writeTo("lake.spike.full").createOrReplace()
+    with Timer(results, "view_state_seed"):
+        docs = spark.table("lake.spike.full").select(
+            F.to_json(F.struct("email")).cast("binary").alias("a"),
+            F.lit(b"").cast("binary").alias("b"),
+            F.sha2(F.to_json(F.struct("*")), 256).cast("binary").alias("v"),
+        )
+        seeded = docs.crossJoin(spark.range(args.views).select((F.col("id") + VIEW_SPACE).cast("int").alias("space")))
+        results["view_rows"] = state.update(seeded, version).count()
+    version += 1
+    latest.unpersist()
+
+    from lakemv.spark.directwrite import DirectWriter
+    from lakemv.spark.views.kept import KeptPlans
+
+    kept, writer = [KeptPlans(spark) for _ in range(args.views)], DirectWriter(spark, settings)
     schemas = {name: connect_schema(source) for name, source in sources.items()}
     rng = random.Random(5)
     for n in args.changes:
@@ -497,15 +439,14 @@ def main() -> None:
                     files=1 + len(table_events) // 20000,
                 )
                 batch_events += len(table_events)
-            version = Batch(
-                spark, state, sources, args.views, results, f"batch_{n}_{repeat}"
-            ).run(landing, version, batch_events)
+            version = Batch(spark, state, sources, args.views, results, f"batch_{n}_{repeat}", kept, writer).run(landing, version, batch_events)
+
+    if args.replay_check:  # the last batch again: nothing changes, so no view row may differ (the gathers are whole)
+        version = Batch(spark, state, sources, args.views, results, "replay").run(landing, version, batch_events)
+        assert results["replay.view_rows_changed"] == 0, results["replay.view_rows_changed"]
 
     results["finished"] = datetime.now().isoformat(timespec="seconds")
-    out = (
-        Path("bench/results")
-        / f"spike-batch-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    )
+    out = Path("bench/results") / f"spike-batch-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print(f"wrote {out / 'results.json'}")

@@ -25,9 +25,7 @@ STATE_CONF = {
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "500",
     "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
 }
-_RUNS: dict[
-    str, str
-] = {}  # state location -> the run id this process loads it under (one per process and location)
+_RUNS: dict[str, str] = {}  # state location -> the run id this process loads it under (one per process and location)
 
 
 def configure(spark: SparkSession, conf: Mapping[str, str] = STATE_CONF) -> None:
@@ -40,17 +38,13 @@ def configure(spark: SparkSession, conf: Mapping[str, str] = STATE_CONF) -> None
 class KeyedStore:
     """One keyed store at `location`: `partitions` RocksDB stores, versioned by the caller's sequence."""
 
-    def __init__(
-        self, spark: SparkSession, location: str, partitions: int, operator: int = 0
-    ):
+    def __init__(self, spark: SparkSession, location: str, partitions: int, operator: int = 0):
         configure(spark)
         self.spark = spark
         self.location = location
         self.partitions = partitions
         run = _RUNS.setdefault(f"{location}#{operator}", str(uuid.uuid4()))
-        self._state = spark.sparkContext._jvm.dev.lakemv.state.KeyedState(
-            location, run, operator, partitions
-        )  # type: ignore[union-attr]
+        self._state = spark.sparkContext._jvm.dev.lakemv.state.KeyedState(location, run, operator, partitions)  # type: ignore[union-attr]
 
     def lookup(self, requests: DataFrame, version: int) -> DataFrame:
         """Every entry each request `(space int, a binary, tag binary)` names, at `version`: the
@@ -69,11 +63,13 @@ class KeyedStore:
             self.spark,
         )
 
+    def round(self, ops: DataFrame, version: int) -> DataFrame:
+        """One round of writes and reads `(space int, a binary, b binary, v binary, tag binary, read
+        boolean)` over `version`, committing `version + 1`; every read sees the round's writes. A write
+        gives `(read=false, space, a, b, v, old, tag)`, a read every entry under `(space, a)` as `(read=true,
+        space, a, b, v, old=null, tag)` (one row with b and v null when none). Lazy, like `update`."""
+        return DataFrame(self._state.round(self.spark._jsparkSession, ops._jdf, version), self.spark)
+
     def counts(self, version: int) -> dict[int, int]:
         """Entries per space at `version` (a full scan)."""
-        return {
-            int(r["space"]): int(r["entries"])
-            for r in DataFrame(
-                self._state.count(self.spark._jsparkSession, version), self.spark
-            ).collect()
-        }
+        return {int(r["space"]): int(r["entries"]) for r in DataFrame(self._state.count(self.spark._jsparkSession, version), self.spark).collect()}

@@ -9,9 +9,7 @@ from pyspark.sql import functions as F
 
 
 def _changes(spark, rows):
-    return spark.createDataFrame(
-        rows, "space INT, a STRING, b STRING, v STRING"
-    ).select(
+    return spark.createDataFrame(rows, "space INT, a STRING, b STRING, v STRING").select(
         "space",
         F.col("a").cast("binary").alias("a"),
         F.coalesce(F.col("b"), F.lit("")).cast("binary").alias("b"),
@@ -28,15 +26,7 @@ def _asked(spark, rows):
 
 
 def _text(rows, *columns):
-    return sorted(
-        tuple(
-            None
-            if r[c] is None
-            else (r[c] if isinstance(r[c], int) else bytes(r[c]).decode())
-            for c in columns
-        )
-        for r in rows
-    )
+    return sorted(tuple(None if r[c] is None else (r[c] if isinstance(r[c], int) else bytes(r[c]).decode()) for c in columns) for r in rows)
 
 
 @pytest.fixture
@@ -44,9 +34,7 @@ def store(spark, tmp_path):
     return KeyedStore(spark, str(tmp_path / "state"), partitions=3)
 
 
-def test_entries_are_found_by_space_and_a_every_b_of_them_and_a_miss_says_so(
-    spark, store
-):
+def test_entries_are_found_by_space_and_a_every_b_of_them_and_a_miss_says_so(spark, store):
     written = store.update(_changes(spark, [(1, "alice", None, "row-a"), (11, "al", "alice", "row-a"), (11, "al", "albert", "row-b"),
                                             (11, "bo", "bob", "row-c"), (12, "al", "x", "other space")]), 0).collect()  # fmt: skip
     assert _text(written, "space", "a", "old") == [
@@ -56,9 +44,7 @@ def test_entries_are_found_by_space_and_a_every_b_of_them_and_a_miss_says_so(
         (11, "bo", None),
         (12, "al", None),
     ]
-    found = store.lookup(
-        _asked(spark, [(11, "al", "t1"), (1, "alice", "t2"), (11, "zed", "t3")]), 1
-    ).collect()
+    found = store.lookup(_asked(spark, [(11, "al", "t1"), (1, "alice", "t2"), (11, "zed", "t3")]), 1).collect()
     assert _text(found, "space", "a", "tag", "b", "v") == [
         (1, "alice", "t2", "", "row-a"), (11, "al", "t1", "albert", "row-b"), (11, "al", "t1", "alice", "row-a"), (11, "zed", "t3", None, None)
     ]  # fmt: skip
@@ -66,9 +52,7 @@ def test_entries_are_found_by_space_and_a_every_b_of_them_and_a_miss_says_so(
 
 
 def test_an_update_reports_what_it_replaced_and_a_null_value_deletes(spark, store):
-    store.update(
-        _changes(spark, [(1, "alice", None, "v1"), (1, "bob", None, "v1")]), 0
-    ).collect()
+    store.update(_changes(spark, [(1, "alice", None, "v1"), (1, "bob", None, "v1")]), 0).collect()
     replaced = store.update(
         _changes(
             spark,
@@ -88,28 +72,20 @@ def test_an_update_reports_what_it_replaced_and_a_null_value_deletes(spark, stor
     assert _text(store.lookup(_asked(spark, [(1, "alice", ""), (1, "bob", ""), (1, "carol", "")]), 2).collect(), "a", "v") == [
         ("alice", "v2"), ("bob", None), ("carol", "v1")
     ]  # fmt: skip
-    assert _text(store.lookup(_asked(spark, [(1, "alice", "")]), 1).collect(), "v") == [
-        ("v1",)
-    ]  # an older version still reads
+    assert _text(store.lookup(_asked(spark, [(1, "alice", "")]), 1).collect(), "v") == [("v1",)]  # an older version still reads
 
 
 def test_a_replayed_version_is_written_again_and_what_followed_is_gone(spark, store):
     store.update(_changes(spark, [(1, "k", None, "first")]), 0).collect()
     store.update(_changes(spark, [(1, "k", None, "second")]), 1).collect()
     store.update(_changes(spark, [(1, "k", None, "third")]), 2).collect()
-    replayed = store.update(
-        _changes(spark, [(1, "k", None, "second, again")]), 1
-    ).collect()  # a crash after 2: the batch of 1 again
+    replayed = store.update(_changes(spark, [(1, "k", None, "second, again")]), 1).collect()  # a crash after 2: the batch of 1 again
     assert _text(replayed, "old") == [("first",)]
-    assert _text(store.lookup(_asked(spark, [(1, "k", "")]), 2).collect(), "v") == [
-        ("second, again",)
-    ]
+    assert _text(store.lookup(_asked(spark, [(1, "k", "")]), 2).collect(), "v") == [("second, again",)]
 
 
 def test_the_state_survives_its_process_losing_it(spark, store, tmp_path):
-    store.update(
-        _changes(spark, [(1, f"key{i}", None, f"value{i}") for i in range(50)]), 0
-    ).collect()
+    store.update(_changes(spark, [(1, f"key{i}", None, f"value{i}") for i in range(50)]), 0).collect()
     store.update(_changes(spark, [(1, "key7", None, "changed")]), 1).collect()
     spark.sparkContext._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()  # every loaded store unloaded
     again = KeyedStore(spark, store.location, partitions=3, operator=0)
@@ -118,3 +94,34 @@ def test_the_state_survives_its_process_losing_it(spark, store, tmp_path):
         again.lookup(_asked(spark, [(1, "key7", ""), (1, "key8", "")]), 2).collect(),
         "v",
     ) == [("changed",), ("value8",)]
+
+
+def test_a_round_applies_its_writes_before_its_reads_and_answers_a_repeated_read_once(spark, store):
+    store.update(_changes(spark, [(1, "alice", None, "v1"), (11, "al", "alice", "v1")]), 0).collect()
+    ops = _changes(spark, [(1, "alice", None, "v2"), (11, "al", "albert", "v9"), (11, "al", "alice", None)]).select(
+        "*", F.lit(None).cast("binary").alias("tag"), F.lit(False).alias("read")
+    )
+    reads = _asked(spark, [(11, "al", "t1"), (1, "alice", "t2"), (1, "nobody", "t3"), (11, "al", "t1")]).select(
+        "space", "a", F.lit(None).cast("binary").alias("b"), F.lit(None).cast("binary").alias("v"), "tag", F.lit(True).alias("read")
+    )
+    done = store.round(reads.unionByName(ops), 1).collect()
+    assert _text([r for r in done if not r["read"]], "space", "a", "b", "v", "old") == [
+        (1, "alice", "", "v2", "v1"), (11, "al", "albert", "v9", None), (11, "al", "alice", None, "v1")
+    ]  # fmt: skip
+    assert _text([r for r in done if r["read"]], "space", "a", "tag", "b", "v") == [
+        (1, "alice", "t2", "", "v2"), (1, "nobody", "t3", None, None), (11, "al", "t1", "albert", "v9")
+    ]  # fmt: skip
+    assert store.counts(2) == {1: 1, 11: 1}
+
+
+def test_rows_already_placed_by_space_and_a_are_not_shuffled_again(spark, store):
+    """A grouping by (space, a) into the state's partition count places rows as the state does: the round
+    reads them where they are (one shuffle, not two), and every entry still lands where lookups find it."""
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    changes = _changes(spark, [(1, f"k{i % 50}", None, f"v{i}") for i in range(200)])
+    latest = changes.groupBy("space", "a").agg(F.max("v").alias("v")).select("space", "a", F.lit(b"").cast("binary").alias("b"), "v")
+    written = store.update(latest, 0)
+    assert written._jdf.queryExecution().toRdd().toDebugString().count("ShuffledRowRDD") == 1
+    assert len(written.collect()) == 50
+    found = store.lookup(_asked(spark, [(1, f"k{i}", None) for i in range(50)]), 1).collect()
+    assert all(r["v"] is not None for r in found) and len(found) == 50

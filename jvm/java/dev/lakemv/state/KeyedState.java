@@ -9,7 +9,11 @@ import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning;
+import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.classic.Dataset;
@@ -99,8 +103,22 @@ public final class KeyedState implements Serializable {
     return Option.apply(spark.streams().stateStoreCoordinator());
   }
 
-  /** The rows of `frame`, shuffled by (space, a) into the state's partitions. */
+  /**
+   * The rows of `frame`, shuffled by (space, a) into the state's partitions; as they are when they are
+   * placed so already (a grouping by (space, a) into as many partitions hashes them the same way).
+   */
   private RDD<InternalRow> placed(Dataset<Row> frame) {
+    SparkPlan plan = frame.queryExecution().executedPlan();
+    if (plan.outputPartitioning() instanceof HashPartitioning hashed && hashed.numPartitions() == partitions) {
+      List<Expression> by = CollectionConverters.asJava(hashed.expressions());
+      if (by.size() == 2
+          && by.get(0) instanceof Attribute first
+          && by.get(1) instanceof Attribute second
+          && first.name().equals("space")
+          && second.name().equals("a")) {
+        return frame.queryExecution().toRdd();
+      }
+    }
     Column[] by = {functions.col("space"), functions.col("a")};
     return ((Dataset<Row>) frame.repartition(partitions, by)).queryExecution().toRdd();
   }
@@ -180,6 +198,48 @@ public final class KeyedState implements Serializable {
             rows(),
             rows());
     return frame(spark, written, out);
+  }
+
+  /**
+   * One round of writes and reads over version `version`, committing version+1: each partition applies
+   * its writes first, then answers its reads, so a read sees every write of the round. `ops` is
+   * (space int, a binary, b binary, v binary, tag binary, read boolean). A write (read false) puts v at
+   * (space, a, b), or deletes it when v is null, and gives (false, space, a, b, v, old: the value it
+   * replaced, tag). A read gives every entry under (space, a): (true, space, a, b, v, null, tag), or
+   * one row with b and v null when there is none.
+   */
+  public Dataset<Row> round(SparkSession spark, Dataset<Row> ops, long version) {
+    Dataset<Row> asked = (Dataset<Row>) ops.select("space", "a", "b", "v", "tag", "read");
+    StructType out =
+        new StructType()
+            .add("read", DataTypes.BooleanType, false)
+            .add("space", DataTypes.IntegerType, false)
+            .add("a", DataTypes.BinaryType, false)
+            .add("b", DataTypes.BinaryType, true)
+            .add("v", DataTypes.BinaryType, true)
+            .add("old", DataTypes.BinaryType, true)
+            .add("tag", DataTypes.BinaryType, true);
+    RDD<InternalRow> done =
+        new StateStoreRDD<InternalRow, InternalRow>(
+            placed(asked),
+            new Round(),
+            checkpoint,
+            runId,
+            operator,
+            version,
+            Option.empty(),
+            Option.empty(),
+            KEY,
+            VALUE,
+            new PrefixKeyScanStateEncoderSpec(KEY, 2),
+            spark.sessionState(),
+            coordinator(spark),
+            false,
+            scala.collection.immutable.Map$.MODULE$.empty(),
+            false,
+            rows(),
+            rows());
+    return frame(spark, done, out);
   }
 
   /** How many entries each space holds at `version` (a full scan: for tests and reports). */
@@ -266,6 +326,78 @@ public final class KeyedState implements Serializable {
           store.put(key, values.apply(new GenericInternalRow(new Object[] {v})).copy(), family);
         }
         out.add(new GenericInternalRow(new Object[] {space, a, b, v, was}));
+      }
+      store.commit();
+      return CollectionConverters.asScala(out.iterator());
+    }
+  }
+
+  /** A read's (space, a, tag), compared by content. */
+  private record Asked(int space, byte[] a, byte[] tag) {
+    @Override
+    public boolean equals(Object other) {
+      return other instanceof Asked that && space == that.space && java.util.Arrays.equals(a, that.a) && java.util.Arrays.equals(tag, that.tag);
+    }
+
+    @Override
+    public int hashCode() {
+      return 31 * (31 * space + java.util.Arrays.hashCode(a)) + java.util.Arrays.hashCode(tag);
+    }
+  }
+
+  private static final class Round extends AbstractFunction2<StateStore, Iterator<InternalRow>, Iterator<InternalRow>>
+      implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public Iterator<InternalRow> apply(StateStore store, Iterator<InternalRow> ops) {
+      UnsafeProjection keys = UnsafeProjection.create(KEY);
+      UnsafeProjection values = UnsafeProjection.create(VALUE);
+      UnsafeProjection prefix = UnsafeProjection.create(PREFIX);
+      String family = StateStore.DEFAULT_COL_FAMILY_NAME();
+      List<InternalRow> out = new ArrayList<>();
+      List<InternalRow> reads = new ArrayList<>();
+      java.util.Set<Asked> asked = new java.util.HashSet<>();  // each read once per partition
+      while (ops.hasNext()) {
+        InternalRow op = ops.next();
+        int space = op.getInt(0);
+        byte[] a = op.getBinary(1);
+        byte[] tag = op.isNullAt(4) ? null : op.getBinary(4);
+        if (op.getBoolean(5)) {
+          if (asked.add(new Asked(space, a, tag))) {
+            reads.add(new GenericInternalRow(new Object[] {space, a, tag}));
+          }
+          continue;
+        }
+        byte[] b = op.isNullAt(2) ? NONE : op.getBinary(2);
+        byte[] v = op.isNullAt(3) ? null : op.getBinary(3);
+        UnsafeRow key = keys.apply(new GenericInternalRow(new Object[] {space, a, b})).copy();
+        UnsafeRow old = store.get(key, family);
+        byte[] was = old == null ? null : old.getBinary(0);
+        if (v == null) {
+          if (old != null) {
+            store.remove(key, family);
+          }
+        } else {
+          store.put(key, values.apply(new GenericInternalRow(new Object[] {v})).copy(), family);
+        }
+        out.add(new GenericInternalRow(new Object[] {false, space, a, b, v, was, tag}));
+      }
+      for (InternalRow read : reads) {
+        int space = read.getInt(0);
+        byte[] a = read.getBinary(1);
+        Object tag = read.isNullAt(2) ? null : read.getBinary(2);
+        StateStoreIterator<UnsafeRowPair> entries =
+            store.prefixScan(prefix.apply(new GenericInternalRow(new Object[] {space, a})), family);
+        boolean any = false;
+        while (entries.hasNext()) {
+          UnsafeRowPair entry = entries.next();
+          any = true;
+          out.add(new GenericInternalRow(new Object[] {true, space, a, entry.key().getBinary(2), entry.value().getBinary(0), null, tag}));
+        }
+        if (!any) {
+          out.add(new GenericInternalRow(new Object[] {true, space, a, null, null, null, tag}));
+        }
       }
       store.commit();
       return CollectionConverters.asScala(out.iterator());
