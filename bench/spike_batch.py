@@ -30,6 +30,7 @@ import json
 import os
 import random
 import shutil
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -50,7 +51,9 @@ INDEXES = {  # space: (table, the columns it is looked up by)
     16: ("payment_info", ["user_id"]),
     18: ("users", ["id"]),
 }
-VIEW_SPACE = 100  # + the view's number
+VIEW_SPACE = 100
+SINGLE = os.environ.get("SPIKE_SINGLE", "1") == "1"  # kept plans run with no shuffle (Replan.swapSingle)
+SMALL = None  # a small Arrow table: what the spike commits for each view's files (set in main)  # + the view's number
 TYPES = {
     "bigint": "BIGINT",
     "string": "STRING",
@@ -96,46 +99,54 @@ def _json_of(columns: list[str], struct: str = "image", names: list[str] | None 
 class Batch:
     """One batch of changes through the candidate's rounds."""
 
-    def __init__(self, spark, state, sources, views: int, results: dict, label: str, kept: list | None = None, writer=None):
+    def __init__(
+        self, spark, state, sources, views: int, results: dict, label: str, kept: dict | None = None, writer=None, root: Path = Path("/tmp")
+    ):
         self.spark, self.state, self.sources, self.views, self.results, self.label = spark, state, sources, views, results, label
-        self.kept, self.writer = kept, writer  # each view's KeptPlans, a DirectWriter: the small batch's other path
+        self.kept, self.writer, self.root = kept, writer, root  # the kept plan ({"plan": ...}), a DirectWriter, the spike's folder
 
-    def _kept_and_direct(self, sql: str) -> None:
-        """A small batch's recompute by each view's kept plan (planned once, its inputs swapped: lakemv's
-        Replan), all views in one Spark job; and each view's rows committed by the direct writer (one
-        Parquet file and one Iceberg commit a view, from 4 threads). The rows pass through Python here
-        for the measurement's sake only: the engine keeps them in the JVM."""
-        import uuid
-
-        import pyarrow as pa
+    def _kept_frames(self, sql: str) -> list | None:
+        """Each view's rows by its kept plan: planned once (the first small batch, as a view is when it is
+        made), then per batch only copied with the gathered rows swapped in (lakemv's Replan), the rows
+        collected into the driver's JVM once and shared by every view: no SQL analysed or planned, no row
+        through Python. None when there is no plan yet and the batch is too large to make one."""
         import sqlglot
+        from lakemv.spark.views.kept import (
+            MARK,
+            KeptPlans,
+            planning_session,
+            replan_class,
+        )
+        from pyspark.sql import DataFrame
+        from pyspark.sql import functions as F
         from sqlglot import exp
 
-        from lakemv.spark.views.kept import MARK, run_kept
-
-        tree = sqlglot.parse_one(sql, read="spark")
-        for table in tree.find_all(exp.Table):
-            if table.name in TABLES:
-                table.set("this", exp.to_identifier(MARK + table.name))
-        marked = tree.sql(dialect="spark")
-        with self.step("kept_inputs"):
-            inputs = {MARK + n: self.spark.table(n).toArrow() for n in TABLES}
-        with self.step("recompute_kept", self.views):
-            outs = run_kept(self.spark, [(self.kept[i], "recompute", marked, inputs) for i in range(self.views)])
-        self.results[f"{self.label}.kept_reran"] = sum(k.reran for k in self.kept[: self.views])
-
-        def commit(i: int) -> None:
-            keys = outs[i].column("email").cast(pa.string())
-            part = pa.table({"k": keys, "doc": pa.array(["x" * 300] * len(keys), pa.string())})
-            self.writer.append_files(f"lake.spike.v{i}", [part], f"spike:{uuid.uuid4().hex}")
-
-        with self.step("commit_direct", self.views), ThreadPoolExecutor(4) as pool:
-            list(pool.map(commit, range(self.views)))
+        session, replan = planning_session(self.spark), replan_class(self.spark)
+        marked_inputs = {n: self.spark.table(n).withColumn(MARK + n, F.lit(None).cast("boolean")) for n in TABLES}
+        if self.kept.get("plan") is None:
+            tree = sqlglot.parse_one(sql, read="spark")
+            for table in tree.find_all(exp.Table):
+                if table.name in TABLES:
+                    table.set("this", exp.to_identifier(MARK + table.name))
+            with self.step("plan_once"):
+                kept = KeptPlans(self.spark)
+                kept.run("recompute", tree.sql(dialect="spark"), {MARK + n: self.spark.table(n).toArrow() for n in TABLES})
+                self.kept["plan"] = kept.plans["recompute"].plan
+        jvm = self.spark.sparkContext._jvm
+        with self.step("collect_inputs_jvm"):
+            rows = jvm.java.util.HashMap()
+            for n, frame in marked_inputs.items():
+                rows.put(MARK + n, replan.collectedRows(frame._jdf))
+        frames = []
+        for _ in range(self.views):
+            plan = replan.swapSingle(session._jsparkSession, self.kept["plan"], MARK, rows) if SINGLE else replan.swap(self.kept["plan"], MARK, rows)
+            frames.append(DataFrame(session._jsparkSession.internalCreateDataFrame(plan.execute(), plan.schema(), False), self.spark))
+        return frames
 
     def step(self, name: str, count: int | None = None) -> Timer:
         return Timer(self.results, f"{self.label}.{name}", count)
 
-    def run(self, landing: Path, version: int, events: int) -> int:  # noqa: PLR0915 - one batch, round by round, reads best
+    def run(self, landing: Path, version: int, events: int) -> int:
         from pyspark.sql import functions as F
         from pyspark.storagelevel import StorageLevel
 
@@ -143,7 +154,7 @@ class Batch:
         none = F.lit(None).cast("binary")
         persisted = []
 
-        def keep(frame):  # noqa: ANN001, ANN202
+        def keep(frame):
             persisted.append(frame.persist(mem))
             return frame
 
@@ -160,7 +171,7 @@ class Batch:
                 self.results[f"{self.label}.R2_ops"] = r2.count()
             version += 1
 
-            def rows(frame, table: str):  # noqa: ANN001, ANN202 - found entries as a table's rows
+            def rows(frame, table: str):
                 return frame.where(F.col("v").isNotNull()).select(F.from_json(F.col("v").cast("string"), _image(S[table])).alias("r")).select("r.*")
 
             found = r2.where("read")
@@ -209,15 +220,19 @@ class Batch:
             rows(r4.where("space = 16"), "payment_info").createOrReplaceTempView("payment_info")
 
             sql = Path("views/user_profile.sql").read_text()
-            with self.step("recompute_and_R6_diff"):
+            small = self.kept is not None and self.results[f"{self.label}.gathered_rows"] <= 200_000
+            with self.step("recompute_and_R6_diff", self.views):
+                views = self._kept_frames(sql) if small else [spark.sql(sql) for _ in range(self.views)]
                 docs = None
-                for i in range(self.views):
-                    view = spark.sql(sql).select(
+                for i, view in enumerate(views):
+                    view = view.select(
                         F.lit(VIEW_SPACE + i).alias("space"),
                         F.to_json(F.struct("email")).cast("binary").alias("a"),
                         F.to_json(F.struct("*")).alias("doc"),
                     )
                     docs = view if docs is None else docs.unionByName(view)
+                if small:  # one task per view would each read every view's plan: a few tasks run them all
+                    docs = docs.coalesce(2)
                 docs = keep(docs.withColumn("b", F.lit(b"").cast("binary")).withColumn("v", F.sha2("doc", 256).cast("binary")))
                 wanted = keys.select(F.to_json(F.struct("email")).cast("binary").alias("a")).crossJoin(
                     spark.range(self.views).select((F.col("id") + VIEW_SPACE).cast("int").alias("space"))
@@ -229,26 +244,22 @@ class Batch:
                 self.results[f"{self.label}.view_rows_changed"] = diff.count()
             version += 1
 
-            if self.kept is not None and self.results[f"{self.label}.gathered_rows"] <= 50_000:
-                self._kept_and_direct(sql)
+            with self.step("write_files", self.views):  # every view's changed rows in one job, a folder (its files) per view
+                changed = docs.join(diff.select("space", "a"), ["space", "a"], "left_semi")
+                out = str(self.root / f"files-{self.label}")
+                changed.select("space", F.col("a").cast("string").alias("k"), "doc").write.partitionBy("space").parquet(out)
 
-            with self.step("write", self.views):
-                changed = keep(docs.join(diff.select("space", "a"), ["space", "a"], "left_semi"))
-                changed.count()
+            def commit(i: int) -> None:  # the commit of one view's files (a small file stands for them here)
+                self.writer.append_files(f"lake.spike.v{i}", [SMALL], f"spike:{uuid.uuid4().hex}")
 
-                def write(i: int) -> None:
-                    changed.where(F.col("space") == VIEW_SPACE + i).select(F.col("a").cast("string").alias("k"), "doc").writeTo(
-                        f"lake.spike.v{i}"
-                    ).append()
-
-                with ThreadPoolExecutor(4) as pool:
-                    list(pool.map(write, range(self.views)))
+            with self.step("commits", self.views), ThreadPoolExecutor(4) as pool:
+                list(pool.map(commit, range(self.views)))
             for frame in persisted:
                 frame.unpersist()
         return version
 
 
-def _latest(spark, sources, landing: Path):  # noqa: ANN001, ANN202
+def _latest(spark, sources, landing: Path):
     """Every table's lines parsed with its schema, the latest change per primary key, as state writes
     `(space, a: the key's JSON, b, v: the row's JSON, null for a delete)`, grouped by (space, a): placed as
     the state places them, so the round that writes them does not shuffle them again."""
@@ -276,7 +287,7 @@ WALK_UP = {  # table: (space, its columns, as the space names them): the first h
 }
 
 
-def _indexes_and_hop1(sources, u1):  # noqa: ANN001, ANN202
+def _indexes_and_hop1(sources, u1):
     """From the rows written by primary key (new `v`, `old`), one frame of ops: each index's entry put
     for the new row and deleted where its key moved, and the first hop's reads for both images."""
     from pyspark.sql import functions as F
@@ -397,14 +408,9 @@ def main() -> None:
     version = 1
 
     # every view's rows as they stand (Spark's full recompute over the snapshot): their digests seed the state
-    image_frames = {}
-    for name in TABLES:
-        image_frames[name] = (
-            latest.where(F.col("space") == TABLES[name])
-            .select(F.from_json(F.col("v").cast("string"), _image(sources[name])).alias("r"))
-            .select("r.*")
-        )
-        image_frames[name].createOrReplaceTempView(name)
+    for name, space in TABLES.items():
+        frame = latest.where(F.col("space") == space).select(F.from_json(F.col("v").cast("string"), _image(sources[name])).alias("r"))
+        frame.select("r.*").createOrReplaceTempView(name)
     with Timer(results, "spark_full_recompute"):  # one view, written as an Iceberg table's next snapshot
         spark.sql(Path("views/user_profile.sql").read_text()).writeTo("lake.spike.full").createOrReplace()
     with Timer(results, "view_state_seed"):
@@ -419,9 +425,12 @@ def main() -> None:
     latest.unpersist()
 
     from lakemv.spark.directwrite import DirectWriter
-    from lakemv.spark.views.kept import KeptPlans
 
-    kept, writer = [KeptPlans(spark) for _ in range(args.views)], DirectWriter(spark, settings)
+    kept, writer = {}, DirectWriter(spark, settings)
+    global SMALL
+    import pyarrow as pa
+
+    SMALL = pa.table({"k": [f"k{i}" for i in range(10)], "doc": ["x" * 300] * 10})
     schemas = {name: connect_schema(source) for name, source in sources.items()}
     rng = random.Random(5)
     for n in args.changes:
@@ -439,10 +448,12 @@ def main() -> None:
                     files=1 + len(table_events) // 20000,
                 )
                 batch_events += len(table_events)
-            version = Batch(spark, state, sources, args.views, results, f"batch_{n}_{repeat}", kept, writer).run(landing, version, batch_events)
+            version = Batch(spark, state, sources, args.views, results, f"batch_{n}_{repeat}", kept, writer, args.root).run(
+                landing, version, batch_events
+            )
 
     if args.replay_check:  # the last batch again: nothing changes, so no view row may differ (the gathers are whole)
-        version = Batch(spark, state, sources, args.views, results, "replay").run(landing, version, batch_events)
+        version = Batch(spark, state, sources, args.views, results, "replay", kept, writer, args.root).run(landing, version, batch_events)
         assert results["replay.view_rows_changed"] == 0, results["replay.view_rows_changed"]
 
     results["finished"] = datetime.now().isoformat(timespec="seconds")

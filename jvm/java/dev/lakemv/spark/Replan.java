@@ -49,6 +49,60 @@ public final class Replan {
     return plan instanceof LocalRelation relation ? relation.data() : null;
   }
 
+  /**
+   * The rows `frame` computes, collected into the driver's JVM as a local relation's data (to swap into
+   * a kept plan: see swap): the rows of a batch's gathers reach a view's plan without passing through
+   * Python.
+   */
+  public static Object collectedRows(Dataset<?> frame) {
+    InternalRow[] rows = frame.queryExecution().executedPlan().executeCollect();
+    return scala.jdk.javaapi.CollectionConverters.asScala(java.util.Arrays.asList(rows)).toList();
+  }
+
+  /**
+   * `plan` with each marked local scan reading `rows.get(marker)` as one partition that says so, and
+   * every shuffle whose input is then one partition dropped: a batch's few rows of a view run in one
+   * task, with no shuffle stage (a hundred views' plans each had several: one stage each).
+   */
+  @SuppressWarnings("unchecked")
+  public static SparkPlan swapSingle(SparkSession session, SparkPlan plan, String prefix, Map<String, Object> rows) {
+    SparkPlan swapped =
+        plan.transformUpWithSubqueries(
+            new AbstractPartialFunction<SparkPlan, SparkPlan>() {
+              @Override
+              public boolean isDefinedAt(SparkPlan node) {
+                return node instanceof LocalTableScanExec;
+              }
+
+              @Override
+              public SparkPlan apply(SparkPlan node) {
+                LocalTableScanExec scan = (LocalTableScanExec) node;
+                Object fresh = rows.get(marker(scan, prefix));
+                if (fresh == null) {
+                  throw new IllegalArgumentException("no rows for the local scan " + scan.output());
+                }
+                org.apache.spark.rdd.RDD<InternalRow> one =
+                    session.sparkContext().parallelize((Seq<InternalRow>) fresh, 1, scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class));
+                return new org.apache.spark.sql.execution.RDDScanExec(
+                    scan.output(), one, "batch", org.apache.spark.sql.catalyst.plans.physical.SinglePartition$.MODULE$,
+                    scala.collection.immutable.List$.MODULE$.empty(), scala.Option.empty());
+              }
+            });
+    return swapped.transformUp(
+        new AbstractPartialFunction<SparkPlan, SparkPlan>() {
+          @Override
+          public boolean isDefinedAt(SparkPlan node) {
+            return node instanceof org.apache.spark.sql.execution.exchange.ShuffleExchangeExec exchange
+                && exchange.child().outputPartitioning().numPartitions() == 1;
+          }
+
+          @Override
+          public SparkPlan apply(SparkPlan node) {
+            return ((org.apache.spark.sql.execution.exchange.ShuffleExchangeExec) node).child();
+          }
+        });
+  }
+
   /** The marker of a local scan's output: its column whose name starts with `prefix`, else null. */
   private static String marker(LocalTableScanExec scan, String prefix) {
     Iterator<Attribute> columns = scan.output().iterator();
