@@ -143,6 +143,66 @@ class Batch:
             frames.append(DataFrame(session._jsparkSession.internalCreateDataFrame(plan.execute(), plan.schema(), False), self.spark))
         return frames
 
+    def run_whole(self, landing: Path, version: int, events: int) -> int:
+        """A large batch (a backlog): its rows by key and its index entries in two rounds, then each
+        view recomputed whole by Spark from the state's rows where they live (no walk, no gathers), and
+        its rows diffed against their digests in one more round."""
+        from pyspark.sql import functions as F
+        from pyspark.storagelevel import StorageLevel
+
+        spark, state, S, mem = self.spark, self.state, self.sources, StorageLevel.MEMORY_AND_DISK
+        persisted = []
+
+        def keep(frame):
+            persisted.append(frame.persist(mem))
+            return frame
+
+        with Timer(self.results, self.label, events):
+            with self.step("R1_parse_rows", events):
+                u1 = keep(state.update(_latest(spark, S, landing), version))
+                self.results[f"{self.label}.rows"] = u1.count()
+            version += 1
+            with self.step("R2_indexes"):
+                ops = _indexes_and_hop1(S, u1).where("NOT read").select("space", "a", "b", "v")
+                self.results[f"{self.label}.R2_ops"] = state.update(ops, version).count()
+            version += 1
+            with self.step("scan"):
+                entries = keep(state.scan(version).where(F.col("space").isin(*TABLES.values()) | (F.col("space") >= VIEW_SPACE)))
+                self.results[f"{self.label}.scanned"] = entries.count()
+            for name, space in TABLES.items():
+                rows = entries.where(F.col("space") == space).select(F.from_json(F.col("v").cast("string"), _image(S[name])).alias("r"))
+                rows.select("r.*").createOrReplaceTempView(name)
+            sql = Path("views/user_profile.sql").read_text()
+            with self.step("recompute_whole_and_R3_diff", self.views):
+                docs = None
+                for i in range(self.views):
+                    view = spark.sql(sql).select(
+                        F.lit(VIEW_SPACE + i).alias("space"), F.to_json(F.struct("email")).cast("binary").alias("a"), F.to_json(F.struct("*")).alias("doc")
+                    )
+                    docs = view if docs is None else docs.unionByName(view)
+                docs = keep(docs.withColumn("b", F.lit(b"").cast("binary")).withColumn("v", F.sha2("doc", 256).cast("binary")))
+                removed = (
+                    entries.where(F.col("space") >= VIEW_SPACE)
+                    .select("space", "a")
+                    .join(docs.select("space", "a"), ["space", "a"], "left_anti")
+                    .select("space", "a", F.lit(b"").cast("binary").alias("b"), F.lit(None).cast("binary").alias("v"))
+                )
+                diff = keep(state.update(docs.select("space", "a", "b", "v").unionByName(removed), version).where("NOT (old <=> v)"))
+                self.results[f"{self.label}.view_rows_changed"] = diff.count()
+            version += 1
+            with self.step("write_files", self.views):
+                changed = docs.join(diff.select("space", "a"), ["space", "a"], "left_semi")
+                changed.select("space", F.col("a").cast("string").alias("k"), "doc").write.partitionBy("space").parquet(str(self.root / f"files-{self.label}"))
+
+            def commit(i: int) -> None:
+                self.writer.append_files(f"lake.spike.v{i}", [SMALL], f"spike:{uuid.uuid4().hex}")
+
+            with self.step("commits", self.views), ThreadPoolExecutor(4) as pool:
+                list(pool.map(commit, range(self.views)))
+            for frame in persisted:
+                frame.unpersist()
+        return version
+
     def step(self, name: str, count: int | None = None) -> Timer:
         return Timer(self.results, f"{self.label}.{name}", count)
 
@@ -361,6 +421,8 @@ def main() -> None:
         help="change events of each batch",
     )
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--whole", action="store_true", help="batches of 50k events or more: each view recomputed whole from the state")
+    parser.add_argument("--backlog", type=int, default=0, help="then one batch of this many change events, recomputed whole")
     parser.add_argument("--replay-check", action="store_true", help="replay the last batch: it must change no view row")
     args = parser.parse_args()
 
@@ -448,9 +510,18 @@ def main() -> None:
                     files=1 + len(table_events) // 20000,
                 )
                 batch_events += len(table_events)
-            version = Batch(spark, state, sources, args.views, results, f"batch_{n}_{repeat}", kept, writer, args.root).run(
-                landing, version, batch_events
-            )
+            batch = Batch(spark, state, sources, args.views, results, f"batch_{n}_{repeat}", kept, writer, args.root)
+            version = (batch.run_whole if args.whole and n >= 50_000 else batch.run)(landing, version, batch_events)
+
+    if args.backlog:  # one batch of a backlog, recomputed whole
+        landing, backlog_events = args.root / "backlog", 0
+        while backlog_events < args.backlog:
+            for table, table_events in workload.change_round(min(50_000, args.backlog - backlog_events)).items():
+                write_landing_files(landing, table, table_events, schemas[table], rng, f"b{backlog_events}", files=1 + len(table_events) // 20000)
+                backlog_events += len(table_events)
+        results["backlog_events"] = backlog_events
+        batch = Batch(spark, state, sources, args.views, results, "backlog", kept, writer, args.root)
+        version = batch.run_whole(landing, version, backlog_events)
 
     if args.replay_check:  # the last batch again: nothing changes, so no view row may differ (the gathers are whole)
         version = Batch(spark, state, sources, args.views, results, "replay", kept, writer, args.root).run(landing, version, batch_events)

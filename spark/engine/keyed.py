@@ -70,6 +70,10 @@ class KeyedStore:
         space, a, b, v, old=null, tag)` (one row with b and v null when none). Lazy, like `update`."""
         return DataFrame(self._state.round(self.spark._jsparkSession, ops._jdf, version), self.spark)
 
+    def scan(self, version: int) -> DataFrame:
+        """Every entry `(space, a, b, v)` at `version`, read on the executors that hold it (a full scan)."""
+        return DataFrame(self._state.scan(self.spark._jsparkSession, version), self.spark)
+
     def counts(self, version: int) -> dict[int, int]:
         """Entries per space at `version` (a full scan)."""
         return {int(r["space"]): int(r["entries"]) for r in DataFrame(self._state.count(self.spark._jsparkSession, version), self.spark).collect()}

@@ -242,6 +242,38 @@ public final class KeyedState implements Serializable {
     return frame(spark, done, out);
   }
 
+  /** Every entry at `version` (space, a, b, v), read where it lives: a full scan, for a view recomputed whole. */
+  public Dataset<Row> scan(SparkSession spark, long version) {
+    StructType none = new StructType().add("space", DataTypes.IntegerType, false).add("a", DataTypes.BinaryType, false).add("tag", DataTypes.BinaryType, true);
+    Dataset<Row> empty = spark.internalCreateDataFrame(spark.sparkContext().emptyRDD(rows()), none, false);
+    StructType out =
+        new StructType()
+            .add("space", DataTypes.IntegerType, false)
+            .add("a", DataTypes.BinaryType, false)
+            .add("b", DataTypes.BinaryType, false)
+            .add("v", DataTypes.BinaryType, true);
+    RDD<InternalRow> all =
+        new ReadStateStoreRDD<InternalRow, InternalRow>(
+            placed(empty),
+            new Scan(),
+            checkpoint,
+            runId,
+            operator,
+            version,
+            Option.empty(),
+            Option.empty(),
+            KEY,
+            VALUE,
+            new PrefixKeyScanStateEncoderSpec(KEY, 2),
+            spark.sessionState(),
+            coordinator(spark),
+            false,
+            scala.collection.immutable.Map$.MODULE$.empty(),
+            rows(),
+            rows());
+    return frame(spark, all, out);
+  }
+
   /** How many entries each space holds at `version` (a full scan: for tests and reports). */
   public Dataset<Row> count(SparkSession spark, long version) {
     StructType none = new StructType().add("space", DataTypes.IntegerType, false).add("a", DataTypes.BinaryType, false).add("tag", DataTypes.BinaryType, true);
@@ -401,6 +433,30 @@ public final class KeyedState implements Serializable {
       }
       store.commit();
       return CollectionConverters.asScala(out.iterator());
+    }
+  }
+
+  private static final class Scan extends AbstractFunction2<ReadStateStore, Iterator<InternalRow>, Iterator<InternalRow>>
+      implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public Iterator<InternalRow> apply(ReadStateStore store, Iterator<InternalRow> ignored) {
+      clearWhenDone();
+      StateStoreIterator<UnsafeRowPair> all = store.iterator(StateStore.DEFAULT_COL_FAMILY_NAME());
+      return new scala.collection.AbstractIterator<InternalRow>() {
+        @Override
+        public boolean hasNext() {
+          return all.hasNext();
+        }
+
+        @Override
+        public InternalRow next() {
+          UnsafeRowPair entry = all.next();
+          UnsafeRow key = entry.key();
+          return new GenericInternalRow(new Object[] {key.getInt(0), key.getBinary(1), key.getBinary(2), entry.value().getBinary(0)});
+        }
+      };
     }
   }
 
