@@ -69,6 +69,25 @@ def _image(source) -> str:
     return "STRUCT<" + ", ".join(f"`{c.name}`: {'STRING' if c.encoding == 'iso' else TYPES.get(c.type, 'STRING')}" for c in source.columns) + ">"
 
 
+JSON_DOCS = os.environ.get("SPIKE_JSON_DOCS", "0") == "1"  # a view's rows as JSON documents, digested by SHA-256 (else its columns, by two xxhash64)
+
+
+def _doc():
+    """A view row as the spike writes and digests it: its columns (a struct), or its JSON."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.struct("*")) if JSON_DOCS else F.struct("*")
+
+
+def _digest(doc):
+    """A view row's digest (binary): SHA-256 of its JSON, or two 64-bit xxhashes of its columns."""
+    from pyspark.sql import functions as F
+
+    if JSON_DOCS:
+        return F.sha2(doc, 256).cast("binary")
+    return F.concat(*[F.unhex(F.lpad(F.hex(F.xxhash64(doc, F.lit(seed))), 16, "0")) for seed in (0, 1)])
+
+
 def _events(spark, source, path: Path):
     """A table's lines (Debezium's schema wrapper or not) as its latest change per primary key:
     (image: the row after, or before for a delete, deleted, position)."""
@@ -177,10 +196,10 @@ class Batch:
                 docs = None
                 for i in range(self.views):
                     view = spark.sql(sql).select(
-                        F.lit(VIEW_SPACE + i).alias("space"), F.to_json(F.struct("email")).cast("binary").alias("a"), F.to_json(F.struct("*")).alias("doc")
+                        F.lit(VIEW_SPACE + i).alias("space"), F.to_json(F.struct("email")).cast("binary").alias("a"), _doc().alias("doc")
                     )
                     docs = view if docs is None else docs.unionByName(view)
-                docs = keep(docs.withColumn("b", F.lit(b"").cast("binary")).withColumn("v", F.sha2("doc", 256).cast("binary")))
+                docs = keep(docs.withColumn("b", F.lit(b"").cast("binary")).withColumn("v", _digest(F.col("doc"))))
                 removed = (
                     entries.where(F.col("space") >= VIEW_SPACE)
                     .select("space", "a")
@@ -288,12 +307,12 @@ class Batch:
                     view = view.select(
                         F.lit(VIEW_SPACE + i).alias("space"),
                         F.to_json(F.struct("email")).cast("binary").alias("a"),
-                        F.to_json(F.struct("*")).alias("doc"),
+                        _doc().alias("doc"),
                     )
                     docs = view if docs is None else docs.unionByName(view)
                 if small:  # one task per view would each read every view's plan: a few tasks run them all
                     docs = docs.coalesce(2)
-                docs = keep(docs.withColumn("b", F.lit(b"").cast("binary")).withColumn("v", F.sha2("doc", 256).cast("binary")))
+                docs = keep(docs.withColumn("b", F.lit(b"").cast("binary")).withColumn("v", _digest(F.col("doc"))))
                 wanted = keys.select(F.to_json(F.struct("email")).cast("binary").alias("a")).crossJoin(
                     spark.range(self.views).select((F.col("id") + VIEW_SPACE).cast("int").alias("space"))
                 )
@@ -479,7 +498,7 @@ def main() -> None:
         docs = spark.table("lake.spike.full").select(
             F.to_json(F.struct("email")).cast("binary").alias("a"),
             F.lit(b"").cast("binary").alias("b"),
-            F.sha2(F.to_json(F.struct("*")), 256).cast("binary").alias("v"),
+            _digest(_doc()).alias("v"),
         )
         seeded = docs.crossJoin(spark.range(args.views).select((F.col("id") + VIEW_SPACE).cast("int").alias("space")))
         results["view_rows"] = state.update(seeded, version).count()

@@ -125,3 +125,10 @@ def test_rows_already_placed_by_space_and_a_are_not_shuffled_again(spark, store)
     assert len(written.collect()) == 50
     found = store.lookup(_asked(spark, [(1, f"k{i}", None) for i in range(50)]), 1).collect()
     assert all(r["v"] is not None for r in found) and len(found) == 50
+
+
+def test_a_scan_reads_every_entry_of_a_version(spark, store):
+    store.update(_changes(spark, [(1, "alice", None, "v1"), (11, "al", "alice", "v1"), (1, "bob", None, "b1")]), 0).collect()
+    store.update(_changes(spark, [(1, "bob", None, None), (1, "carol", None, "c1")]), 1).collect()
+    assert _text(store.scan(1).collect(), "space", "a", "b", "v") == [(1, "alice", "", "v1"), (1, "bob", "", "b1"), (11, "al", "alice", "v1")]
+    assert _text(store.scan(2).collect(), "space", "a", "b", "v") == [(1, "alice", "", "v1"), (1, "carol", "", "c1"), (11, "al", "alice", "v1")]
