@@ -109,30 +109,22 @@ def _changes_frame(spark, sources, landing: Path):
     from lakemv.spark.bulk import _latest
     from pyspark.sql import functions as F
 
-    lines = spark.read.text(str(landing), recursiveFileLookup=True).select(
-        "value", F.col("_metadata.file_path").alias("file")
-    )
-    numbered = lines.withColumn(SEQ, F.monotonically_increasing_id()).withColumn(
-        "_t", F.regexp_extract("file", r"([^/]+)/[^/]+$", 1)
-    )
+    lines = spark.read.text(str(landing), recursiveFileLookup=True).select("value", F.col("_metadata.file_path").alias("file"))
+    numbered = lines.withColumn(SEQ, F.monotonically_increasing_id()).withColumn("_t", F.regexp_extract("file", r"([^/]+)/[^/]+$", 1))
     frames = []
     for name, source in sources.items():
         if name not in TABLES:
             continue
         numbered.where(F.col("_t") == name).createOrReplaceTempView(f"spike_{name}")
         parsed = spark.sql(parse_sql(source, f"spike_{name}", None)).where(F.col(CLEAN))
-        latest = _latest(
-            parsed.select(*source.column_names, POSITION, DELETED, SEQ), source
-        )
+        latest = _latest(parsed.select(*source.column_names, POSITION, DELETED, SEQ), source)
         columns = [F.col(c) for c in source.column_names]
         frames.append(
             (
                 name,
                 latest.select(
                     F.lit(TABLES[name]).alias("space"),
-                    F.to_json(F.struct(*[F.col(k) for k in source.primary_key])).alias(
-                        "pk"
-                    ),
+                    F.to_json(F.struct(*[F.col(k) for k in source.primary_key])).alias("pk"),
                     F.col(DELETED).alias("deleted"),
                     F.to_json(F.struct(*columns, F.col(POSITION))).alias("row"),
                     F.struct(*columns).alias("after"),
@@ -159,40 +151,17 @@ def _json_frames(spark, sources, landing: Path):
     for name, source in sources.items():
         if name not in TABLES:
             continue
-        image = (
-            "STRUCT<"
-            + ", ".join(
-                f"`{c.name}`: {types.get(c.type, 'STRING')}" for c in source.columns
-            )
-            + ">"
-        )
+        image = "STRUCT<" + ", ".join(f"`{c.name}`: {types.get(c.type, 'STRING')}" for c in source.columns) + ">"
         envelope = f"op STRING, before {image}, after {image}, source STRUCT<lsn: BIGINT, ts_ms: BIGINT>, ts_ms BIGINT"
-        raw = spark.read.text(str(landing / name)).select(
-            F.from_json("value", f"payload STRUCT<{envelope}>, {envelope}").alias("e")
-        )
-        bare = F.struct(
-            *[
-                F.col(f"e.{f}").alias(f)
-                for f in ("op", "before", "after", "source", "ts_ms")
-            ]
-        )
-        e = F.when(F.col("e.payload").isNotNull(), F.col("e.payload")).otherwise(
-            bare
-        )  # with or without the schema wrapper
+        raw = spark.read.text(str(landing / name)).select(F.from_json("value", f"payload STRUCT<{envelope}>, {envelope}").alias("e"))
+        bare = F.struct(*[F.col(f"e.{f}").alias(f) for f in ("op", "before", "after", "source", "ts_ms")])
+        e = F.when(F.col("e.payload").isNotNull(), F.col("e.payload")).otherwise(bare)  # with or without the schema wrapper
         rows = raw.select(e.alias("e")).select(
-            F.when(F.col("e.op") == "d", F.col("e.before"))
-            .otherwise(F.col("e.after"))
-            .alias("image"),
-            F.coalesce(F.col("e.source.lsn"), F.col("e.source.ts_ms")).alias(
-                "position"
-            ),
+            F.when(F.col("e.op") == "d", F.col("e.before")).otherwise(F.col("e.after")).alias("image"),
+            F.coalesce(F.col("e.source.lsn"), F.col("e.source.ts_ms")).alias("position"),
         )
-        order = Window.partitionBy(
-            *[F.col("image")[k] for k in source.primary_key]
-        ).orderBy(F.col("position").desc())
-        frames.append(
-            (name, rows.withColumn("_n", F.row_number().over(order)).where("_n = 1"))
-        )
+        order = Window.partitionBy(*[F.col("image")[k] for k in source.primary_key]).orderBy(F.col("position").desc())
+        frames.append((name, rows.withColumn("_n", F.row_number().over(order)).where("_n = 1")))
     return frames
 
 
@@ -201,9 +170,7 @@ def _entries(name: str, frame):
     (a deleted row: its entries with a null value)."""
     from pyspark.sql import functions as F
 
-    value = F.when(F.col("deleted"), F.lit(None).cast("binary")).otherwise(
-        F.col("row").cast("binary")
-    )
+    value = F.when(F.col("deleted"), F.lit(None).cast("binary")).otherwise(F.col("row").cast("binary"))
     parts = [
         frame.select(
             F.col("space"),
@@ -214,9 +181,7 @@ def _entries(name: str, frame):
     ]
     for space, (table, columns) in INDEXES.items():
         if table == name:
-            by = F.to_json(
-                F.struct(*[F.col("after")[c].alias(c) for c in columns])
-            ).cast("binary")
+            by = F.to_json(F.struct(*[F.col("after")[c].alias(c) for c in columns])).cast("binary")
             parts.append(
                 frame.where("after IS NOT NULL").select(
                     F.lit(space).alias("space"),
@@ -264,9 +229,7 @@ def main() -> None:
     }
     if not landing.exists():
         with Timer(results, "generate"):
-            generate_files(
-                WorkloadConfig(users=args.users, seed=3, rounds=1), sources, landing
-            )
+            generate_files(WorkloadConfig(users=args.users, seed=3, rounds=1), sources, landing)
     events = sum(len(f.read_bytes().splitlines()) for f in landing.rglob("*.json"))
     results["snapshot_events"] = events
 
@@ -278,18 +241,11 @@ def main() -> None:
 
     from pyspark.sql import functions as F
 
-    with Timer(
-        results, "parse_from_json_snapshot", events
-    ):  # Spark's JSON reader with each table's schema, deduplicated
+    with Timer(results, "parse_from_json_snapshot", events):  # Spark's JSON reader with each table's schema, deduplicated
         total = sum(frame.count() for _, frame in _json_frames(spark, sources, landing))
     results["snapshot_rows_from_json"] = total
-    frames = [
-        (name, frame.persist())
-        for name, frame in _changes_frame(spark, sources, landing)
-    ]
-    with Timer(
-        results, "parse_variant_sql_snapshot", events
-    ):  # today's set-wise parse (lakemv.core.cdc.envelopesql), deduplicated
+    frames = [(name, frame.persist()) for name, frame in _changes_frame(spark, sources, landing)]
+    with Timer(results, "parse_variant_sql_snapshot", events):  # today's set-wise parse (lakemv.core.cdc.envelopesql), deduplicated
         total = sum(frame.count() for _, frame in frames)
     results["snapshot_rows"] = total
 
@@ -297,11 +253,7 @@ def main() -> None:
     for name, frame in frames:
         part = _entries(name, frame)
         entries = part if entries is None else entries.unionByName(part)
-    entries = (
-        entries.repartition(args.partitions, "space", "a")
-        .sortWithinPartitions("space", "a", "b")
-        .persist()
-    )
+    entries = entries.repartition(args.partitions, "space", "a").sortWithinPartitions("space", "a", "b").persist()
     with Timer(results, "entries_build", events):
         entries.count()
     with Timer(results, "bulk_load", events):
@@ -311,9 +263,7 @@ def main() -> None:
     results["state_spaces"] = state.counts(1)
 
     # lookup and update rounds of n requests: user names (index 12: stars by username) and users' rows
-    users = spark.read.json(str(landing / "users")).select(
-        F.col("after.username").alias("username"), F.col("after.email").alias("email")
-    )
+    users = spark.read.json(str(landing / "users")).select(F.col("after.username").alias("username"), F.col("after.email").alias("email"))
     users = users.cache()
     users.count()
     version = 1
@@ -338,13 +288,7 @@ def main() -> None:
                 F.lit(1).alias("space"),
                 F.to_json(F.struct(F.col("email"))).cast("binary").alias("a"),
                 F.lit(b"").cast("binary").alias("b"),
-                F.to_json(
-                    F.struct(
-                        F.col("email"), F.col("username"), F.lit(version).alias("v")
-                    )
-                )
-                .cast("binary")
-                .alias("v"),
+                F.to_json(F.struct(F.col("email"), F.col("username"), F.lit(version).alias("v"))).cast("binary").alias("v"),
             )
             .cache()
         )
@@ -361,9 +305,7 @@ def main() -> None:
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.spike")
     names = [f"lake.spike.v{i}" for i in range(args.tables)]
     for name in names:
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {name} (k STRING, doc STRING) USING iceberg TBLPROPERTIES ('format-version'='2')"
-        )
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} (k STRING, doc STRING) USING iceberg TBLPROPERTIES ('format-version'='2')")
     import pyarrow as pa
     from lakemv.spark.directwrite import DirectWriter
 
@@ -384,10 +326,7 @@ def main() -> None:
             list(pool.map(commit, names))
 
     results["finished"] = datetime.now().isoformat(timespec="seconds")
-    out = (
-        Path("bench/results")
-        / f"spike-state-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    )
+    out = Path("bench/results") / f"spike-state-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print(f"wrote {out / 'results.json'}")
