@@ -49,6 +49,11 @@ def test_entries_are_found_by_space_and_a_every_b_of_them_and_a_miss_says_so(spa
         (1, "alice", "t2", "", "row-a"), (11, "al", "t1", "albert", "row-b"), (11, "al", "t1", "alice", "row-a"), (11, "zed", "t3", None, None)
     ]  # fmt: skip
     assert store.counts(1) == {1: 1, 11: 3, 12: 1}
+    # a repeated request is answered once; the same (space, a) under another tag is answered for it too
+    again = store.lookup(_asked(spark, [(11, "al", "t1"), (11, "al", "t1"), (11, "al", "t2"), (1, "alice", None), (1, "alice", None)]), 1).collect()
+    assert _text(again, "space", "a", "tag", "b") == [
+        (1, "alice", None, ""), (11, "al", "t1", "albert"), (11, "al", "t1", "alice"), (11, "al", "t2", "albert"), (11, "al", "t2", "alice")
+    ]  # fmt: skip
 
 
 def test_an_update_reports_what_it_replaced_and_a_null_value_deletes(spark, store):

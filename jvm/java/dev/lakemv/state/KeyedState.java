@@ -130,7 +130,8 @@ public final class KeyedState implements Serializable {
   /**
    * Every entry whose (space, a) a request names, at version `version`: the request's columns
    * (space int, a binary, tag binary: the caller's, carried through) and the entry's b and v. A
-   * request no entry matches gives one row with b and v null.
+   * request no entry matches gives one row with b and v null. A repeated request is answered once, and
+   * requests of the same (space, a) with different tags scan the store once.
    */
   public Dataset<Row> lookup(SparkSession spark, Dataset<Row> requests, long version) {
     Dataset<Row> asked = (Dataset<Row>) requests.select("space", "a", "tag");
@@ -310,24 +311,36 @@ public final class KeyedState implements Serializable {
       clearWhenDone();
       UnsafeProjection prefix = UnsafeProjection.create(PREFIX);
       List<InternalRow> out = new ArrayList<>();
+      java.util.Set<Asked> asked = new java.util.HashSet<>();  // a repeated request answered once
+      java.util.Map<Asked, List<byte[][]>> read = new java.util.HashMap<>();  // (space, a) scanned once, whatever the tags
       while (requests.hasNext()) {
         InternalRow request = requests.next();
         int space = request.getInt(0);
         byte[] a = request.getBinary(1);
         byte[] tag = request.isNullAt(2) ? null : request.getBinary(2);
-        UnsafeRow key = prefix.apply(new GenericInternalRow(new Object[] {space, a}));
-        StateStoreIterator<UnsafeRowPair> entries = store.prefixScan(key, StateStore.DEFAULT_COL_FAMILY_NAME());
-        boolean any = false;
-        while (entries.hasNext()) {
-          UnsafeRowPair entry = entries.next();
-          any = true;
-          out.add(new GenericInternalRow(new Object[] {space, a, tag, entry.key().getBinary(2), entry.value().getBinary(0)}));
+        if (!asked.add(new Asked(space, a, tag))) {
+          continue;
         }
-        if (!any) {
+        List<byte[][]> entries = read.computeIfAbsent(new Asked(space, a, null), k -> scan(store, prefix, space, a));
+        for (byte[][] entry : entries) {
+          out.add(new GenericInternalRow(new Object[] {space, a, tag, entry[0], entry[1]}));
+        }
+        if (entries.isEmpty()) {
           out.add(new GenericInternalRow(new Object[] {space, a, tag, null, null}));
         }
       }
       return CollectionConverters.asScala(out.iterator());
+    }
+
+    private static List<byte[][]> scan(ReadStateStore store, UnsafeProjection prefix, int space, byte[] a) {
+      UnsafeRow key = prefix.apply(new GenericInternalRow(new Object[] {space, a}));
+      StateStoreIterator<UnsafeRowPair> entries = store.prefixScan(key, StateStore.DEFAULT_COL_FAMILY_NAME());
+      List<byte[][]> found = new ArrayList<>();
+      while (entries.hasNext()) {
+        UnsafeRowPair entry = entries.next();
+        found.add(new byte[][] {entry.key().getBinary(2), entry.value().getBinary(0)});
+      }
+      return found;
     }
   }
 
