@@ -2,11 +2,18 @@
 from the mirrors, and a batch's rounds of asks on the executors. Each round is one lookup in the
 keyed store for every view's asks of that round; Python composes the plans, rows stay in the JVM.
 
+The plans are the same size whatever the number of views: what differs per view and per hop (which
+columns a hop asks by, which space it reads, where a key's values come from) is data, in small
+broadcast tables joined to the rows, read by a fixed set of expressions. (Expressions per view - one
+CASE branch each - made Spark's optimizer take seconds per round at 30 views.)
+
 Encodings, the same on both sides of every read:
-- a row (`v`) is the JSON of the table's row in its declared types, timestamps to the microsecond;
-- an entry's `a` (the looked-up values) and `b` (the primary key) are the JSON of the values by
-  position, each cast to the type of the space's column (so a join of a bigint and an int column finds
-  its rows); a derived column's value is the key expression's over the row.
+- a row (`v`) is the JSON of the table's row in its declared types, timestamps to the microsecond,
+  plus the value of each key expression a view keys that table by (`derived_name`): the walks read
+  columns and those values by JSON path;
+- an entry's `a` (the looked-up values) and `b` (the primary key) are the JSON array of the values'
+  texts, each number normalized to the type class of the space's column (a bigint asked of an int
+  column finds its rows).
 A read whose values hold a NULL where the link's equality is not null-safe asks nothing.
 """
 
@@ -20,29 +27,48 @@ from pyspark.sql import functions as F
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.core.planner import ViewPlan, over
-from lakemv.core.state.rounds import KEYS, Ask, Space, ViewWalk, Walks
+from lakemv.core.state.layout import NOT_CONSTANT, constant, derived_name, plain_column
+from lakemv.core.state.rounds import Ask, Space, ViewWalk, Walks
 from lakemv.spark.engine.keyed import KeyedStore
 
 JSON = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
-ROW = "_lmv_row"  # the struct column of a table's row while an entry or an ask is made from it
+ROW = "_lmv_row"  # the struct column of a table's row while it is packed
+RAW = "RAW"  # a value compared by its text as it is (strings, times, a key expression's value)
+
+# the texts at `paths` of the JSON row `v`, normalized by `types` (one SQL expression for every hop)
+_TEXTS = "zip_with(transform({paths}, p -> get_json_object(CAST({v} AS STRING), p)), {types}, (x, t) -> {norm})"
+_NORM = (
+    "CASE WHEN t IN ('BIGINT', 'INT', 'SMALLINT', 'TINYINT') THEN CAST(CAST(x AS BIGINT) AS STRING) "
+    "WHEN t IN ('DOUBLE', 'FLOAT') THEN CAST(CAST(x AS DOUBLE) AS STRING) "
+    "WHEN t LIKE 'DECIMAL%' THEN CAST(CAST(x AS DECIMAL(38, 18)) AS STRING) ELSE x END"
+)
+
+
+def texts(v: str, paths: str, types: str) -> str:
+    """SQL: the normalized texts of a JSON row's values (`paths`, `types`: SQL array expressions)."""
+    return _TEXTS.format(v=v, paths=paths, types=types, norm=_NORM)
+
+
+def asked(values: str, strict: str) -> str:
+    """SQL: the bytes that look `values` up, or NULL when one is NULL where `strict` (not null-safe)."""
+    return f"CASE WHEN exists(zip_with({values}, {strict}, (x, s) -> x IS NULL AND s), b -> b) THEN NULL ELSE CAST(to_json({values}) AS BINARY) END"
+
+
+def _literal_array(values: Sequence[object], kind: str) -> str:
+    if not values:
+        return f"CAST(array() AS ARRAY<{kind}>)"
+    rendered = [
+        ("NULL" if v is None else ("true" if v else "false") if isinstance(v, bool) else "'" + str(v).replace("'", "\\'") + "'") for v in values
+    ]
+    return f"CAST(array({', '.join(rendered)}) AS ARRAY<{kind}>)"
 
 
 def row_schema(source: SourceTable) -> str:
     return "STRUCT<" + ", ".join(f"`{c.name}`: {c.spark_type}" for c in source.columns) + ">"
 
 
-def packed(values: Sequence[Column]) -> Column:
-    """Values by position as bytes (an entry's `a` or `b`)."""
-    return F.to_json(F.struct(*[v.alias(f"_{i}") for i, v in enumerate(values)]), JSON).cast("binary")
-
-
-def row_bytes(source: SourceTable, row: Column) -> Column:
-    """A row (a struct of the table's columns) as an entry's `v`."""
-    return F.to_json(F.struct(*[row[c.name].alias(c.name) for c in source.columns]), JSON).cast("binary")
-
-
 def row_of(source: SourceTable, v: Column) -> Column:
-    """An entry's `v` as the table's row (a struct)."""
+    """An entry's `v` as the table's row (a struct; the key expressions' values are left out)."""
     return F.from_json(v.cast("string"), row_schema(source), JSON)
 
 
@@ -63,7 +89,103 @@ class Walker:
         self.plans = {p.name: p for p in plans}
         self.ids = {w.view: i for i, w in enumerate(walks.views)}
         self.spark = store.spark
+        self.derived = self._derived()
         self._kept: list[DataFrame] = []  # frames a walk persisted (each round reads the one before)
+        self._moves = self._frames()
+
+    # ---- what is data: per table, per hop, per key --------------------------------------------
+    def _derived(self) -> dict[str, dict[str, str]]:
+        """Per table, the key expressions (name -> Spark SQL over the row) its rows carry: those its
+        indexes are looked up by, and every key of a view anchored there that is neither a column nor a constant."""
+        found: dict[str, dict[str, str]] = {t: {} for t in self.sources}
+        for space in self.walks.spaces:
+            if space.kind == "index":
+                found[space.name].update(dict(space.derived))
+        for w in self._walked():
+            plan = self.plans[w.view]
+            for branch in plan.anchors:
+                for key in branch.keys:
+                    if plain_column(key.expr) is None and constant(key.expr) is NOT_CONSTANT:
+                        found[plan.occurrence(branch.anchor).table][derived_name(key.expr)] = key.expr
+        return found
+
+    def _types(self, space: Space) -> list[str]:
+        """Each of the space's columns' type class for comparing (a key expression's value: as it is)."""
+        derived = dict(space.derived)
+        if space.kind == "view":
+            return [RAW] * len(space.columns)
+        source = self.sources[space.name]
+        return [RAW if c in derived else source.column(c).spark_type.upper() for c in space.columns]
+
+    def _ask_row(self, ask: Ask) -> tuple[int, list[str], list[str], list[bool]]:
+        return self.numbers[ask.space], [f"$.{u}" for u in ask.using], self._types(ask.space), [not s for s in ask.null_safe]
+
+    def _frames(self) -> dict[str, DataFrame]:
+        """The broadcast tables the walks join: each hop up (`up`), where each walk's keys come from
+        and what its anchors are asked (`ends`), each hop down (`down`)."""
+        up, ends, down = [], [], []
+        for w in self._walked():
+            view = self.ids[w.view]
+            for occ, hops in w.up.items():
+                for step, i in enumerate(hops):
+                    up.append((view, occ, step, *self._ask_row(self.walks.asks[i])))
+                ends.append((view, occ, *self._key_spec(w, occ)))
+            for child, (parent, i) in w.down.items():
+                down.append((view, parent, child, *self._ask_row(self.walks.asks[i])))
+        hop = "space INT, paths ARRAY<STRING>, types ARRAY<STRING>, strict ARRAY<BOOLEAN>"
+        anchor = "ARRAY<STRUCT<occ: INT, space: INT, pos: ARRAY<INT>, types: ARRAY<STRING>, strict: ARRAY<BOOLEAN>>>"
+        create = self.spark.createDataFrame
+        return {
+            "up": create(up, f"view INT, occ INT, step INT, {hop}"),
+            "ends": create(ends, f"view INT, occ INT, paths ARRAY<STRING>, literals ARRAY<STRING>, types ARRAY<STRING>, anchors {anchor}"),
+            "down": create(down, f"view INT, occ INT, child INT, {hop}"),
+        }
+
+    def _key_spec(self, w: ViewWalk, occ: int) -> tuple:
+        """Where a walk from `occ` ends up finding each key value - a JSON path into the rows it ended on,
+        or a constant - their type classes, and each anchor's ask as positions among the key values."""
+        plan = self.plans[w.view]
+        anchor = plan.anchor_of(occ)
+        anchor_source = self.sources[plan.occurrence(anchor).table]
+        at_anchor = len(w.up[occ]) == len(plan.chain(occ))
+        paths, literals, types = [], [], []
+        for key, carried in zip(plan.keys_at(anchor), w.key_columns[occ], strict=True):
+            column = plain_column(key.expr)
+            if not at_anchor:  # the columns the last link carries, compared as the anchor's columns
+                paths.append(f"$.{carried}")
+                literals.append(None)
+                types.append(anchor_source.column(column).spark_type.upper() if column else RAW)
+            elif column is not None:
+                paths.append(f"$.{column}")
+                literals.append(None)
+                types.append(anchor_source.column(column).spark_type.upper())
+            elif (value := constant(key.expr)) is not NOT_CONSTANT:
+                paths.append(None)
+                literals.append(None if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value))
+                types.append(RAW)
+            else:
+                paths.append(f"$.{derived_name(key.expr)}")
+                literals.append(None)
+                types.append(RAW)
+        names = list(plan.keys_at(anchor))
+        order = [k.name for k in names]
+        values_by_name = {n: i for i, n in enumerate(order)}
+        anchors = []
+        for o, i in w.anchors.items():
+            space, _, space_types, strict = self._ask_row(self.walks.asks[i])
+            pos = [values_by_name[u] for u in self.walks.asks[i].using]
+            anchors.append((o, space, pos, space_types, strict))
+        # keys are packed in the view's key order (plan.key_names), whichever branch found them
+        reorder = [values_by_name[n] for n in plan.key_names]
+        return (
+            [paths[i] for i in reorder],
+            [literals[i] for i in reorder],
+            [types[i] for i in reorder],
+            [(o, s, [reorder.index(p) for p in pos], t, st) for o, s, pos, t, st in anchors],
+        )
+
+    def _walked(self) -> list[ViewWalk]:
+        return [w for w in self.walks.views if not w.whole]
 
     def _keep(self, frame: DataFrame) -> DataFrame:
         self._kept.append(frame.persist())
@@ -76,33 +198,33 @@ class Walker:
         self._kept = []
 
     # ---- entries -------------------------------------------------------------------------------
-    def _types(self, space: Space) -> list[str | None]:
-        """Each column's type in the space (None: a derived column, typed by its expression)."""
-        derived = dict(space.derived)
-        source = self.sources[space.name]
-        return [None if c in derived else source.column(c).spark_type for c in space.columns]
-
-    def _values(self, space: Space, row: Column) -> list[Column]:
-        """The space's columns of a table's row: its own columns, or a derived column's expression over it."""
-        derived = dict(space.derived)
-        return [F.expr(over(derived[c], ROW)) if c in derived else row[c] for c in space.columns]
+    def packed_rows(self, table: str, rows: DataFrame) -> DataFrame:
+        """`rows` (the table's columns) as `v`: their JSON with the key expressions' values."""
+        source = self.sources[table]
+        framed = rows.select(F.struct(*[F.col(c.name) for c in source.columns]).alias(ROW))
+        fields = [F.col(ROW)[c.name].alias(c.name) for c in source.columns]
+        fields += [F.expr(over(expression, ROW)).alias(name) for name, expression in sorted(self.derived[table].items())]
+        return framed.select(F.to_json(F.struct(*fields), JSON).cast("binary").alias("v"))
 
     def entries(self, table: str, rows: DataFrame) -> DataFrame:
         """`(space, a, b, v)`: the entries of `rows` (the table's columns) in every space of the table:
         its rows by primary key and each index of it."""
         source = self.sources[table]
-        framed = rows.select(F.struct(*[F.col(c.name) for c in source.columns]).alias(ROW))
-        row = F.col(ROW)
-        v, pk = row_bytes(source, row), packed([row[c] for c in source.primary_key])
+        packed = self.packed_rows(table, rows)
+        pk_paths = _literal_array([f"$.{c}" for c in source.primary_key], "STRING")
+        pk_types = _literal_array([source.column(c).spark_type.upper() for c in source.primary_key], "STRING")
+        pk = f"CAST(to_json({texts('v', pk_paths, pk_types)}) AS BINARY)"
         parts = []
         for space in self.walks.spaces:
             if space.name != table or space.kind == "view":
                 continue
-            number = F.lit(self.numbers[space]).cast("int")
+            number = F.lit(self.numbers[space]).cast("int").alias("space")
             if space.kind == "rows":
-                parts.append(framed.select(number.alias("space"), pk.alias("a"), F.lit(b"").cast("binary").alias("b"), v.alias("v")))
+                parts.append(packed.select(number, F.expr(pk).alias("a"), F.lit(b"").cast("binary").alias("b"), "v"))
             else:
-                parts.append(framed.select(number.alias("space"), packed(self._values(space, row)).alias("a"), pk.alias("b"), v.alias("v")))
+                paths = _literal_array([f"$.{c}" for c in space.columns], "STRING")
+                a = f"CAST(to_json({texts('v', paths, _literal_array(self._types(space), 'STRING'))}) AS BINARY)"
+                parts.append(packed.select(number, F.expr(a).alias("a"), F.expr(pk).alias("b"), "v"))
         return reduce(DataFrame.unionByName, parts)
 
     def load(self, tables: Mapping[str, DataFrame], version: int) -> int:
@@ -112,131 +234,66 @@ class Walker:
         entries = entries.repartition(self.store.partitions, "space", "a").sortWithinPartitions("space", "a", "b")
         return self.store.update(entries, version).count()
 
-    # ---- asks ----------------------------------------------------------------------------------
-    def _asked(self, ask: Ask, values: Sequence[Column]) -> Column:
-        """An ask's `a` from the asker's values (its `using`, in order); NULL when a value is NULL where
-        the equality is not null-safe (it asks nothing)."""
-        cast = [v if t is None else v.cast(t) for v, t in zip(values, self._types(ask.space), strict=True)]
-        strict = [v for v, safe in zip(values, ask.null_safe, strict=True) if not safe]
-        a = packed(cast)
-        return a if not strict else F.when(reduce(lambda x, y: x & y, [v.isNotNull() for v in strict]), a)
-
+    # ---- rounds --------------------------------------------------------------------------------
     def _round(self, frontier: DataFrame, moves: DataFrame, tag_names: Sequence[str], version: int) -> DataFrame:
-        """One round: each frontier row `(v, ...)` joined to its move (`ask` id and the tag columns it
-        goes on with) asks its ask's space; the rows found, `(tag columns..., space, b, v)`."""
-        asked = frontier.join(F.broadcast(moves), [c for c in frontier.columns if c in moves.columns and c != "v"])
-        cases = None
-        for i, ask in enumerate(self.walks.asks):
-            if ask.source == KEYS:
-                continue
-            row = row_of(self.sources[ask.source], F.col("v"))
-            value = self._asked(ask, [row[u] for u in ask.using])
-            cases = F.when(F.col("ask") == i, value) if cases is None else cases.when(F.col("ask") == i, value)
-        spaces = F.element_at(
-            F.create_map(*[x for i, a in enumerate(self.walks.asks) for x in (F.lit(i), F.lit(self.numbers[a.space]))]), F.col("ask")
+        """One round: each frontier row `(v, ...)` joined to its move (the space, paths, types and strict
+        flags of its hop, and the tag columns it goes on with) asks the space; the rows found,
+        `(tag columns..., b, v)`."""
+        on = [c for c in frontier.columns if c in moves.columns and c != "v"]
+        requests = frontier.join(F.broadcast(moves), on).select(
+            "space", F.expr(asked(texts("v", "paths", "types"), "strict")).alias("a"), _tag(*[F.col(c) for c in tag_names]).alias("tag")
         )
-        requests = asked.select(spaces.cast("int").alias("space"), cases.alias("a"), _tag(*[F.col(c) for c in tag_names]).alias("tag"))
         found = self.store.lookup(requests.where(F.col("a").isNotNull()), version)
-        return found.where(F.col("v").isNotNull()).select(*_untag(F.col("tag"), tag_names), "space", "b", "v")
+        return found.where(F.col("v").isNotNull()).select(*_untag(F.col("tag"), tag_names), "b", "v")
 
-    # ---- reach ---------------------------------------------------------------------------------
-    def reach(self, images: Mapping[str, DataFrame], version: int) -> dict[str, DataFrame]:
-        """Per view the changes reach, its keys (a frame of its key columns, distinct): `images` are each
-        changed table's rows before and after the batch (its columns); the hops read the state at
-        `version` (the rows as they are after the batch), every view's hops of a depth in one round."""
+    def reach(self, images: Mapping[str, DataFrame], version: int) -> DataFrame | None:
+        """The keys the changes reach, every view's in one frame `(view, k, asks)`: `k` a key's values
+        (packed), `asks` what the view's anchors are asked for it. `images` are each changed table's
+        rows before and after the batch (its columns); the hops read the state at `version` (the rows
+        as they are after the batch), every view's hops of a round in one lookup. None: no view reads them."""
         starts = []
         for table, rows in images.items():
-            source = self.sources[table]
             readers = [(self.ids[w.view], occ) for w in self._walked() for occ in w.up if self.plans[w.view].occurrence(occ).table == table]
-            if not readers:
-                continue
-            framed = rows.select(row_bytes(source, F.struct(*[F.col(c.name) for c in source.columns])).alias("v"))
-            starts.append(framed.crossJoin(F.broadcast(self.spark.createDataFrame(readers, "view INT, occ INT"))).withColumn("step", F.lit(0)))
+            if readers:
+                readers_frame = F.broadcast(self.spark.createDataFrame(readers, "view INT, occ INT"))
+                starts.append(self.packed_rows(table, rows).crossJoin(readers_frame).select("view", "occ", F.lit(0).alias("step"), "v"))
         if not starts:
-            return {}
+            return None
         frontier = reduce(DataFrame.unionByName, starts)
-        moves = [(self.ids[w.view], occ, step, ask) for w in self._walked() for occ, hops in w.up.items() for step, ask in enumerate(hops)]
+        up = self._moves["up"]
         done = []
         for _ in range(max((w.up_rounds for w in self._walked()), default=0)):
-            if not moves:
-                break
-            move_frame = self.spark.createDataFrame(moves, "view INT, occ INT, step INT, ask INT")
-            ended = frontier.join(F.broadcast(move_frame.select("view", "occ", "step")), ["view", "occ", "step"], "left_anti")
-            done.append(ended)
-            found = self._round(frontier, move_frame, ["view", "occ", "step"], version)
+            done.append(frontier.join(F.broadcast(up.select("view", "occ", "step")), ["view", "occ", "step"], "left_anti"))
+            found = self._round(frontier, up, ["view", "occ", "step"], version)
             frontier = self._keep(found.select("view", "occ", (F.col("step") + 1).alias("step"), "v"))
         done.append(frontier)
-        ended = self._keep(reduce(DataFrame.unionByName, [d.select("view", "occ", "v") for d in done]))
-        return {w.view: self._keys(w, ended.where(F.col("view") == self.ids[w.view])) for w in self._walked()}
+        ended = reduce(DataFrame.unionByName, [d.select("view", "occ", "v") for d in done])
+        keyed = ended.join(F.broadcast(self._moves["ends"]), ["view", "occ"]).select(
+            "view",
+            "anchors",
+            F.expr(f"zip_with({texts('v', 'paths', 'types')}, literals, (x, l) -> coalesce(x, l))").alias("values"),
+        )
+        pos = "transform(anchor.pos, i -> values[i])"
+        asks = f"transform(anchors, anchor -> named_struct('occ', anchor.occ, 'space', anchor.space, 'a', {asked(texts_of(pos, 'anchor.types'), 'anchor.strict')}))"
+        keys = keyed.select("view", F.expr("CAST(to_json(values) AS BINARY)").alias("k"), F.expr(asks).alias("asks"))
+        return self._keep(keys.dropDuplicates(["view", "k"]))
 
-    def _walked(self) -> list[ViewWalk]:
-        return [w for w in self.walks.views if not w.whole]
-
-    def _keys(self, walk: ViewWalk, ended: DataFrame) -> DataFrame:
-        """A view's keys from the rows its walks ended on: the key columns an occurrence's last link
-        carries, cast to the key's type, or the key expressions over the anchor's rows."""
-        plan = self.plans[walk.view]
-        parts = []
-        for occ, columns in walk.key_columns.items():
-            hops = walk.up[occ]
-            table = self.walks.asks[hops[-1]].space.name if hops else plan.occurrence(occ).table
-            row = row_of(self.sources[table], F.col("v"))
-            anchor = plan.anchor_of(occ)
-            at_anchor = len(hops) == len(plan.chain(occ))
-            rows = ended.where(F.col("occ") == occ).select(row.alias(ROW))
-            if at_anchor:
-                values = [F.expr(over(k.expr, ROW)).alias(k.name) for k in plan.keys_at(anchor)]
-            else:
-                anchor_source = self.sources[plan.occurrence(anchor).table]
-                values = [
-                    F.col(ROW)[c].cast(anchor_source.column(_anchor_column(k.expr)).spark_type).alias(k.name)
-                    for k, c in zip(plan.keys_at(anchor), columns, strict=True)
-                ]
-            parts.append(rows.select(*values))
-        return reduce(DataFrame.unionByName, parts).distinct()
-
-    # ---- gather --------------------------------------------------------------------------------
-    def gather(self, keys: Mapping[str, DataFrame], version: int) -> dict[str, dict[int, DataFrame]]:
-        """Per view, per occurrence, the rows its recompute reads for `keys` (each view's key frame):
-        the anchors' rows by the keys, then each link's rows from its parent's, a depth per round."""
-        walks = {w.view: w for w in self._walked() if w.view in keys}
-        requests = []
-        for name, walk in walks.items():
-            for occ, i in walk.anchors.items():
-                ask = self.walks.asks[i]
-                a = self._asked(ask, [F.col(u) for u in ask.using])
-                requests.append(
-                    keys[name].select(
-                        F.lit(self.numbers[ask.space]).cast("int").alias("space"), a.alias("a"), _tag(F.lit(self.ids[name]), F.lit(occ)).alias("tag")
-                    )
-                )
-        if not requests:
-            return {}
-        found = self.store.lookup(reduce(DataFrame.unionByName, requests).where(F.col("a").isNotNull()), version)
+    def gather(self, keys: DataFrame, version: int) -> DataFrame:
+        """`(view, occ, v)`: the rows each occurrence of each view reads for its keys (`reach`'s frame):
+        the anchors' rows by the keys, then each link's rows from its parent's, a depth a round."""
+        requests = keys.select("view", F.explode("asks").alias("ask")).select("view", "ask.*")
+        requests = requests.select("space", "a", _tag(F.col("view"), F.col("occ")).alias("tag")).where(F.col("a").isNotNull())
+        found = self.store.lookup(requests, version)
         level = self._keep(found.where(F.col("v").isNotNull()).select(*_untag(F.col("tag"), ["view", "occ"]), "v"))
         gathered = [level]
-        moves = [(self.ids[n], parent, child, i) for n, w in walks.items() for child, (parent, i) in w.down.items()]
-        for _ in range(max((max(w.depth.values(), default=0) for w in walks.values()), default=0)):
-            move_frame = self.spark.createDataFrame(moves, "view INT, occ INT, child INT, ask INT")
-            found = self._round(level, move_frame, ["view", "child"], version)
+        down = self._moves["down"]
+        for _ in range(max((max(w.depth.values(), default=0) for w in self._walked()), default=0)):
+            found = self._round(level, down, ["view", "child"], version)
             level = self._keep(found.select("view", F.col("child").alias("occ"), "v"))
             gathered.append(level)
-        rows = reduce(DataFrame.unionByName, gathered)
-        out: dict[str, dict[int, DataFrame]] = {}
-        for name, walk in walks.items():
-            plan = self.plans[name]
-            out[name] = {
-                occ.id: rows.where((F.col("view") == self.ids[name]) & (F.col("occ") == occ.id))
-                .select(row_of(self.sources[occ.table], F.col("v")).alias(ROW))
-                .select(f"{ROW}.*")
-                for occ in plan.occurrences
-            }
-        return out
+        return reduce(DataFrame.unionByName, gathered)
 
 
-def _anchor_column(expression: str) -> str:
-    from lakemv.core.state.layout import plain_column
-
-    column = plain_column(expression)
-    assert column is not None, expression  # a carried key is a plain column of the anchor (lakemv.core.state.layout.route)
-    return column
+def texts_of(values: str, types: str) -> str:
+    """SQL: texts already read (`values`, an array) normalized by `types`."""
+    return f"zip_with({values}, {types}, (x, t) -> {_NORM})"

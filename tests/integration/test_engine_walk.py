@@ -17,7 +17,7 @@ from lakemv.core.state.layout import mirror_parts, route
 from lakemv.core.state.rounds import number, walks
 from lakemv.core.state.walk import gather, reach
 from lakemv.spark.engine.keyed import KeyedStore
-from lakemv.spark.engine.walk import ROW, Walker
+from lakemv.spark.engine.walk import JSON, ROW, Walker
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from lakemv.workload.shapes import SHAPES, shape_view
@@ -105,11 +105,12 @@ def test_reached_keys_and_gathered_rows_equal_the_driver_walks(engine, spark, so
     oracle = Rows(parts, ROWS)
     images = {t: spark.createDataFrame(rows, ", ".join(f"`{c.name}` {c.spark_type}" for c in sources[t].columns)) for t, rows in CHANGED.items()}
     reached = walker.reach(images, 1)
+    ids = walker.ids
     expected_keys, evaluated = {}, []
     for plan in every:
         r = routes[plan.name]
         if not r.indexed:
-            assert plan.name not in reached  # recomputed whole
+            assert walker.walks.view(plan.name).whole  # recomputed whole
             continue
         keys, anchor_rows = reach(plan, r, parts, oracle, CHANGED)
         if anchor_rows:  # keys that are expressions: the driver path has Spark evaluate them over the anchor rows it reached
@@ -117,40 +118,38 @@ def test_reached_keys_and_gathered_rows_equal_the_driver_walks(engine, spark, so
                 source = sources[plan.occurrence(anchor).table]
                 frame = spark.createDataFrame(rows, ", ".join(f"`{c.name}` {c.spark_type}" for c in source.columns))
                 row = F.struct(*[F.col(c.name) for c in source.columns]).alias(ROW)
-                evaluated.append((plan.name, frame.select(row).select(*[F.expr(over(k.expr, ROW)).alias(k.name) for k in plan.keys_at(anchor)])))
+                values = F.struct(*[F.expr(over(k.expr, ROW)).alias(k.name) for k in plan.keys_at(anchor)])
+                evaluated.append(frame.select(row).select(F.lit(ids[plan.name]).alias("view"), F.to_json(values, JSON).alias("k")))
             continue
         expected_keys[plan.name] = keys
-    got = _collected({name: reached[name] for name in expected_keys})
-    assert got == {name: {tuple(k) for k in keys} for name, keys in expected_keys.items()}
-    by_expression = {name for name, _ in evaluated}
-    want = _collected({name: reduce(DataFrame.unionByName, [f for n, f in evaluated if n == name]) for name in by_expression})
-    assert _collected({name: reached[name] for name in by_expression}) == want and all(want.values())
+    got: dict[int, set[tuple]] = {}
+    for row in reached.select("view", "k").collect():
+        got.setdefault(row["view"], set()).add(tuple(json.loads(bytes(row["k"]))))
+    assert {ids[n]: got.get(ids[n], set()) for n in expected_keys} == {
+        ids[n]: {tuple(map(_text, k)) for k in keys} for n, keys in expected_keys.items()
+    }
+    names = {ids[p.name]: p.key_names for p in every}
+    by_expression: dict[int, set[tuple]] = {}
+    for row in reduce(DataFrame.unionByName, evaluated).collect():
+        by_expression.setdefault(row["view"], set()).add(tuple(_text(json.loads(row["k"]).get(n)) for n in names[row["view"]]))
+    assert {view: got.get(view, set()) for view in by_expression} == by_expression
     assert len(expected_keys) >= 25 and len(by_expression) >= 5 and all(expected_keys.values())
 
-    gathered = walker.gather({n: reached[n] for n in expected_keys}, 1)
-    frames = []
-    for name in expected_keys:
-        plan = next(p for p in every if p.name == name)
-        for occ in plan.occurrences:
-            pk = sources[occ.table].primary_key
-            frames.append(gathered[name][occ.id].select(F.lit(name).alias("view"), F.lit(occ.id).alias("occ"), F.to_json(F.struct(*pk)).alias("pk")))
-    found: dict[tuple[str, int], list[tuple]] = {}
-    for row in reduce(DataFrame.unionByName, frames).collect():
-        found.setdefault((row["view"], row["occ"]), []).append(tuple(json.loads(row["pk"]).values()))
+    found: dict[tuple[int, int], list[tuple]] = {}
+    for row in walker.gather(reached, 1).collect():
+        found.setdefault((row["view"], row["occ"]), []).append(json.loads(bytes(row["v"])))
     for name, keys in expected_keys.items():
         plan = next(p for p in every if p.name == name)
         want_rows = gather(plan, routes[name], parts, oracle, keys)
         for occ in plan.occurrences:
-            names = parts[occ.table].column_names
-            expected = sorted(tuple(row[names.index(c)] for c in sources[occ.table].primary_key) for row in want_rows.get(occ.id, []))
-            assert sorted(found.get((name, occ.id), [])) == expected, (name, occ.alias)
+            names, pk = parts[occ.table].column_names, sources[occ.table].primary_key
+            expected = sorted(tuple(row[names.index(c)] for c in pk) for row in want_rows.get(occ.id, []))
+            assert sorted(tuple(r.get(c) for c in pk) for r in found.get((ids[name], occ.id), [])) == expected, (name, occ.alias)
     walker.release()
 
 
-def _collected(frames: dict[str, DataFrame]) -> dict[str, set[tuple]]:
-    """Each frame's rows as tuples, in one job."""
-    labelled = [frame.select(F.lit(name).alias("_view"), F.to_json(F.struct(*frame.columns)).alias("_row")) for name, frame in frames.items()]
-    out: dict[str, set[tuple]] = {name: set() for name in frames}
-    for row in reduce(DataFrame.unionByName, labelled).collect():
-        out[row["_view"]].add(tuple(json.loads(row["_row"]).get(c) for c in frames[row["_view"]].columns))
-    return out
+def _text(value) -> str | None:
+    """A key value as the engine compares it: its text (numbers in their plain form)."""
+    if value is None or isinstance(value, str):
+        return value
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
