@@ -57,6 +57,12 @@ def _states(api: str) -> dict[str, list[str]]:
     return asyncio.run(read())
 
 
+def _compacted_mirrors(api: str) -> bool:
+    """Whether a compact run's report covers the mirrors and the views (the run after the first ingest)."""
+    reports = [json.loads(a["data"]) for a in artifacts(api=api, key="lakemv-compact-tables")]
+    return any({"mirror.users", "views.user_profile"} <= {row["table"] for row in rows} for rows in reports)
+
+
 def _completed_run(api: str, flow: str) -> dict:
     """The newest completed run of `flow`."""
     runs = httpx.post(f"{api}/flow_runs/filter", json={
@@ -133,8 +139,8 @@ def test_serve_runs_the_deployments_on_schedule(tmp_path, sources):
             if "ingest" in completed and not moved:
                 move_round(staging, landing, 1)  # a later scheduled run picks it up
                 moved, maintained = True, states["ingest"].count("COMPLETED")
-            if completed == {"ingest", "compact", "verify"} and states["ingest"].count("COMPLETED") > maintained:
-                break
+            if completed == {"ingest", "compact", "verify"} and states["ingest"].count("COMPLETED") > maintained and _compacted_mirrors(api):
+                break  # (a compact run may start before the first ingest made any table: wait for one after it)
             time.sleep(3)
         assert "FAILED" not in states["verify"] and "FAILED" not in states["ingest"], states
         _the_ui_shows_the_run_and_its_report(port, _completed_run(api, "ingest"), shots)
@@ -150,9 +156,8 @@ def test_serve_runs_the_deployments_on_schedule(tmp_path, sources):
         checked = {row["view"]: row for row in json.loads(artifacts(api=api, key="lakemv-verify-views")[0]["data"])}
         assert checked["user_profile"]["outcome"] == "✅ equal" and checked["user_profile"]["mismatched"] == 0, checked
         assert any(a["flow_run_id"] == verify_run["id"] for a in artifacts(api=api, key="lakemv-verify"))
-        # (a compact run may start before the first ingest made any table: some run after it covers both)
         compacted = [json.loads(a["data"]) for a in artifacts(api=api, key="lakemv-compact-tables")]
-        assert any({"mirror.users", "views.user_profile"} <= {row["table"] for row in rows} for rows in compacted), compacted
+        assert _compacted_mirrors(api), compacted
         assert all(" → " in row["snapshots"] and " → " in row["data files"] for rows in compacted for row in rows), compacted
     finally:
         if serve.poll() is None:
