@@ -143,6 +143,7 @@ def walks(plans: Sequence[ViewPlan], routes: Mapping[str, Route], sources: Mappi
     for plan in plans:
         route = routes[plan.name]
         digests = Space(kind="view", name=plan.name, columns=plan.key_names)
+        spaces.setdefault(digests)
         if not route.indexed:
             views.append(ViewWalk(view=plan.name, digests=digests, whole=route.reason or "its route cannot be looked up"))
             continue
@@ -166,7 +167,6 @@ def walks(plans: Sequence[ViewPlan], routes: Mapping[str, Route], sources: Mappi
                 depth={occ.id: len(plan.chain(occ.id)) for occ in plan.occurrences},
             )
         )
-        spaces.setdefault(digests)
     return Walks(spaces=tuple(spaces), asks=tuple(asks), views=tuple(views))
 
 

@@ -54,7 +54,7 @@ def asked(values: str, strict: str) -> str:
     return f"CASE WHEN exists(zip_with({values}, {strict}, (x, s) -> x IS NULL AND s), b -> b) THEN NULL ELSE CAST(to_json({values}) AS BINARY) END"
 
 
-def _literal_array(values: Sequence[object], kind: str) -> str:
+def literal_array(values: Sequence[object], kind: str) -> str:
     if not values:
         return f"CAST(array() AS ARRAY<{kind}>)"
     rendered = [
@@ -184,6 +184,17 @@ class Walker:
             [(o, s, [reorder.index(p) for p in pos], t, st) for o, s, pos, t, st in anchors],
         )
 
+    def tables(self) -> list[str]:
+        """The sources' names, sorted: a table's number in the frames the walks pass around."""
+        return sorted(self.sources)
+
+    def key_types(self, plan: ViewPlan) -> list[str]:
+        """The type class each key value is compared by (`plan.key_names` order), as `reach` packs keys:
+        a column of the anchor by its type, an expression or a constant by its text."""
+        source = self.sources[plan.occurrence(plan.anchor).table]
+        by_name = {k.name: plain_column(k.expr) for k in plan.keys_at(plan.anchor)}
+        return [RAW if by_name[n] is None else source.column(by_name[n]).spark_type.upper() for n in plan.key_names]
+
     def _walked(self) -> list[ViewWalk]:
         return [w for w in self.walks.views if not w.whole]
 
@@ -209,11 +220,8 @@ class Walker:
     def entries(self, table: str, rows: DataFrame) -> DataFrame:
         """`(space, a, b, v)`: the entries of `rows` (the table's columns) in every space of the table:
         its rows by primary key and each index of it."""
-        source = self.sources[table]
         packed = self.packed_rows(table, rows)
-        pk_paths = _literal_array([f"$.{c}" for c in source.primary_key], "STRING")
-        pk_types = _literal_array([source.column(c).spark_type.upper() for c in source.primary_key], "STRING")
-        pk = f"CAST(to_json({texts('v', pk_paths, pk_types)}) AS BINARY)"
+        pk = pk_texts(self.sources[table])
         parts = []
         for space in self.walks.spaces:
             if space.name != table or space.kind == "view":
@@ -222,10 +230,62 @@ class Walker:
             if space.kind == "rows":
                 parts.append(packed.select(number, F.expr(pk).alias("a"), F.lit(b"").cast("binary").alias("b"), "v"))
             else:
-                paths = _literal_array([f"$.{c}" for c in space.columns], "STRING")
-                a = f"CAST(to_json({texts('v', paths, _literal_array(self._types(space), 'STRING'))}) AS BINARY)"
-                parts.append(packed.select(number, F.expr(a).alias("a"), F.expr(pk).alias("b"), "v"))
+                parts.append(packed.select(number, F.expr(self._index_key(space, "v")).alias("a"), F.expr(pk).alias("b"), "v"))
         return reduce(DataFrame.unionByName, parts)
+
+    def _index_key(self, space: Space, v: str) -> str:
+        """SQL: a packed row's `a` in an index space."""
+        paths = literal_array([f"$.{c}" for c in space.columns], "STRING")
+        return f"CAST(to_json({texts(v, paths, literal_array(self._types(space), 'STRING'))}) AS BINARY)"
+
+    def apply(self, changes: Mapping[str, DataFrame], version: int) -> tuple[DataFrame, int]:
+        """Writes a batch's rows: `changes` per table, its columns and `_lmv_deleted`, one row per primary
+        key (the latest change). Its rows by key are replaced over `version` (a deleted row's entry goes),
+        returning the rows they replaced; then every index follows, over `version + 1`: an entry whose
+        values changed moves (the old one goes), an unchanged one is rewritten with the new row.
+        Returns `(images, version)`: every changed table's rows before and after, `(table, v)`, each the
+        table's index among the sources' sorted names; and the version the state is at."""
+        tables = self.tables()
+        parts = []
+        for table, rows in changes.items():
+            source = self.sources[table]
+            number = self.numbers[next(s for s in self.walks.spaces if s.kind == "rows" and s.name == table)]
+            packed = self.packed_rows(table, rows.where(~F.col("_lmv_deleted")))
+            kept = packed.select(F.expr(pk_texts(source)).alias("a"), "v")
+            gone = self.packed_rows(table, rows.where(F.col("_lmv_deleted"))).select(
+                F.expr(pk_texts(source)).alias("a"), F.lit(None).cast("binary").alias("v")
+            )
+            parts.append(kept.unionByName(gone).select(F.lit(number).cast("int").alias("space"), "a", F.lit(b"").cast("binary").alias("b"), "v"))
+        written = self._keep(self.store.update(reduce(DataFrame.unionByName, parts), version))
+        version += 1
+        table_of = F.element_at(
+            F.create_map(*[x for t in changes for x in (F.lit(self.numbers[self._rows_space(t)]), F.lit(tables.index(t)))]), F.col("space")
+        )
+        images = written.select(table_of.alias("table"), F.col("old").alias("old"), F.col("v").alias("new"))
+        moves = []
+        for ti, table in enumerate(tables):
+            if table not in changes:
+                continue
+            for space in self.walks.spaces:
+                if space.kind != "index" or space.name != table:
+                    continue
+                number = F.lit(self.numbers[space]).cast("int").alias("space")
+                mine = images.where(F.col("table") == ti)
+                old_a, new_a = F.expr(self._index_key(space, "old")), F.expr(self._index_key(space, "new"))
+                pk = F.when(F.col("new").isNotNull(), F.expr(pk_texts(self.sources[table], "new"))).otherwise(F.expr(pk_texts(self.sources[table], "old")))
+                moved = mine.where(F.col("old").isNotNull() & (F.col("new").isNull() | ~old_a.eqNullSafe(new_a)))
+                moves.append(moved.select(number, old_a.alias("a"), pk.alias("b"), F.lit(None).cast("binary").alias("v")))
+                moves.append(mine.where(F.col("new").isNotNull()).select(number, new_a.alias("a"), pk.alias("b"), F.col("new").alias("v")))
+        if moves:
+            self.store.update(reduce(DataFrame.unionByName, moves), version).count()
+        else:
+            self.store.update(self.spark.createDataFrame([], "space INT, a BINARY, b BINARY, v BINARY"), version).count()
+        version += 1
+        both = images.select("table", F.explode(F.array("old", "new")).alias("v")).where(F.col("v").isNotNull())
+        return both, version
+
+    def _rows_space(self, table: str) -> Space:
+        return next(s for s in self.walks.spaces if s.kind == "rows" and s.name == table)
 
     def load(self, tables: Mapping[str, DataFrame], version: int) -> int:
         """Writes every table's entries as version `version + 1`, sorted within the state's partitions
@@ -251,14 +311,18 @@ class Walker:
         (packed), `asks` what the view's anchors are asked for it. `images` are each changed table's
         rows before and after the batch (its columns); the hops read the state at `version` (the rows
         as they are after the batch), every view's hops of a round in one lookup. None: no view reads them."""
-        starts = []
-        for table, rows in images.items():
-            readers = [(self.ids[w.view], occ) for w in self._walked() for occ in w.up if self.plans[w.view].occurrence(occ).table == table]
-            if readers:
-                readers_frame = F.broadcast(self.spark.createDataFrame(readers, "view INT, occ INT"))
-                starts.append(self.packed_rows(table, rows).crossJoin(readers_frame).select("view", "occ", F.lit(0).alias("step"), "v"))
-        if not starts:
+        tables = self.tables()
+        packed = [self.packed_rows(t, rows).select(F.lit(tables.index(t)).alias("table"), "v") for t, rows in images.items()]
+        return self.reach_packed(reduce(DataFrame.unionByName, packed), version) if packed else None
+
+    def reach_packed(self, images: DataFrame, version: int) -> DataFrame | None:
+        """`reach` from packed images `(table, v)` (`apply`'s)."""
+        tables = self.tables()
+        readers = [(tables.index(self.plans[w.view].occurrence(occ).table), self.ids[w.view], occ) for w in self._walked() for occ in w.up]
+        if not readers:
             return None
+        readers_frame = F.broadcast(self.spark.createDataFrame(readers, "table INT, view INT, occ INT"))
+        starts = [images.join(readers_frame, "table").select("view", "occ", F.lit(0).alias("step"), "v")]
         frontier = reduce(DataFrame.unionByName, starts)
         up = self._moves["up"]
         done = []
@@ -297,3 +361,10 @@ class Walker:
 def texts_of(values: str, types: str) -> str:
     """SQL: texts already read (`values`, an array) normalized by `types`."""
     return f"zip_with({values}, {types}, (x, t) -> {_NORM})"
+
+
+def pk_texts(source: SourceTable, v: str = "v") -> str:
+    """SQL: a packed row's primary key as the rows space keys it (`a`) and an index entry names it (`b`)."""
+    paths = literal_array([f"$.{c}" for c in source.primary_key], "STRING")
+    types = literal_array([source.column(c).spark_type.upper() for c in source.primary_key], "STRING")
+    return f"CAST(to_json({texts(v, paths, types)}) AS BINARY)"

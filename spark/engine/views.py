@@ -1,0 +1,152 @@
+"""Every reached view recomputed by Spark over the rows its walk gathered, and diffed against its
+row digests in the engine state: one job for the recomputes of all views, one round for their diffs.
+
+Each view's query is planned once, when the engine is made (`lakemv.spark.views.kept`'s rules: the
+inputs are marked local relations, no rule folds their rows away), and per batch only copied with the
+batch's rows swapped in (`Replan.swapSingle`: one partition, no shuffle). Its inputs are one relation per
+table, the rows every view gathered of it, each row labelled with the view and occurrence that asked
+for it: a view's occurrence reads only its own rows. So a view's SQL is never analysed or planned again,
+and the rows reach the plans through the driver's JVM, never through Python.
+
+A recomputed row's key is packed as `reach` packs it (`lakemv.spark.engine.walk`), so the keys a batch
+reached and found no row for are the view's deleted rows; a row's digest is two 64-bit xxhashes of its
+columns.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from sqlglot import exp
+
+from lakemv.core.planner import OCCURRENCE, ViewPlan
+from lakemv.core.planner.sqltools import spark_tree
+from lakemv.core.sql.viewsql import rows_sql
+from lakemv.spark.engine.walk import JSON, Walker, literal_array, row_of, texts
+from lakemv.spark.views.kept import MARK, planning_session, replan_class
+
+VIEW, OCC = "_lmv_view", "_lmv_occ"  # an input row's labels: which view's occurrence gathered it
+
+
+def digest(row: Column) -> Column:
+    """A view row's digest: two 64-bit xxhashes of its columns (16 bytes)."""
+    return F.concat(*[F.unhex(F.lpad(F.hex(F.xxhash64(row, F.lit(seed))), 16, "0")) for seed in (0, 1)])
+
+
+class Recompute:
+    """The kept plans of `walker`'s views (those it walks), made now."""
+
+    def __init__(self, walker: Walker):
+        self.walker = walker
+        self.spark = walker.spark
+        self.session = planning_session(self.spark)
+        self.replan = replan_class(self.spark)
+        if self.replan is None:
+            raise RuntimeError("the engine state needs lakemv's jar in the driver (jvm/lib/lakemv-jvm.jar; `make setup` builds it)")
+        self.plans = {w.view: walker.plans[w.view] for w in walker.walks.views if not w.whole}
+        self.kept = {name: self._plan(plan) for name, plan in self.plans.items()}
+
+    # ---- plans ---------------------------------------------------------------------------------
+    def _inputs(self) -> dict[str, str]:
+        """Each input relation's name and its columns (DDL): a table's, the labels, the marker."""
+        return {
+            MARK + table: ", ".join([f"`{c.name}` {c.spark_type}" for c in source.columns] + [f"{VIEW} INT", f"{OCC} INT", f"{MARK}{table} BOOLEAN"])
+            for table, source in self.walker.sources.items()
+        }
+
+    def sql(self, plan: ViewPlan) -> str:
+        """The view's query over the inputs: each occurrence the rows gathered for it."""
+        view = self.walker.ids[plan.name]
+        body = spark_tree(rows_sql(plan))
+        assert isinstance(body, exp.Query)
+        for occ in plan.occurrences:
+            columns = ", ".join(f"`{c.name}`" for c in self.walker.sources[occ.table].columns)
+            body = body.with_(
+                OCCURRENCE.format(occ.id),
+                as_=f"SELECT {columns} FROM {MARK}{occ.table} WHERE {VIEW} = {view} AND {OCC} = {occ.id}",
+                dialect="spark",
+                copy=False,
+            )
+        return body.sql(dialect="spark")
+
+    def _plan(self, plan: ViewPlan) -> object:
+        """The view's physical plan over empty inputs, kept without them (a py4j proxy of a SparkPlan)."""
+        names = []
+        try:
+            for name, ddl in self._inputs().items():  # from Arrow: a local relation (a list makes a scan of an RDD)
+                schema = self.session.createDataFrame([], ddl).schema
+                self.session.createDataFrame(to_arrow_schema(schema).empty_table()).createOrReplaceTempView(name)
+                names.append(name)
+            made = self.session.sql(self.sql(plan))._jdf.queryExecution().executedPlan()
+        finally:
+            for name in names:
+                self.session.catalog.dropTempView(name)
+        if not self.replan.marked(made, MARK):
+            raise RuntimeError(f"view {plan.name}: its plan reads something other than its inputs, so it cannot be kept")
+        return self.replan.strip(made, MARK)
+
+    # ---- a batch -------------------------------------------------------------------------------
+    def run(self, gathered: DataFrame, keys: DataFrame) -> DataFrame:
+        """`(view, k, d, row)`: each reached view's rows for the keys the batch reached (`keys`, reach's
+        frame), from the rows its walk gathered (`gathered`, `(view, occ, v)`); `row` is the row's JSON."""
+        walker, jvm = self.walker, self.spark.sparkContext._jvm
+        tables = walker.tables()
+        occurrences = [(walker.ids[name], occ.id, tables.index(occ.table)) for name, plan in self.plans.items() for occ in plan.occurrences]
+        labelled = gathered.join(F.broadcast(self.spark.createDataFrame(occurrences, "view INT, occ INT, table INT")), ["view", "occ"])
+        rows = jvm.java.util.HashMap()  # type: ignore[union-attr]
+        for ti, table in enumerate(tables):
+            source = walker.sources[table]
+            mine = labelled.where(F.col("table") == ti).select(row_of(source, F.col("v")).alias("r"), "view", "occ")
+            frame = mine.select(
+                *[F.col("r")[c.name].alias(c.name) for c in source.columns],
+                F.col("view").alias(VIEW),
+                F.col("occ").alias(OCC),
+                F.lit(None).cast("boolean").alias(MARK + table),
+            )
+            rows.put(MARK + table, self.replan.collectedRows(frame._jdf))
+        frames = []
+        for name, plan in self.plans.items():
+            swapped = self.replan.swapSingle(self.session._jsparkSession, self.kept[name], MARK, rows)
+            frame = DataFrame(self.session._jsparkSession.internalCreateDataFrame(swapped.execute(), swapped.schema(), False), self.spark)
+            frames.append(self._keyed(plan, frame))
+        if not frames:
+            return self.spark.createDataFrame([], "view INT, k BINARY, d BINARY, row STRING")
+        return reduce(DataFrame.unionByName, frames).join(keys.select("view", "k"), ["view", "k"], "left_semi")
+
+    def _keyed(self, plan: ViewPlan, frame: DataFrame) -> DataFrame:
+        """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON."""
+        types = self.walker.key_types(plan)
+        row = F.struct(*[F.col(f"`{c}`") for c in frame.columns])
+        framed = frame.select(row.alias("r"), F.to_json(row, JSON).alias("row"))
+        paths = literal_array([f"$.{n}" for n in plan.key_names], "STRING")
+        k = F.expr(f"CAST(to_json({texts('row', paths, literal_array(types, 'STRING'))}) AS BINARY)")
+        return framed.select(F.lit(self.walker.ids[plan.name]).alias("view"), k.alias("k"), digest(F.col("r")).alias("d"), "row")
+
+    def seed(self, full: dict[str, DataFrame], version: int) -> int:
+        """Writes each view's digests from its full recompute (`full`: view -> its rows) over `version`."""
+        digests = self._digests()
+        parts = [self._keyed(self.plans[name], rows).select(digests.alias("space"), F.col("k").alias("a"), "d") for name, rows in full.items()]
+        entries = reduce(DataFrame.unionByName, parts).select("space", "a", F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v"))
+        return self.walker.store.update(entries, version).count()
+
+    def _digests(self) -> Column:
+        """A view id's digest space (a column over `view`)."""
+        spaces = [x for w in self.walker.walks.views for x in (F.lit(self.walker.ids[w.view]), F.lit(self.walker.numbers[w.digests]))]
+        return F.element_at(F.create_map(*spaces), F.col("view")).cast("int")
+
+    def diff(self, recomputed: DataFrame, keys: DataFrame, version: int) -> DataFrame:
+        """`(view, k, d, row)` of every row that changed (a deleted row: `d` and `row` NULL): the batch's
+        recomputed rows and its reached keys with no row, written over the digests at `version`."""
+        removed = keys.select("view", "k").join(recomputed.select("view", "k"), ["view", "k"], "left_anti")
+        changes = recomputed.select("view", "k", "d", "row").unionByName(
+            removed.select("view", "k", F.lit(None).cast("binary").alias("d"), F.lit(None).cast("string").alias("row"))
+        )
+        spaced = changes.withColumn("space", self._digests())
+        written = self.walker.store.update(
+            spaced.select("space", F.col("k").alias("a"), F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v")), version
+        )
+        changed = written.where(~F.col("old").eqNullSafe(F.col("v"))).select("space", F.col("a").alias("k"))
+        return spaced.join(changed, ["space", "k"], "left_semi").select("view", "k", "d", "row")
