@@ -27,8 +27,8 @@ from pyspark.sql import functions as F
 
 from lakemv.catalog.declarations import SourceTable
 from lakemv.core.planner import ViewPlan, over
-from lakemv.core.state.layout import NOT_CONSTANT, constant, derived_name, plain_column
-from lakemv.core.state.rounds import Ask, Space, ViewWalk, Walks
+from lakemv.core.state.layout import NOT_CONSTANT, constant, derived_name, plain_column, route
+from lakemv.core.state.rounds import Ask, Space, ViewWalk, Walks, number, walks
 from lakemv.spark.engine.keyed import KeyedStore
 
 JSON = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
@@ -92,6 +92,16 @@ class Walker:
         self.derived = self._derived()
         self._kept: list[DataFrame] = []  # frames a walk persisted (each round reads the one before)
         self._moves = self._frames()
+
+    @classmethod
+    def of(
+        cls, store: KeyedStore, plans: Sequence[ViewPlan], sources: Mapping[str, SourceTable], known: Mapping[Space, int] | None = None
+    ) -> Walker:
+        """The walker of `plans` over `store`: their routes compiled, the spaces numbered (`known`: the
+        numbers the state already gave its spaces)."""
+        compiled = walks(plans, {p.name: route(p) for p in plans}, sources)
+        numbers, _ = number(compiled.spaces, known or {})
+        return cls(store, compiled, numbers, sources, plans)
 
     # ---- what is data: per table, per hop, per key --------------------------------------------
     def _derived(self) -> dict[str, dict[str, str]]:
@@ -272,7 +282,9 @@ class Walker:
                 number = F.lit(self.numbers[space]).cast("int").alias("space")
                 mine = images.where(F.col("table") == ti)
                 old_a, new_a = F.expr(self._index_key(space, "old")), F.expr(self._index_key(space, "new"))
-                pk = F.when(F.col("new").isNotNull(), F.expr(pk_texts(self.sources[table], "new"))).otherwise(F.expr(pk_texts(self.sources[table], "old")))
+                pk = F.when(F.col("new").isNotNull(), F.expr(pk_texts(self.sources[table], "new"))).otherwise(
+                    F.expr(pk_texts(self.sources[table], "old"))
+                )
                 moved = mine.where(F.col("old").isNotNull() & (F.col("new").isNull() | ~old_a.eqNullSafe(new_a)))
                 moves.append(moved.select(number, old_a.alias("a"), pk.alias("b"), F.lit(None).cast("binary").alias("v")))
                 moves.append(mine.where(F.col("new").isNotNull()).select(number, new_a.alias("a"), pk.alias("b"), F.col("new").alias("v")))

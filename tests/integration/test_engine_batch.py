@@ -10,19 +10,14 @@ from functools import reduce
 
 import pytest
 from lakemv.catalog.settings import LakeSettings
-from lakemv.core.planner import plan_view
-from lakemv.core.planner.definitions import load_views
 from lakemv.core.sql.viewsql import recompute_sql
-from lakemv.core.state.layout import route
-from lakemv.core.state.rounds import number, walks
 from lakemv.spark.engine.keyed import KeyedStore
 from lakemv.spark.engine.views import Recompute
 from lakemv.spark.engine.walk import Walker
-from lakemv.workload.shapes import SHAPES, shape_view
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from tests.integration.test_engine_walk import ROWS, T
+from tests.integration.test_engine_walk import ROWS, T, every_shape
 
 # (table, row, deleted): a changed description, a moved star, a renamed user (a join column: its
 # stars now point nowhere), a new user, a pull request given to another author, a payment gone
@@ -55,16 +50,8 @@ def _ddl(source) -> str:
 
 @pytest.mark.slow(60)
 def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, sources, tmp_path):
-    shipped = load_views(LakeSettings().view_dirs)
-    every = [
-        plan_view(shipped["user_profile"], sources),
-        plan_view(shipped["repo_summary"], sources),
-        *(plan_view(shape_view(n), sources) for n in SHAPES),
-    ]
-    routes = {p.name: route(p) for p in every}
-    compiled = walks(every, routes, sources)
-    numbers, _ = number(compiled.spaces, {})
-    walker = Walker(KeyedStore(spark, str(tmp_path / "state"), partitions=3), compiled, numbers, sources, every)
+    every = every_shape(sources)
+    walker = Walker.of(KeyedStore(spark, str(tmp_path / "state"), partitions=3), every, sources)
     recompute = Recompute(walker)
 
     def full(tables: dict[str, list[tuple]], label: str) -> dict:

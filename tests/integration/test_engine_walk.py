@@ -14,7 +14,6 @@ from lakemv.catalog.settings import LakeSettings
 from lakemv.core.planner import over, plan_view
 from lakemv.core.planner.definitions import load_views
 from lakemv.core.state.layout import mirror_parts, route
-from lakemv.core.state.rounds import number, walks
 from lakemv.core.state.walk import gather, reach
 from lakemv.spark.engine.keyed import KeyedStore
 from lakemv.spark.engine.walk import JSON, ROW, Walker
@@ -71,19 +70,21 @@ class Rows:
         return found
 
 
-@pytest.fixture(scope="module")
-def engine(spark, sources, tmp_path_factory):
+def every_shape(sources) -> list:
+    """The project's two views and every indexed shape's plan."""
     shipped = load_views(LakeSettings().view_dirs)
-    every = [
+    return [
         plan_view(shipped["user_profile"], sources),
         plan_view(shipped["repo_summary"], sources),
-        *(plan_view(shape_view(name), sources) for name in SHAPES),
+        *(plan_view(shape_view(n), sources) for n in SHAPES),
     ]
+
+
+@pytest.fixture(scope="module")
+def engine(spark, sources, tmp_path_factory):
+    every = every_shape(sources)
     routes = {p.name: route(p) for p in every}
-    compiled = walks(every, routes, sources)
-    numbers, _ = number(compiled.spaces, {})
-    store = KeyedStore(spark, str(tmp_path_factory.mktemp("engine") / "state"), partitions=3)
-    walker = Walker(store, compiled, numbers, sources, every)
+    walker = Walker.of(KeyedStore(spark, str(tmp_path_factory.mktemp("engine") / "state"), partitions=3), every, sources)
     frames = {t: spark.createDataFrame(rows, ", ".join(f"`{c.name}` {c.spark_type}" for c in sources[t].columns)) for t, rows in ROWS.items()}
     loaded = walker.load(frames, 0)
     return walker, every, routes, loaded
