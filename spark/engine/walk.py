@@ -94,9 +94,7 @@ class Walker:
         self._moves = self._frames()
 
     @classmethod
-    def of(
-        cls, store: KeyedStore, plans: Sequence[ViewPlan], sources: Mapping[str, SourceTable], known: Mapping[Space, int] | None = None
-    ) -> Walker:
+    def of(cls, store: KeyedStore, plans: Sequence[ViewPlan], sources: Mapping[str, SourceTable], known: Mapping[Space, int] | None = None) -> Walker:
         """The walker of `plans` over `store`: their routes compiled, the spaces numbered (`known`: the
         numbers the state already gave its spaces)."""
         compiled = walks(plans, {p.name: route(p) for p in plans}, sources)
@@ -145,7 +143,27 @@ class Walker:
         hop = "space INT, paths ARRAY<STRING>, types ARRAY<STRING>, strict ARRAY<BOOLEAN>"
         anchor = "ARRAY<STRUCT<occ: INT, space: INT, pos: ARRAY<INT>, types: ARRAY<STRING>, strict: ARRAY<BOOLEAN>>>"
         create = self.spark.createDataFrame
+        tables = self.tables()
+        indexes = []
+        for space in self.walks.spaces:
+            if space.kind == "index":
+                source = self.sources[space.name]
+                pk = list(source.primary_key)
+                pk_types = [source.column(c).spark_type.upper() for c in pk]
+                indexes.append(
+                    (
+                        tables.index(space.name),
+                        self.numbers[space],
+                        [f"$.{c}" for c in space.columns],
+                        self._types(space),
+                        [f"$.{c}" for c in pk],
+                        pk_types,
+                    )
+                )
         return {
+            "indexes": create(
+                indexes, "table INT, space INT, paths ARRAY<STRING>, types ARRAY<STRING>, pk_paths ARRAY<STRING>, pk_types ARRAY<STRING>"
+            ),
             "up": create(up, f"view INT, occ INT, step INT, {hop}"),
             "ends": create(ends, f"view INT, occ INT, paths ARRAY<STRING>, literals ARRAY<STRING>, types ARRAY<STRING>, anchors {anchor}"),
             "down": create(down, f"view INT, occ INT, child INT, {hop}"),
@@ -219,13 +237,14 @@ class Walker:
         self._kept = []
 
     # ---- entries -------------------------------------------------------------------------------
-    def packed_rows(self, table: str, rows: DataFrame) -> DataFrame:
-        """`rows` (the table's columns) as `v`: their JSON with the key expressions' values."""
+    def packed_rows(self, table: str, rows: DataFrame, *keep: str) -> DataFrame:
+        """`rows` (the table's columns) as `v`: their JSON with the key expressions' values (and the
+        columns `keep` as they are)."""
         source = self.sources[table]
-        framed = rows.select(F.struct(*[F.col(c.name) for c in source.columns]).alias(ROW))
+        framed = rows.select(F.struct(*[F.col(c.name) for c in source.columns]).alias(ROW), *keep)
         fields = [F.col(ROW)[c.name].alias(c.name) for c in source.columns]
         fields += [F.expr(over(expression, ROW)).alias(name) for name, expression in sorted(self.derived[table].items())]
-        return framed.select(F.to_json(F.struct(*fields), JSON).cast("binary").alias("v"))
+        return framed.select(F.to_json(F.struct(*fields), JSON).cast("binary").alias("v"), *keep)
 
     def entries(self, table: str, rows: DataFrame) -> DataFrame:
         """`(space, a, b, v)`: the entries of `rows` (the table's columns) in every space of the table:
@@ -258,40 +277,34 @@ class Walker:
         tables = self.tables()
         parts = []
         for table, rows in changes.items():
-            source = self.sources[table]
-            number = self.numbers[next(s for s in self.walks.spaces if s.kind == "rows" and s.name == table)]
-            packed = self.packed_rows(table, rows.where(~F.col("_lmv_deleted")))
-            kept = packed.select(F.expr(pk_texts(source)).alias("a"), "v")
-            gone = self.packed_rows(table, rows.where(F.col("_lmv_deleted"))).select(
-                F.expr(pk_texts(source)).alias("a"), F.lit(None).cast("binary").alias("v")
+            number = F.lit(self.numbers[self._rows_space(table)]).cast("int")
+            packed = self.packed_rows(table, rows, "_lmv_deleted")
+            parts.append(
+                packed.select(
+                    number.alias("space"),
+                    F.expr(pk_texts(self.sources[table])).alias("a"),
+                    F.lit(b"").cast("binary").alias("b"),
+                    F.when(~F.col("_lmv_deleted"), F.col("v")).alias("v"),
+                )
             )
-            parts.append(kept.unionByName(gone).select(F.lit(number).cast("int").alias("space"), "a", F.lit(b"").cast("binary").alias("b"), "v"))
         written = self._keep(self.store.update(reduce(DataFrame.unionByName, parts), version))
         version += 1
         table_of = F.element_at(
             F.create_map(*[x for t in changes for x in (F.lit(self.numbers[self._rows_space(t)]), F.lit(tables.index(t)))]), F.col("space")
         )
         images = written.select(table_of.alias("table"), F.col("old").alias("old"), F.col("v").alias("new"))
-        moves = []
-        for ti, table in enumerate(tables):
-            if table not in changes:
-                continue
-            for space in self.walks.spaces:
-                if space.kind != "index" or space.name != table:
-                    continue
-                number = F.lit(self.numbers[space]).cast("int").alias("space")
-                mine = images.where(F.col("table") == ti)
-                old_a, new_a = F.expr(self._index_key(space, "old")), F.expr(self._index_key(space, "new"))
-                pk = F.when(F.col("new").isNotNull(), F.expr(pk_texts(self.sources[table], "new"))).otherwise(
-                    F.expr(pk_texts(self.sources[table], "old"))
-                )
-                moved = mine.where(F.col("old").isNotNull() & (F.col("new").isNull() | ~old_a.eqNullSafe(new_a)))
-                moves.append(moved.select(number, old_a.alias("a"), pk.alias("b"), F.lit(None).cast("binary").alias("v")))
-                moves.append(mine.where(F.col("new").isNotNull()).select(number, new_a.alias("a"), pk.alias("b"), F.col("new").alias("v")))
-        if moves:
-            self.store.update(reduce(DataFrame.unionByName, moves), version).count()
-        else:
-            self.store.update(self.spark.createDataFrame([], "space INT, a BINARY, b BINARY, v BINARY"), version).count()
+        # every index of the changed tables in one frame: a row per (change, index), by the indexes' data
+        indexed = images.join(F.broadcast(self._moves["indexes"]), "table")
+        old_a, new_a = (
+            F.expr(f"CAST(to_json({texts('old', 'paths', 'types')}) AS BINARY)"),
+            F.expr(f"CAST(to_json({texts('new', 'paths', 'types')}) AS BINARY)"),
+        )
+        pk = F.expr(f"CAST(to_json({texts('coalesce(new, old)', 'pk_paths', 'pk_types')}) AS BINARY)")
+        moved = indexed.where(F.col("old").isNotNull() & (F.col("new").isNull() | ~old_a.eqNullSafe(new_a)))
+        moves = moved.select("space", old_a.alias("a"), pk.alias("b"), F.lit(None).cast("binary").alias("v")).unionByName(
+            indexed.where(F.col("new").isNotNull()).select("space", new_a.alias("a"), pk.alias("b"), F.col("new").alias("v"))
+        )
+        self.store.update(moves, version).count()
         version += 1
         both = images.select("table", F.explode(F.array("old", "new")).alias("v")).where(F.col("v").isNotNull())
         return both, version
