@@ -31,9 +31,8 @@ from lakemv.spark.views.kept import MARK, planning_session, replan_class
 VIEW, OCC = "_lmv_view", "_lmv_occ"  # an input row's labels: which view's occurrence gathered it
 
 
-def digest(row: Column) -> Column:
-    """A view row's digest: two 64-bit xxhashes of its columns (16 bytes)."""
-    return F.concat(*[F.unhex(F.lpad(F.hex(F.xxhash64(row, F.lit(seed))), 16, "0")) for seed in (0, 1)])
+# a view row's digest: two 64-bit xxhashes of its columns (16 bytes)
+DIGEST = "concat(unhex(lpad(hex(xxhash64({row}, 0)), 16, '0')), unhex(lpad(hex(xxhash64({row}, 1)), 16, '0')))"
 
 
 class Recompute:
@@ -117,13 +116,18 @@ class Recompute:
         return reduce(DataFrame.unionByName, frames).join(keys.select("view", "k"), ["view", "k"], "left_semi")
 
     def _keyed(self, plan: ViewPlan, frame: DataFrame) -> DataFrame:
-        """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON."""
-        types = self.walker.key_types(plan)
-        row = F.struct(*[F.col(f"`{c}`") for c in frame.columns])
-        framed = frame.select(row.alias("r"), F.to_json(row, JSON).alias("row"))
+        """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON.
+        In SQL text: a few calls into the JVM a view, not one per function."""
+        options = ", ".join(f"'{k}', \"{v}\"" for k, v in JSON.items())
         paths = literal_array([f"$.{n}" for n in plan.key_names], "STRING")
-        k = F.expr(f"CAST(to_json({texts('row', paths, literal_array(types, 'STRING'))}) AS BINARY)")
-        return framed.select(F.lit(self.walker.ids[plan.name]).alias("view"), k.alias("k"), digest(F.col("r")).alias("d"), "row")
+        types = literal_array(self.walker.key_types(plan), "STRING")
+        framed = frame.selectExpr("struct(*) AS r").selectExpr("r", f"to_json(r, map({options})) AS row")
+        return framed.selectExpr(
+            f"{self.walker.ids[plan.name]} AS view",
+            f"CAST(to_json({texts('row', paths, types)}) AS BINARY) AS k",
+            f"{DIGEST.format(row='r')} AS d",
+            "row",
+        )
 
     def seed(self, full: dict[str, DataFrame], version: int) -> int:
         """Writes each view's digests from its full recompute (`full`: view -> its rows) over `version`."""
