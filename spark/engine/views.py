@@ -25,6 +25,7 @@ from sqlglot import exp
 from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.planner.sqltools import spark_tree
 from lakemv.core.sql.viewsql import rows_sql
+from lakemv.core.state.layout import route
 from lakemv.spark.engine.walk import JSON, Walker, literal_array, row_of, texts
 from lakemv.spark.views.kept import MARK, planning_session, replan_class
 
@@ -47,6 +48,7 @@ class Recompute:
             raise RuntimeError("the engine state needs lakemv's jar in the driver (jvm/lib/lakemv-jvm.jar; `make setup` builds it)")
         self.plans = {w.view: walker.plans[w.view] for w in walker.walks.views if not w.whole}
         self.kept = {name: self._plan(plan) for name, plan in self.plans.items()}
+        self.exact = {name: route(plan).exact_keys for name, plan in self.plans.items()}
 
     # ---- plans ---------------------------------------------------------------------------------
     def _inputs(self) -> dict[str, str]:
@@ -110,10 +112,15 @@ class Recompute:
         for name, plan in self.plans.items():
             swapped = self.replan.swapSingle(self.session._jsparkSession, self.kept[name], MARK, rows)
             frame = DataFrame(self.session._jsparkSession.internalCreateDataFrame(swapped.execute(), swapped.schema(), False), self.spark)
-            frames.append(self._keyed(plan, frame))
+            frames.append((name, self._keyed(plan, frame)))
         if not frames:
             return self.spark.createDataFrame([], "view INT, k BINARY, d BINARY, row STRING")
-        return reduce(DataFrame.unionByName, frames).join(keys.select("view", "k"), ["view", "k"], "left_semi")
+        # A view whose anchors are found by exactly its keys has rows for those keys only; one found by a
+        # part of its key (a superset) has its rows filtered by the keys (a semi-join for each costs stages)
+        exact = [frame for name, frame in frames if self.exact[name]]
+        inexact = [frame for name, frame in frames if not self.exact[name]]
+        parts = exact + ([reduce(DataFrame.unionByName, inexact).join(keys.select("view", "k"), ["view", "k"], "left_semi")] if inexact else [])
+        return reduce(DataFrame.unionByName, parts)
 
     def _keyed(self, plan: ViewPlan, frame: DataFrame) -> DataFrame:
         """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON.
