@@ -140,7 +140,7 @@ def main() -> None:
                 keys = walker.reach_packed(images, version)
                 results[f"{label}.keys"] = keys.count()
             with Timer(results, f"{label}.gather"):
-                gathered = walker._keep(walker.gather(keys, version))
+                gathered = walker.keep(walker.gather(keys, version))
                 results[f"{label}.gathered"] = gathered.count()
             with Timer(results, f"{label}.recompute_and_diff", len(plans)):
                 rows = recompute.run(gathered, keys)

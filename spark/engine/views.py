@@ -151,7 +151,7 @@ class Recompute:
     def diff(self, recomputed: DataFrame, keys: DataFrame, version: int) -> DataFrame:
         """`(view, k, d, row)` of every row that changed (a deleted row: `d` and `row` NULL): the batch's
         recomputed rows and its reached keys with no row, written over the digests at `version`."""
-        recomputed = self.walker._keep(recomputed)  # read three times: its plans run once
+        recomputed = self.walker.keep(recomputed)  # read three times: its plans run once
         removed = keys.select("view", "k").join(recomputed.select("view", "k"), ["view", "k"], "left_anti")
         changes = recomputed.select("view", "k", "d", "row").unionByName(
             removed.select("view", "k", F.lit(None).cast("binary").alias("d"), F.lit(None).cast("string").alias("row"))

@@ -226,7 +226,8 @@ class Walker:
     def _walked(self) -> list[ViewWalk]:
         return [w for w in self.walks.views if not w.whole]
 
-    def _keep(self, frame: DataFrame) -> DataFrame:
+    def keep(self, frame: DataFrame) -> DataFrame:
+        """`frame`, persisted until `release` (a batch reads it more than once)."""
         self._kept.append(frame.persist())
         return frame
 
@@ -287,7 +288,7 @@ class Walker:
                     F.when(~F.col("_lmv_deleted"), F.col("v")).alias("v"),
                 )
             )
-        written = self._keep(self.store.update(reduce(DataFrame.unionByName, parts), version))
+        written = self.keep(self.store.update(reduce(DataFrame.unionByName, parts), version))
         version += 1
         table_of = F.element_at(
             F.create_map(*[x for t in changes for x in (F.lit(self.numbers[self._rows_space(t)]), F.lit(tables.index(t)))]), F.col("space")
@@ -354,7 +355,7 @@ class Walker:
         for _ in range(max((w.up_rounds for w in self._walked()), default=0)):
             done.append(frontier.join(F.broadcast(up.select("view", "occ", "step")), ["view", "occ", "step"], "left_anti"))
             found = self._round(frontier, up, ["view", "occ", "step"], version)
-            frontier = self._keep(found.select("view", "occ", (F.col("step") + 1).alias("step"), "v"))
+            frontier = self.keep(found.select("view", "occ", (F.col("step") + 1).alias("step"), "v"))
         done.append(frontier)
         ended = reduce(DataFrame.unionByName, [d.select("view", "occ", "v") for d in done])
         keyed = ended.join(F.broadcast(self._moves["ends"]), ["view", "occ"]).select(
@@ -365,7 +366,7 @@ class Walker:
         pos = "transform(anchor.pos, i -> values[i])"
         asks = f"transform(anchors, anchor -> named_struct('occ', anchor.occ, 'space', anchor.space, 'a', {asked(texts_of(pos, 'anchor.types'), 'anchor.strict')}))"
         keys = keyed.select("view", F.expr("CAST(to_json(values) AS BINARY)").alias("k"), F.expr(asks).alias("asks"))
-        return self._keep(keys.dropDuplicates(["view", "k"]))
+        return self.keep(keys.dropDuplicates(["view", "k"]))
 
     def gather(self, keys: DataFrame, version: int) -> DataFrame:
         """`(view, occ, v)`: the rows each occurrence of each view reads for its keys (`reach`'s frame):
@@ -373,12 +374,12 @@ class Walker:
         requests = keys.select("view", F.explode("asks").alias("ask")).select("view", "ask.*")
         requests = requests.select("space", "a", _tag(F.col("view"), F.col("occ")).alias("tag")).where(F.col("a").isNotNull())
         found = self.store.lookup(requests, version)
-        level = self._keep(found.where(F.col("v").isNotNull()).select(*_untag(F.col("tag"), ["view", "occ"]), "v"))
+        level = self.keep(found.where(F.col("v").isNotNull()).select(*_untag(F.col("tag"), ["view", "occ"]), "v"))
         gathered = [level]
         down = self._moves["down"]
         for _ in range(max((max(w.depth.values(), default=0) for w in self._walked()), default=0)):
             found = self._round(level, down, ["view", "child"], version)
-            level = self._keep(found.select("view", F.col("child").alias("occ"), "v"))
+            level = self.keep(found.select("view", F.col("child").alias("occ"), "v"))
             gathered.append(level)
         return reduce(DataFrame.unionByName, gathered)
 
