@@ -78,6 +78,7 @@ class ViewWalk(BaseModel):
     anchors: Mapping[int, int] = {}  # anchor occurrence -> the ask finding its rows by the keys
     down: Mapping[int, tuple[int, int]] = {}  # child occurrence -> (parent occurrence, the ask finding its rows from the parent's)
     depth: Mapping[int, int] = {}  # occurrence -> links between it and its anchor
+    exact: bool = False  # its anchors are found by exactly its keys (`Route.exact_keys`): a recompute has rows of those keys only
 
     @property
     def up_rounds(self) -> int:
@@ -165,6 +166,7 @@ def walks(plans: Sequence[ViewPlan], routes: Mapping[str, Route], sources: Mappi
                 anchors=anchors,
                 down=down,
                 depth={occ.id: len(plan.chain(occ.id)) for occ in plan.occurrences},
+                exact=route.exact_keys,
             )
         )
     return Walks(spaces=tuple(spaces), asks=tuple(asks), views=tuple(views))

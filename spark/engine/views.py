@@ -25,8 +25,7 @@ from sqlglot import exp
 from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.planner.sqltools import spark_tree
 from lakemv.core.sql.viewsql import rows_sql
-from lakemv.core.state.layout import route
-from lakemv.spark.engine.walk import JSON, Walker, literal_array, row_of, texts
+from lakemv.spark.engine.walk import JSON, Walker, literal_array, packed_texts, row_of
 from lakemv.spark.views.kept import MARK, planning_session, replan_class
 
 VIEW, OCC = "_lmv_view", "_lmv_occ"  # an input row's labels: which view's occurrence gathered it
@@ -47,8 +46,8 @@ class Recompute:
         if self.replan is None:
             raise RuntimeError("the engine state needs lakemv's jar in the driver (jvm/lib/lakemv-jvm.jar; `make setup` builds it)")
         self.plans = {w.view: walker.plans[w.view] for w in walker.walks.views if not w.whole}
-        self.kept = {name: self._plan(plan) for name, plan in self.plans.items()}
-        self.exact = {name: route(plan).exact_keys for name, plan in self.plans.items()}
+        self.kept = self._planned()
+        self.exact = {w.view: w.exact for w in walker.walks.views if not w.whole}
 
     # ---- plans ---------------------------------------------------------------------------------
     def _inputs(self) -> dict[str, str]:
@@ -73,21 +72,24 @@ class Recompute:
             )
         return body.sql(dialect="spark")
 
-    def _plan(self, plan: ViewPlan) -> object:
-        """The view's physical plan over empty inputs, kept without them (a py4j proxy of a SparkPlan)."""
-        names = []
+    def _planned(self) -> dict[str, object]:
+        """Each view's physical plan over empty inputs (registered once for all of them), kept without
+        them (py4j proxies of SparkPlans)."""
+        names, kept = [], {}
         try:
             for name, ddl in self._inputs().items():  # from Arrow: a local relation (a list makes a scan of an RDD)
                 schema = self.session.createDataFrame([], ddl).schema
                 self.session.createDataFrame(to_arrow_schema(schema).empty_table()).createOrReplaceTempView(name)
                 names.append(name)
-            made = self.session.sql(self.sql(plan))._jdf.queryExecution().executedPlan()
+            for view, plan in self.plans.items():
+                made = self.session.sql(self.sql(plan))._jdf.queryExecution().executedPlan()
+                if not self.replan.marked(made, MARK):
+                    raise RuntimeError(f"view {view}: its plan reads something other than its inputs, so it cannot be kept")
+                kept[view] = self.replan.strip(made, MARK)
         finally:
             for name in names:
                 self.session.catalog.dropTempView(name)
-        if not self.replan.marked(made, MARK):
-            raise RuntimeError(f"view {plan.name}: its plan reads something other than its inputs, so it cannot be kept")
-        return self.replan.strip(made, MARK)
+        return kept
 
     # ---- a batch -------------------------------------------------------------------------------
     def run(self, gathered: DataFrame, keys: DataFrame) -> DataFrame:
@@ -131,7 +133,7 @@ class Recompute:
         framed = frame.selectExpr("struct(*) AS r").selectExpr("r", f"to_json(r, map({options})) AS row")
         return framed.selectExpr(
             f"{self.walker.ids[plan.name]} AS view",
-            f"CAST(to_json({texts('row', paths, types)}) AS BINARY) AS k",
+            f"{packed_texts('row', paths, types)} AS k",
             f"{DIGEST.format(row='r')} AS d",
             "row",
         )

@@ -35,8 +35,6 @@ JSON = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestampNTZForma
 ROW = "_lmv_row"  # the struct column of a table's row while it is packed
 RAW = "RAW"  # a value compared by its text as it is (strings, times, a key expression's value)
 
-# the texts at `paths` of the JSON row `v`, normalized by `types` (one SQL expression for every hop)
-_TEXTS = "zip_with(transform({paths}, p -> get_json_object(CAST({v} AS STRING), p)), {types}, (x, t) -> {norm})"
 _NORM = (
     "CASE WHEN t IN ('BIGINT', 'INT', 'SMALLINT', 'TINYINT') THEN CAST(CAST(x AS BIGINT) AS STRING) "
     "WHEN t IN ('DOUBLE', 'FLOAT') THEN CAST(CAST(x AS DOUBLE) AS STRING) "
@@ -44,9 +42,20 @@ _NORM = (
 )
 
 
+def texts_of(values: str, types: str) -> str:
+    """SQL: texts already read (`values`, an array) normalized by `types`."""
+    return f"zip_with({values}, {types}, (x, t) -> {_NORM})"
+
+
 def texts(v: str, paths: str, types: str) -> str:
-    """SQL: the normalized texts of a JSON row's values (`paths`, `types`: SQL array expressions)."""
-    return _TEXTS.format(v=v, paths=paths, types=types, norm=_NORM)
+    """SQL: the normalized texts of a JSON row's values (`paths`, `types`: SQL array expressions; one
+    expression for every hop)."""
+    return texts_of(f"transform({paths}, p -> get_json_object(CAST({v} AS STRING), p))", types)
+
+
+def packed_texts(v: str, paths: str, types: str) -> str:
+    """SQL: `texts` packed as bytes: an entry's `a` or `b`, a key's `k`."""
+    return f"CAST(to_json({texts(v, paths, types)}) AS BINARY)"
 
 
 def asked(values: str, strict: str) -> str:
@@ -118,10 +127,8 @@ class Walker:
         return found
 
     def _types(self, space: Space) -> list[str]:
-        """Each of the space's columns' type class for comparing (a key expression's value: as it is)."""
+        """Each of a table space's columns' type class for comparing (a key expression's value: as it is)."""
         derived = dict(space.derived)
-        if space.kind == "view":
-            return [RAW] * len(space.columns)
         source = self.sources[space.name]
         return [RAW if c in derived else source.column(c).spark_type.upper() for c in space.columns]
 
@@ -147,19 +154,8 @@ class Walker:
         indexes = []
         for space in self.walks.spaces:
             if space.kind == "index":
-                source = self.sources[space.name]
-                pk = list(source.primary_key)
-                pk_types = [source.column(c).spark_type.upper() for c in pk]
-                indexes.append(
-                    (
-                        tables.index(space.name),
-                        self.numbers[space],
-                        [f"$.{c}" for c in space.columns],
-                        self._types(space),
-                        [f"$.{c}" for c in pk],
-                        pk_types,
-                    )
-                )
+                paths = [f"$.{c}" for c in space.columns]
+                indexes.append((tables.index(space.name), self.numbers[space], paths, self._types(space), *pk_paths(self.sources[space.name])))
         return {
             "indexes": create(
                 indexes, "table INT, space INT, paths ARRAY<STRING>, types ARRAY<STRING>, pk_paths ARRAY<STRING>, pk_types ARRAY<STRING>"
@@ -195,9 +191,7 @@ class Walker:
                 paths.append(f"$.{derived_name(key.expr)}")
                 literals.append(None)
                 types.append(RAW)
-        names = list(plan.keys_at(anchor))
-        order = [k.name for k in names]
-        values_by_name = {n: i for i, n in enumerate(order)}
+        values_by_name = {k.name: i for i, k in enumerate(plan.keys_at(anchor))}
         anchors = []
         for o, i in w.anchors.items():
             space, _, space_types, strict = self._ask_row(self.walks.asks[i])
@@ -266,7 +260,7 @@ class Walker:
     def _index_key(self, space: Space, v: str) -> str:
         """SQL: a packed row's `a` in an index space."""
         paths = literal_array([f"$.{c}" for c in space.columns], "STRING")
-        return f"CAST(to_json({texts(v, paths, literal_array(self._types(space), 'STRING'))}) AS BINARY)"
+        return packed_texts(v, paths, literal_array(self._types(space), "STRING"))
 
     def apply(self, changes: Mapping[str, DataFrame], version: int) -> tuple[DataFrame, int]:
         """Writes a batch's rows: `changes` per table, its columns and `_lmv_deleted`, one row per primary
@@ -296,11 +290,8 @@ class Walker:
         images = written.select(table_of.alias("table"), F.col("old").alias("old"), F.col("v").alias("new"))
         # every index of the changed tables in one frame: a row per (change, index), by the indexes' data
         indexed = images.join(F.broadcast(self._moves["indexes"]), "table")
-        old_a, new_a = (
-            F.expr(f"CAST(to_json({texts('old', 'paths', 'types')}) AS BINARY)"),
-            F.expr(f"CAST(to_json({texts('new', 'paths', 'types')}) AS BINARY)"),
-        )
-        pk = F.expr(f"CAST(to_json({texts('coalesce(new, old)', 'pk_paths', 'pk_types')}) AS BINARY)")
+        old_a, new_a = F.expr(packed_texts("old", "paths", "types")), F.expr(packed_texts("new", "paths", "types"))
+        pk = F.expr(packed_texts("coalesce(new, old)", "pk_paths", "pk_types"))
         moved = indexed.where(F.col("old").isNotNull() & (F.col("new").isNull() | ~old_a.eqNullSafe(new_a)))
         moves = moved.select("space", old_a.alias("a"), pk.alias("b"), F.lit(None).cast("binary").alias("v")).unionByName(
             indexed.where(F.col("new").isNotNull()).select("space", new_a.alias("a"), pk.alias("b"), F.col("new").alias("v"))
@@ -348,8 +339,7 @@ class Walker:
         if not readers:
             return None
         readers_frame = F.broadcast(self.spark.createDataFrame(readers, "table INT, view INT, occ INT"))
-        starts = [images.join(readers_frame, "table").select("view", "occ", F.lit(0).alias("step"), "v")]
-        frontier = reduce(DataFrame.unionByName, starts)
+        frontier = images.join(readers_frame, "table").select("view", "occ", F.lit(0).alias("step"), "v")
         up = self._moves["up"]
         done = []
         for _ in range(max((w.up_rounds for w in self._walked()), default=0)):
@@ -384,13 +374,12 @@ class Walker:
         return reduce(DataFrame.unionByName, gathered)
 
 
-def texts_of(values: str, types: str) -> str:
-    """SQL: texts already read (`values`, an array) normalized by `types`."""
-    return f"zip_with({values}, {types}, (x, t) -> {_NORM})"
+def pk_paths(source: SourceTable) -> tuple[list[str], list[str]]:
+    """The JSON paths of a table's primary key and their type classes."""
+    return [f"$.{c}" for c in source.primary_key], [source.column(c).spark_type.upper() for c in source.primary_key]
 
 
 def pk_texts(source: SourceTable, v: str = "v") -> str:
     """SQL: a packed row's primary key as the rows space keys it (`a`) and an index entry names it (`b`)."""
-    paths = literal_array([f"$.{c}" for c in source.primary_key], "STRING")
-    types = literal_array([source.column(c).spark_type.upper() for c in source.primary_key], "STRING")
-    return f"CAST(to_json({texts(v, paths, types)}) AS BINARY)"
+    paths, types = pk_paths(source)
+    return packed_texts(v, literal_array(paths, "STRING"), literal_array(types, "STRING"))

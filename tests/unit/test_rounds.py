@@ -26,6 +26,7 @@ def test_user_profile_walks_up_two_hops_and_down_its_link_tree(plans, sources):
     (anchor,) = view.anchors.values()
     assert w.asks[anchor].space == Space(kind="rows", name="users", columns=("email",))  # the key is the primary key: the rows themselves
     assert w.asks[anchor].source == KEYS
+    assert view.exact  # the anchor is found by the whole key
     assert (view.up_rounds, view.down_rounds, w.rounds) == (2, 3, 5)  # up: repos -> stars -> users; down: users, stars | PRs | payments, repos
     assert {s.kind for s in w.spaces} == {"rows", "index", "view"}
     assert Space(kind="view", name="user_profile", columns=("email",)) in w.spaces
