@@ -4,9 +4,10 @@ row digests in the engine state: one job for the recomputes of all views, one ro
 Each view's query is planned once, when the engine is made (`lakemv.spark.views.kept`'s rules: the
 inputs are marked local relations, no rule folds their rows away), and per batch only copied with the
 batch's rows swapped in (`Replan.swapSingle`: one partition, no shuffle). Its inputs are one relation per
-table, the rows every view gathered of it, each row labelled with the view and occurrence that asked
-for it: a view's occurrence reads only its own rows. So a view's SQL is never analysed or planned again,
-and the rows reach the plans through the driver's JVM, never through Python.
+table, the rows the view gathered of it, each labelled with the occurrence that asked for it: a view's
+occurrence reads only its own rows. So a view's SQL is never analysed or planned again, and the rows
+reach the plans on the executors, never through the driver: each table's gathered rows are shuffled by
+view once a batch (`Replan.byLabel`), and each view's plan reads its own partition (`Replan.partition`).
 
 A recomputed row's key is packed as `reach` packs it (`lakemv.spark.engine.walk`), so the keys a batch
 reached and found no row for are the view's deleted rows; a row's digest is two 64-bit xxhashes of its
@@ -99,7 +100,7 @@ class Recompute:
         tables = walker.tables()
         occurrences = [(walker.ids[name], occ.id, tables.index(occ.table)) for name, plan in self.plans.items() for occ in plan.occurrences]
         labelled = gathered.join(F.broadcast(self.spark.createDataFrame(occurrences, "view INT, occ INT, table INT")), ["view", "occ"])
-        rows = jvm.java.util.HashMap()  # type: ignore[union-attr]
+        shuffled = {}  # each table's rows, by view: view i's in partition i
         for ti, table in enumerate(tables):
             source = walker.sources[table]
             mine = labelled.where(F.col("table") == ti).select(row_of(source, F.col("v")).alias("r"), "view", "occ")
@@ -109,9 +110,12 @@ class Recompute:
                 F.col("occ").alias(OCC),
                 F.lit(None).cast("boolean").alias(MARK + table),
             )
-            rows.put(MARK + table, self.replan.collectedRows(frame._jdf))
+            shuffled[table] = self.replan.byLabel(frame._jdf, len(source.columns), len(walker.ids))
         frames = []
         for name, plan in self.plans.items():
+            rows = jvm.java.util.HashMap()  # type: ignore[union-attr]
+            for table, rdd in shuffled.items():
+                rows.put(MARK + table, self.replan.partition(rdd, walker.ids[name]))
             swapped = self.replan.swapSingle(self.session._jsparkSession, self.kept[name], MARK, rows)
             frame = DataFrame(self.session._jsparkSession.internalCreateDataFrame(swapped.execute(), swapped.schema(), False), self.spark)
             frames.append((name, self._keyed(plan, frame)))

@@ -82,7 +82,9 @@ public final class Replan {
                   throw new IllegalArgumentException("no rows for the local scan " + scan.output());
                 }
                 org.apache.spark.rdd.RDD<InternalRow> one =
-                    session.sparkContext().parallelize((Seq<InternalRow>) fresh, 1, scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class));
+                    fresh instanceof org.apache.spark.rdd.RDD<?> rdd
+                        ? (org.apache.spark.rdd.RDD<InternalRow>) rdd
+                        : session.sparkContext().parallelize((Seq<InternalRow>) fresh, 1, scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class));
                 return new org.apache.spark.sql.execution.RDDScanExec(
                     scan.output(), one, "batch", org.apache.spark.sql.catalyst.plans.physical.SinglePartition$.MODULE$,
                     scala.collection.immutable.List$.MODULE$.empty(), scala.Option.empty());
@@ -101,6 +103,48 @@ public final class Replan {
             return ((org.apache.spark.sql.execution.exchange.ShuffleExchangeExec) node).child();
           }
         });
+  }
+
+  /**
+   * The rows `frame` computes, shuffled by the int in column `label` into `labels` partitions: the rows
+   * labelled i in partition i (labels are 0 .. labels - 1). Every view's rows of a batch reach its plan
+   * this way, on the executors, each view reading only its own partition (see {@link #partition}).
+   */
+  public static org.apache.spark.rdd.RDD<InternalRow> byLabel(Dataset<?> frame, int label, int labels) {
+    org.apache.spark.api.java.JavaPairRDD<Integer, InternalRow> keyed =
+        frame.queryExecution().toRdd().toJavaRDD().mapToPair(new Labelled(label));
+    return keyed.partitionBy(new org.apache.spark.HashPartitioner(labels)).values().rdd();
+  }
+
+  /** Partition `index` of `rdd` alone, as an RDD of one partition (no copy: a narrow dependency). */
+  public static org.apache.spark.rdd.RDD<InternalRow> partition(org.apache.spark.rdd.RDD<InternalRow> rdd, int index) {
+    return org.apache.spark.rdd.PartitionPruningRDD.create(rdd, new Only(index));
+  }
+
+  private static final class Labelled implements org.apache.spark.api.java.function.PairFunction<InternalRow, Integer, InternalRow> {
+    private final int column;
+
+    Labelled(int column) {
+      this.column = column;
+    }
+
+    @Override
+    public Tuple2<Integer, InternalRow> call(InternalRow row) {
+      return new Tuple2<>(row.getInt(column), row.copy()); // an operator reuses its row object
+    }
+  }
+
+  private static final class Only extends scala.runtime.AbstractFunction1<Object, Object> implements java.io.Serializable {
+    private final int index;
+
+    Only(int index) {
+      this.index = index;
+    }
+
+    @Override
+    public Object apply(Object partition) {
+      return (Integer) partition == index;
+    }
   }
 
   /** The marker of a local scan's output: its column whose name starts with `prefix`, else null. */
