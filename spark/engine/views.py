@@ -132,12 +132,12 @@ class Recompute:
         """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON.
         In SQL text: a few calls into the JVM a view, not one per function."""
         options = ", ".join(f"'{k}', \"{v}\"" for k, v in JSON.items())
-        paths = literal_array([f"$.{n}" for n in plan.key_names], "STRING")
+        fields = literal_array(list(plan.key_names), "STRING")
         types = literal_array(self.walker.key_types(plan), "STRING")
         framed = frame.selectExpr("struct(*) AS r").selectExpr("r", f"to_json(r, map({options})) AS row")
         return framed.selectExpr(
             f"{self.walker.ids[plan.name]} AS view",
-            f"{packed_texts('row', paths, types)} AS k",
+            f"{packed_texts('row', fields, types)} AS k",
             f"{DIGEST.format(row='r')} AS d",
             "row",
         )

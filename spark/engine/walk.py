@@ -10,7 +10,7 @@ CASE branch each - made Spark's optimizer take seconds per round at 30 views.)
 Encodings, the same on both sides of every read:
 - a row (`v`) is the JSON of the table's row in its declared types, timestamps to the microsecond,
   plus the value of each key expression a view keys that table by (`derived_name`): the walks read
-  columns and those values by JSON path;
+  columns and those values by name, the row parsed once a read;
 - an entry's `a` (the looked-up values) and `b` (the primary key) are the JSON array of the values'
   texts, each number normalized to the type class of the space's column (a bigint asked of an int
   column finds its rows).
@@ -47,15 +47,17 @@ def texts_of(values: str, types: str) -> str:
     return f"zip_with({values}, {types}, (x, t) -> {_NORM})"
 
 
-def texts(v: str, paths: str, types: str) -> str:
-    """SQL: the normalized texts of a JSON row's values (`paths`, `types`: SQL array expressions; one
-    expression for every hop)."""
-    return texts_of(f"transform({paths}, p -> get_json_object(CAST({v} AS STRING), p))", types)
+def texts(v: str, fields: str, types: str) -> str:
+    """SQL: the normalized texts of a JSON row's values (`fields`: their names, `types`: SQL array
+    expressions; one expression for every hop). The row is parsed once (as a map of texts: a number's
+    text as it is written)."""
+    parsed = f"from_json(CAST({v} AS STRING), 'MAP<STRING, STRING>')"
+    return texts_of(f"transform(array({parsed}), m -> transform({fields}, f -> m[f]))[0]", types)
 
 
-def packed_texts(v: str, paths: str, types: str) -> str:
+def packed_texts(v: str, fields: str, types: str) -> str:
     """SQL: `texts` packed as bytes: an entry's `a` or `b`, a key's `k`."""
-    return f"CAST(to_json({texts(v, paths, types)}) AS BINARY)"
+    return f"CAST(to_json({texts(v, fields, types)}) AS BINARY)"
 
 
 def asked(values: str, strict: str) -> str:
@@ -133,7 +135,7 @@ class Walker:
         return [RAW if c in derived else source.column(c).spark_type.upper() for c in space.columns]
 
     def _ask_row(self, ask: Ask) -> tuple[int, list[str], list[str], list[bool]]:
-        return self.numbers[ask.space], [f"$.{u}" for u in ask.using], self._types(ask.space), [not s for s in ask.null_safe]
+        return self.numbers[ask.space], list(ask.using), self._types(ask.space), [not s for s in ask.null_safe]
 
     def _frames(self) -> dict[str, DataFrame]:
         """The broadcast tables the walks join: each hop up (`up`), where each walk's keys come from
@@ -147,48 +149,48 @@ class Walker:
                 ends.append((view, occ, *self._key_spec(w, occ)))
             for child, (parent, i) in w.down.items():
                 down.append((view, parent, child, *self._ask_row(self.walks.asks[i])))
-        hop = "space INT, paths ARRAY<STRING>, types ARRAY<STRING>, strict ARRAY<BOOLEAN>"
+        hop = "space INT, fields ARRAY<STRING>, types ARRAY<STRING>, strict ARRAY<BOOLEAN>"
         anchor = "ARRAY<STRUCT<occ: INT, space: INT, pos: ARRAY<INT>, types: ARRAY<STRING>, strict: ARRAY<BOOLEAN>>>"
         create = self.spark.createDataFrame
         tables = self.tables()
         indexes = []
         for space in self.walks.spaces:
             if space.kind == "index":
-                paths = [f"$.{c}" for c in space.columns]
-                indexes.append((tables.index(space.name), self.numbers[space], paths, self._types(space), *pk_paths(self.sources[space.name])))
+                fields = list(space.columns)
+                indexes.append((tables.index(space.name), self.numbers[space], fields, self._types(space), *pk_fields(self.sources[space.name])))
         return {
             "indexes": create(
-                indexes, "table INT, space INT, paths ARRAY<STRING>, types ARRAY<STRING>, pk_paths ARRAY<STRING>, pk_types ARRAY<STRING>"
+                indexes, "table INT, space INT, fields ARRAY<STRING>, types ARRAY<STRING>, pk_fields ARRAY<STRING>, pk_types ARRAY<STRING>"
             ),
             "up": create(up, f"view INT, occ INT, step INT, {hop}"),
-            "ends": create(ends, f"view INT, occ INT, paths ARRAY<STRING>, literals ARRAY<STRING>, types ARRAY<STRING>, anchors {anchor}"),
+            "ends": create(ends, f"view INT, occ INT, fields ARRAY<STRING>, literals ARRAY<STRING>, types ARRAY<STRING>, anchors {anchor}"),
             "down": create(down, f"view INT, occ INT, child INT, {hop}"),
         }
 
     def _key_spec(self, w: ViewWalk, occ: int) -> tuple:
-        """Where a walk from `occ` ends up finding each key value - a JSON path into the rows it ended on,
+        """Where a walk from `occ` ends up finding each key value - a field of the rows it ended on,
         or a constant - their type classes, and each anchor's ask as positions among the key values."""
         plan = self.plans[w.view]
         anchor = plan.anchor_of(occ)
         anchor_source = self.sources[plan.occurrence(anchor).table]
         at_anchor = len(w.up[occ]) == len(plan.chain(occ))
-        paths, literals, types = [], [], []
+        fields, literals, types = [], [], []
         for key, carried in zip(plan.keys_at(anchor), w.key_columns[occ], strict=True):
             column = plain_column(key.expr)
             if not at_anchor:  # the columns the last link carries, compared as the anchor's columns
-                paths.append(f"$.{carried}")
+                fields.append(carried)
                 literals.append(None)
                 types.append(anchor_source.column(column).spark_type.upper() if column else RAW)
             elif column is not None:
-                paths.append(f"$.{column}")
+                fields.append(column)
                 literals.append(None)
                 types.append(anchor_source.column(column).spark_type.upper())
             elif (value := constant(key.expr)) is not NOT_CONSTANT:
-                paths.append(None)
+                fields.append(None)
                 literals.append(None if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value))
                 types.append(RAW)
             else:
-                paths.append(f"$.{derived_name(key.expr)}")
+                fields.append(derived_name(key.expr))
                 literals.append(None)
                 types.append(RAW)
         values_by_name = {k.name: i for i, k in enumerate(plan.keys_at(anchor))}
@@ -200,7 +202,7 @@ class Walker:
         # keys are packed in the view's key order (plan.key_names), whichever branch found them
         reorder = [values_by_name[n] for n in plan.key_names]
         return (
-            [paths[i] for i in reorder],
+            [fields[i] for i in reorder],
             [literals[i] for i in reorder],
             [types[i] for i in reorder],
             [(o, s, [reorder.index(p) for p in pos], t, st) for o, s, pos, t, st in anchors],
@@ -259,8 +261,8 @@ class Walker:
 
     def _index_key(self, space: Space, v: str) -> str:
         """SQL: a packed row's `a` in an index space."""
-        paths = literal_array([f"$.{c}" for c in space.columns], "STRING")
-        return packed_texts(v, paths, literal_array(self._types(space), "STRING"))
+        fields = literal_array(list(space.columns), "STRING")
+        return packed_texts(v, fields, literal_array(self._types(space), "STRING"))
 
     def apply(self, changes: Mapping[str, DataFrame], version: int) -> tuple[DataFrame, int]:
         """Writes a batch's rows: `changes` per table, its columns and `_lmv_deleted`, one row per primary
@@ -290,8 +292,8 @@ class Walker:
         images = written.select(table_of.alias("table"), F.col("old").alias("old"), F.col("v").alias("new"))
         # every index of the changed tables in one frame: a row per (change, index), by the indexes' data
         indexed = images.join(F.broadcast(self._moves["indexes"]), "table")
-        old_a, new_a = F.expr(packed_texts("old", "paths", "types")), F.expr(packed_texts("new", "paths", "types"))
-        pk = F.expr(packed_texts("coalesce(new, old)", "pk_paths", "pk_types"))
+        old_a, new_a = F.expr(packed_texts("old", "fields", "types")), F.expr(packed_texts("new", "fields", "types"))
+        pk = F.expr(packed_texts("coalesce(new, old)", "pk_fields", "pk_types"))
         moved = indexed.where(F.col("old").isNotNull() & (F.col("new").isNull() | ~old_a.eqNullSafe(new_a)))
         moves = moved.select("space", old_a.alias("a"), pk.alias("b"), F.lit(None).cast("binary").alias("v")).unionByName(
             indexed.where(F.col("new").isNotNull()).select("space", new_a.alias("a"), pk.alias("b"), F.col("new").alias("v"))
@@ -313,12 +315,12 @@ class Walker:
 
     # ---- rounds --------------------------------------------------------------------------------
     def _round(self, frontier: DataFrame, moves: DataFrame, tag_names: Sequence[str], version: int) -> DataFrame:
-        """One round: each frontier row `(v, ...)` joined to its move (the space, paths, types and strict
+        """One round: each frontier row `(v, ...)` joined to its move (the space, fields, types and strict
         flags of its hop, and the tag columns it goes on with) asks the space; the rows found,
         `(tag columns..., b, v)`."""
         on = [c for c in frontier.columns if c in moves.columns and c != "v"]
         requests = frontier.join(F.broadcast(moves), on).select(
-            "space", F.expr(asked(texts("v", "paths", "types"), "strict")).alias("a"), _tag(*[F.col(c) for c in tag_names]).alias("tag")
+            "space", F.expr(asked(texts("v", "fields", "types"), "strict")).alias("a"), _tag(*[F.col(c) for c in tag_names]).alias("tag")
         )
         found = self.store.lookup(requests.where(F.col("a").isNotNull()), version)
         return found.where(F.col("v").isNotNull()).select(*_untag(F.col("tag"), tag_names), "b", "v")
@@ -351,7 +353,7 @@ class Walker:
         keyed = ended.join(F.broadcast(self._moves["ends"]), ["view", "occ"]).select(
             "view",
             "anchors",
-            F.expr(f"zip_with({texts('v', 'paths', 'types')}, literals, (x, l) -> coalesce(x, l))").alias("values"),
+            F.expr(f"zip_with({texts('v', 'fields', 'types')}, literals, (x, l) -> coalesce(x, l))").alias("values"),
         )
         pos = "transform(anchor.pos, i -> values[i])"
         asks = f"transform(anchors, anchor -> named_struct('occ', anchor.occ, 'space', anchor.space, 'a', {asked(texts_of(pos, 'anchor.types'), 'anchor.strict')}))"
@@ -374,12 +376,12 @@ class Walker:
         return reduce(DataFrame.unionByName, gathered)
 
 
-def pk_paths(source: SourceTable) -> tuple[list[str], list[str]]:
-    """The JSON paths of a table's primary key and their type classes."""
-    return [f"$.{c}" for c in source.primary_key], [source.column(c).spark_type.upper() for c in source.primary_key]
+def pk_fields(source: SourceTable) -> tuple[list[str], list[str]]:
+    """The JSON fields of a table's primary key and their type classes."""
+    return list(source.primary_key), [source.column(c).spark_type.upper() for c in source.primary_key]
 
 
 def pk_texts(source: SourceTable, v: str = "v") -> str:
     """SQL: a packed row's primary key as the rows space keys it (`a`) and an index entry names it (`b`)."""
-    paths, types = pk_paths(source)
-    return packed_texts(v, literal_array(paths, "STRING"), literal_array(types, "STRING"))
+    fields, types = pk_fields(source)
+    return packed_texts(v, literal_array(fields, "STRING"), literal_array(types, "STRING"))
