@@ -72,6 +72,13 @@ def latest(spark, source, folder: Path):
     return newest.select(*_typed(source, F.col("m.image")), F.col("m.deleted").alias("_lmv_deleted"))
 
 
+def per_view(walker, frame) -> dict[str, int]:
+    """`frame`'s rows per view (`view` column), the total under "*", largest first."""
+    names = {i: name for name, i in walker.ids.items()}
+    counts = {names[r["view"]]: r["count"] for r in frame.groupBy("view").count().collect()}
+    return {"*": sum(counts.values()), **dict(sorted(counts.items(), key=lambda kv: -kv[1]))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=100_000)
@@ -138,12 +145,14 @@ def main() -> None:
                 images, version = walker.apply(changes, version)
             with Timer(results, f"{label}.reach"):
                 keys = walker.reach_packed(images, version)
-                results[f"{label}.keys"] = keys.count()
+                results[f"{label}.keys"] = per_view(walker, keys)
             with Timer(results, f"{label}.gather"):
                 gathered = walker.keep(walker.gather(keys, version))
-                results[f"{label}.gathered"] = gathered.count()
-            with Timer(results, f"{label}.recompute_and_diff", len(plans)):
-                rows = recompute.run(gathered, keys)
+                results[f"{label}.gathered"] = per_view(walker, gathered)
+            with Timer(results, f"{label}.recompute", len(plans)):
+                rows = walker.keep(recompute.run(gathered, keys))
+                results[f"{label}.recomputed"] = per_view(walker, rows)
+            with Timer(results, f"{label}.diff", len(plans)):
                 results[f"{label}.changed"] = recompute.diff(rows, keys, version).count()
             version += 1
             walker.release()

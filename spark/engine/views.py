@@ -20,7 +20,6 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from sqlglot import exp
 
 from lakemv.core.planner import OCCURRENCE, ViewPlan
@@ -78,9 +77,13 @@ class Recompute:
         them (py4j proxies of SparkPlans)."""
         names, kept = [], {}
         try:
-            for name, ddl in self._inputs().items():  # from Arrow: a local relation (a list makes a scan of an RDD)
-                schema = self.session.createDataFrame([], ddl).schema
-                self.session.createDataFrame(to_arrow_schema(schema).empty_table()).createOrReplaceTempView(name)
+            jsession = self.session._jsparkSession
+            for name, ddl in self._inputs().items():
+                # a scan of an empty RDD: an empty local relation would let the optimizer drop what it
+                # proves needless for no rows (a DISTINCT's aggregate, a sort, a limit)
+                schema = self.spark._jvm.org.apache.spark.sql.types.DataType.fromJson(self.session.createDataFrame([], ddl).schema.json())  # type: ignore[union-attr]
+                empty = jsession.internalCreateDataFrame(self.spark._jsc.emptyRDD().rdd(), schema, False)  # type: ignore[union-attr]
+                DataFrame(empty, self.session).createOrReplaceTempView(name)
                 names.append(name)
             for view, plan in self.plans.items():
                 made = self.session.sql(self.sql(plan))._jdf.queryExecution().executedPlan()

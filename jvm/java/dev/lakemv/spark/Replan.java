@@ -71,22 +71,21 @@ public final class Replan {
             new AbstractPartialFunction<SparkPlan, SparkPlan>() {
               @Override
               public boolean isDefinedAt(SparkPlan node) {
-                return node instanceof LocalTableScanExec;
+                return input(node, prefix);
               }
 
               @Override
               public SparkPlan apply(SparkPlan node) {
-                LocalTableScanExec scan = (LocalTableScanExec) node;
-                Object fresh = rows.get(marker(scan, prefix));
+                Object fresh = rows.get(marker(node, prefix));
                 if (fresh == null) {
-                  throw new IllegalArgumentException("no rows for the local scan " + scan.output());
+                  throw new IllegalArgumentException("no rows for the input " + node.output());
                 }
                 org.apache.spark.rdd.RDD<InternalRow> one =
                     fresh instanceof org.apache.spark.rdd.RDD<?> rdd
                         ? (org.apache.spark.rdd.RDD<InternalRow>) rdd
                         : session.sparkContext().parallelize((Seq<InternalRow>) fresh, 1, scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class));
                 return new org.apache.spark.sql.execution.RDDScanExec(
-                    scan.output(), one, "batch", org.apache.spark.sql.catalyst.plans.physical.SinglePartition$.MODULE$,
+                    node.output(), one, "batch", org.apache.spark.sql.catalyst.plans.physical.SinglePartition$.MODULE$,
                     scala.collection.immutable.List$.MODULE$.empty(), scala.Option.empty());
               }
             });
@@ -147,8 +146,18 @@ public final class Replan {
     }
   }
 
+  /**
+   * Whether `node` is a marked input: a local scan, or a scan of an RDD (an input planned empty is made
+   * from an empty RDD: a relation of known size, such as an empty local one, lets the optimizer drop an
+   * aggregate, a sort or a limit it proves needless for that size: OptimizeOneRowPlan, EliminateLimits).
+   */
+  private static boolean input(SparkPlan node, String prefix) {
+    return (node instanceof LocalTableScanExec || node instanceof org.apache.spark.sql.execution.RDDScanExec)
+        && marker(node, prefix) != null;
+  }
+
   /** The marker of a local scan's output: its column whose name starts with `prefix`, else null. */
-  private static String marker(LocalTableScanExec scan, String prefix) {
+  private static String marker(SparkPlan scan, String prefix) {
     Iterator<Attribute> columns = scan.output().iterator();
     while (columns.hasNext()) {
       String name = columns.next().name();
@@ -170,7 +179,7 @@ public final class Replan {
           @Override
           public scala.runtime.BoxedUnit apply(SparkPlan node) {
             if (node.children().isEmpty()
-                && !(node instanceof LocalTableScanExec scan && marker(scan, prefix) != null)) {
+                && !input(node, prefix)) {
               all[0] = false;
             }
             return scala.runtime.BoxedUnit.UNIT;
