@@ -72,8 +72,11 @@ def latest(spark, source, folder: Path):
     return newest.select(*_typed(source, F.col("m.image")), F.col("m.deleted").alias("_lmv_deleted"))
 
 
-def per_view(walker, frame) -> dict[str, int]:
-    """`frame`'s rows per view (`view` column), the total under "*", largest first."""
+def per_view(walker, frame, detail: bool) -> dict[str, int] | int:
+    """`frame`'s rows; with `detail`, per view (`view` column), the total under "*", largest first
+    (a grouping job more a step)."""
+    if not detail:
+        return frame.count()
     names = {i: name for name, i in walker.ids.items()}
     counts = {names[r["view"]]: r["count"] for r in frame.groupBy("view").count().collect()}
     return {"*": sum(counts.values()), **dict(sorted(counts.items(), key=lambda kv: -kv[1]))}
@@ -86,6 +89,7 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000)
     parser.add_argument("--batches", type=int, default=4, help="the first is a warm-up")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--per-view", action="store_true", help="count each step's rows per view (a job more a step)")
     parser.add_argument("--root", type=Path, default=Path("/tmp/engine-batch"))
     args = parser.parse_args()
 
@@ -145,13 +149,13 @@ def main() -> None:
                 images, version = walker.apply(changes, version)
             with Timer(results, f"{label}.reach"):
                 keys = walker.reach_packed(images, version)
-                results[f"{label}.keys"] = per_view(walker, keys)
+                results[f"{label}.keys"] = per_view(walker, keys, args.per_view)
             with Timer(results, f"{label}.gather"):
                 gathered = walker.keep(walker.gather(keys, version))
-                results[f"{label}.gathered"] = per_view(walker, gathered)
+                results[f"{label}.gathered"] = per_view(walker, gathered, args.per_view)
             with Timer(results, f"{label}.recompute", len(plans)):
                 rows = walker.keep(recompute.run(gathered, keys))
-                results[f"{label}.recomputed"] = per_view(walker, rows)
+                results[f"{label}.recomputed"] = per_view(walker, rows, args.per_view)
             with Timer(results, f"{label}.diff", len(plans)):
                 results[f"{label}.changed"] = recompute.diff(rows, keys, version).count()
             version += 1
