@@ -84,12 +84,13 @@ def row_of(source: SourceTable, v: Column) -> Column:
 
 
 def _tag(*values: Column) -> Column:
-    return F.to_json(F.struct(*[v.alias(f"_{i}") for i, v in enumerate(values)])).cast("binary")
+    """Ints as a request's tag: their decimal texts joined by commas (split again far cheaper than JSON)."""
+    return F.concat_ws(",", *[v.cast("string") for v in values]).cast("binary")
 
 
 def _untag(tag: Column, names: Sequence[str]) -> list[Column]:
-    parsed = F.from_json(tag.cast("string"), "STRUCT<" + ", ".join(f"_{i}: INT" for i in range(len(names))) + ">")
-    return [parsed[f"_{i}"].alias(name) for i, name in enumerate(names)]
+    parts = F.split(tag.cast("string"), ",")
+    return [parts[i].cast("int").alias(name) for i, name in enumerate(names)]
 
 
 class Walker:
