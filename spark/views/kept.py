@@ -7,7 +7,8 @@ next batch's rows with lakemv's JVM helper (`jvm/java/dev/lakemv/spark/Replan.ja
 
 - every input is a local relation with a marker column of its own (`MARK` + its name);
 - the plan is made in a session of its own whose SQL conf is `PLANNED_CONF`: no rule that folds a
-  local relation's rows into the plan, no exchange or subquery reused for another (a reused one keeps
+  local relation's rows into the plan or drops what their count proves needless (one row needs no
+  DISTINCT, sort or limit), no exchange or subquery reused for another (a reused one keeps
   an earlier run's output), sort-merge joins, no adaptive execution, one shuffle partition;
 - the plan is kept without its rows (100 views' first batches held 1 GB of the driver's heap at 100k
   users); each later run copies it with each marked scan reading the new rows, so every node above one is
@@ -42,8 +43,11 @@ PLANNED_CONF = {
     "spark.sql.autoBroadcastJoinThreshold": "-1",
     "spark.sql.exchange.reuse": "false",
     "spark.sql.execution.reuseSubquery": "false",
+    # no rule that folds a local relation's rows, nor one that drops what the rows' count proves needless
+    # (over one row: a DISTINCT's aggregate, a sort, a limit): the plan runs again over more rows
     "spark.sql.optimizer.excludedRules": ",".join(
-        f"org.apache.spark.sql.catalyst.optimizer.{rule}" for rule in ("ConvertToLocalRelation", "PropagateEmptyRelation")
+        f"org.apache.spark.sql.catalyst.optimizer.{rule}"
+        for rule in ("ConvertToLocalRelation", "PropagateEmptyRelation", "OptimizeOneRowPlan", "EliminateLimits", "EliminateOffsets")
     ),
 }
 _SESSIONS: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakref.WeakKeyDictionary()
