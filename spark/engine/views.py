@@ -1,8 +1,8 @@
 """Every reached view recomputed by Spark over the rows its walk gathered, and diffed against its
 row digests in the engine state: one job for the recomputes of all views, one round for their diffs.
 
-Each view's query is planned once, when the engine is made (`lakemv.spark.views.kept`'s rules: the
-inputs are marked local relations, no rule folds their rows away), and per batch only copied with the
+Each view's query is planned once, when the engine is made (`lakemv.spark.views.kept`'s session, over
+marked empty scans of RDDs: no size for the optimizer to fold or prove anything by), and per batch only copied with the
 batch's rows swapped in (`Replan.swapSingle`: one partition, no shuffle). Its inputs are one relation per
 table, the rows the view gathered of it, each labelled with the occurrence that asked for it: a view's
 occurrence reads only its own rows. So a view's SQL is never analysed or planned again, and the rows
@@ -77,13 +77,10 @@ class Recompute:
         them (py4j proxies of SparkPlans)."""
         names, kept = [], {}
         try:
-            jsession = self.session._jsparkSession
             for name, ddl in self._inputs().items():
                 # a scan of an empty RDD: an empty local relation would let the optimizer drop what it
                 # proves needless for no rows (a DISTINCT's aggregate, a sort, a limit)
-                schema = self.spark._jvm.org.apache.spark.sql.types.DataType.fromJson(self.session.createDataFrame([], ddl).schema.json())  # type: ignore[union-attr]
-                empty = jsession.internalCreateDataFrame(self.spark._jsc.emptyRDD().rdd(), schema, False)  # type: ignore[union-attr]
-                DataFrame(empty, self.session).createOrReplaceTempView(name)
+                self.session.createDataFrame(self.spark.sparkContext.emptyRDD(), ddl).createOrReplaceTempView(name)
                 names.append(name)
             for view, plan in self.plans.items():
                 made = self.session.sql(self.sql(plan))._jdf.queryExecution().executedPlan()
