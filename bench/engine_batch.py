@@ -20,6 +20,7 @@ import os
 import random
 import shutil
 import statistics
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from lakemv.workload.debezium import connect_schema, write_landing_files
 from lakemv.workload.github import WorkloadConfig, generate_files
 from lakemv.workload.shapes import copies
 
+from bench import eventlog
 from bench.spike_state import Timer
 
 TABLES = ("users", "repos", "pull_requests", "stars", "payment_info")
@@ -69,7 +71,61 @@ def latest(spark, source, folder: Path):
     )
     keyed = rows.select(*[F.col("image")[k].alias(f"_k_{k}") for k in source.primary_key], F.struct("position", "deleted", "image").alias("m"))
     newest = keyed.groupBy(*[f"_k_{k}" for k in source.primary_key]).agg(F.max("m").alias("m"))
-    return newest.select(*_typed(source, F.col("m.image")), F.col("m.deleted").alias("_lmv_deleted"))
+    return newest.select(*_typed(source, F.col("m.image")), F.col("m.deleted").alias("_lmv_deleted"), F.col("m.position").alias("_lmv_position"))
+
+
+class Mirrors:
+    """The tables' mirrors in Iceberg (the whole views read them): loaded from the snapshot, each batch's
+    changes MERGEd into them, the tables concurrently (one thread a table)."""
+
+    def __init__(self, spark, settings, sources):
+        from lakemv.catalog.tables import TableNames
+        from lakemv.spark.mirror import ensure_mirror, ensure_namespaces
+
+        self.spark, self.sources, self.names = spark, sources, TableNames(settings.catalog_name)
+        ensure_namespaces(spark, self.names)
+        for source in sources.values():
+            ensure_mirror(spark, self.names, source)
+
+    def _rows(self, table: str, frame):
+        from pyspark.sql import functions as F
+
+        deleted = F.col("_lmv_deleted")
+        return frame.select(
+            *[F.col(c.name) for c in self.sources[table].columns],
+            F.col("_lmv_position"),
+            F.when(deleted, F.lit("d")).otherwise(F.lit("u")).alias("_lmv_op"),
+            deleted,
+            F.lit(None).cast("timestamp").alias("_lmv_source_ts"),
+            F.current_timestamp().alias("_lmv_ingested_at"),
+            F.lit(0).cast("bigint").alias("_lmv_batch_id"),
+        )
+
+    def load(self, tables) -> None:
+        for table, frame in tables.items():
+            self._rows(table, frame).writeTo(self.names.mirror(table)).append()
+
+    def merge(self, changes, label: str) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from lakemv.spark.mirror import merge_sql
+
+        def one(table: str) -> None:
+            self.spark.sparkContext.setJobDescription(label)
+            view = f"_lmv_changes_{table}"
+            self._rows(table, changes[table]).createOrReplaceTempView(view)
+            self.spark.sql(merge_sql(self.names.mirror(table), view, self.sources[table]))
+
+        with ThreadPoolExecutor(len(changes)) as pool:
+            list(pool.map(one, changes))
+
+    def live(self) -> dict[str, str]:
+        """Temp views of every mirror's live rows (table -> name)."""
+        from lakemv.catalog.tables import live_rows_sql
+
+        for table, source in self.sources.items():
+            self.spark.sql(live_rows_sql(self.names, source)).createOrReplaceTempView(f"live_{table}")
+        return {t: f"live_{t}" for t in self.sources}
 
 
 def per_view(walker, frame, detail: bool) -> dict[str, int] | int:
@@ -90,12 +146,17 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4, help="the first is a warm-up")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--per-view", action="store_true", help="count each step's rows per view (a job more a step)")
+    parser.add_argument("--event-log", action="store_true", help="Spark's event log on: each step's jobs, tasks, CPU and GC in the results")
     parser.add_argument("--root", type=Path, default=Path("/tmp/engine-batch"))
     args = parser.parse_args()
 
     shutil.rmtree(args.root, ignore_errors=True)
     args.root.mkdir(parents=True)
     os.environ.setdefault("LAKEMV_DRIVER_MEMORY", "6g")
+    if args.event_log:
+        os.environ["LAKEMV_SPARK_CONF"] = json.dumps(
+            {**json.loads(os.environ.get("LAKEMV_SPARK_CONF") or "{}"), **eventlog.conf(args.root / "events")}
+        )
     settings = LakeSettings(warehouse=args.root / "wh", spark_master="local[2]", shuffle_partitions=args.partitions)
     sources = load_sources(settings.sources_dirs)
     shipped = load_views(settings.view_dirs)
@@ -116,22 +177,31 @@ def main() -> None:
     from pyspark.storagelevel import StorageLevel
 
     spark = get_spark(settings)
-    with Timer(results, "engine_made"):
+
+    def step(name: str, count: int | None = None) -> Timer:
+        spark.sparkContext.setJobDescription(name)  # the event log's jobs by step
+        return Timer(results, name, count)
+
+    with step("engine_made"):
         walker = Walker.of(KeyedStore(spark, str(args.root / "state"), args.partitions), plans, sources)
         recompute = Recompute(walker)
-    with Timer(results, "snapshot_parse", events):
-        tables = {
-            t: latest(spark, sources[t], snapshot / t).where(~F.col("_lmv_deleted")).drop("_lmv_deleted").persist(StorageLevel.MEMORY_AND_DISK)
-            for t in TABLES
-        }
-        results["snapshot_rows"] = sum(frame.count() for frame in tables.values())
-    with Timer(results, "bulk_load", events):
+    with step("snapshot_parse", events):
+        tables = {t: latest(spark, sources[t], snapshot / t).where(~F.col("_lmv_deleted")).persist(StorageLevel.MEMORY_AND_DISK) for t in TABLES}
+        table_rows = {t: frame.count() for t, frame in tables.items()}
+        results["snapshot_rows"] = sum(table_rows.values())
+    with step("mirrors_load", events):
+        mirrors = Mirrors(spark, settings, sources)
+        mirrors.load(tables)
+        tables = {t: frame.drop("_lmv_deleted", "_lmv_position") for t, frame in tables.items()}
+    with step("bulk_load", events):
         results["state_entries"] = walker.load(tables, 0)
     for table, frame in tables.items():
         frame.createOrReplaceTempView(f"snap_{table}")
-    with Timer(results, "seed_by_full_recompute", len(plans)):
+    with step("seed_by_full_recompute", len(plans)):
         live = {t: f"snap_{t}" for t in sources}
-        results["view_rows"] = recompute.seed({name: spark.sql(recompute_sql(plan, live)) for name, plan in recompute.plans.items()}, 1)
+        view_rows = recompute.seed({name: spark.sql(recompute_sql(plan, live)) for name, plan in recompute.plans.items()}, 1)
+        results["view_rows"] = sum(view_rows.values())
+    ways = recompute.ways(table_rows, view_rows)
     version = 2
     schemas = {name: connect_schema(source) for name, source in sources.items()}
     rng = random.Random(5)
@@ -144,25 +214,40 @@ def main() -> None:
             count += len(table_events)
         label = f"batch_{n}"
         with Timer(results, label, count):
-            with Timer(results, f"{label}.apply"):
-                changes = {t: latest(spark, sources[t], landing / t) for t in TABLES if (landing / t).exists()}
-                images, version = walker.apply(changes, version)
-            with Timer(results, f"{label}.reach"):
+            with step(f"{label}.parse"):
+                changes = {t: walker.keep(latest(spark, sources[t], landing / t)) for t in TABLES if (landing / t).exists()}
+            with step(f"{label}.mirrors"):
+                mirrors.merge(changes, f"{label}.mirrors")
+                live = mirrors.live()
+            with step(f"{label}.apply"):
+                images, version = walker.apply({t: frame.drop("_lmv_position") for t, frame in changes.items()}, version)
+            with step(f"{label}.reach"):
                 keys = walker.reach_packed(images, version)
-                results[f"{label}.keys"] = per_view(walker, keys, args.per_view)
-            with Timer(results, f"{label}.gather"):
-                gathered = walker.keep(walker.gather(keys, version))
-                results[f"{label}.gathered"] = per_view(walker, gathered, args.per_view)
-            with Timer(results, f"{label}.recompute", len(plans)):
-                rows = walker.keep(recompute.run(gathered, keys))
+                reached = recompute.counts(keys)
+                results[f"{label}.keys"] = {"*": sum(reached.values()), **reached} if args.per_view else sum(reached.values())
+            with step(f"{label}.choose"):
+                whole = sorted(name for name, choice in ways.choose(reached).items() if choice.plan == "whole")
+                results[f"{label}.whole"] = whole
+            with step(f"{label}.gather"):
+                gathered = walker.keep(walker.gather(recompute.gathering(keys, whole), version))
+                found = recompute.counts(gathered)
+                ways.observe(reached, found)
+                results[f"{label}.gathered"] = {"*": sum(found.values()), **found} if args.per_view else sum(found.values())
+            with step(f"{label}.recompute", len(plans)):
+                built = time.perf_counter()
+                rows = walker.keep(recompute.run(gathered, keys, whole, live))
+                results[f"{label}.recompute_planned_s"] = round(time.perf_counter() - built, 3)  # the driver's part, before any job
                 results[f"{label}.recomputed"] = per_view(walker, rows, args.per_view)
-            with Timer(results, f"{label}.diff", len(plans)):
+            with step(f"{label}.diff", len(plans)):
                 results[f"{label}.changed"] = recompute.diff(rows, keys, version).count()
             version += 1
             walker.release()
         if n:
             batches.append(results[label]["seconds"])
     results["median_batch_seconds"] = statistics.median(batches) if batches else None
+    if args.event_log:
+        spark.stop()
+        results["event_log"] = eventlog.summary(args.root / "events")
     results["finished"] = datetime.now().isoformat(timespec="seconds")
     out = Path("bench/results") / f"engine-batch-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)

@@ -69,6 +69,7 @@ def sized(keys: int, rows: float) -> int:
     `ROWS_PER_KEY` a key at 1/`ROW_SHARE` of a key each (a key standing for many rows passes keys=0)."""
     return keys + max(0, int(rows) - ROWS_PER_KEY * keys) // ROW_SHARE
 
+
 # Priors that pin every batch to one way, whatever it measures (tests of each path).
 ALWAYS_WHOLE: Mapping[str, Mapping[str, Line]] = {way: {INCREMENTAL: Line(1e9, 0.0), WHOLE: Line(0.0, 0.0)} for way in PRIORS}
 ALWAYS_INCREMENTAL: Mapping[str, Mapping[str, Line]] = {way: {INCREMENTAL: Line(0.0, 0.0), WHOLE: Line(1e9, 0.0)} for way in PRIORS}
@@ -112,9 +113,7 @@ class Choice:
     reason: str
 
 
-def choose(
-    lines: Mapping[str, Line], keys: int, rows: int | None, measured: Mapping[str, int], refused: str | None = None
-) -> Choice:
+def choose(lines: Mapping[str, Line], keys: int, rows: int | None, measured: Mapping[str, int], refused: str | None = None) -> Choice:
     """The cheaper way for `keys` reached keys of a view of `rows` rows (None: not counted, because the
     incremental prediction is below a whole recompute's fixed cost), unless `refused` says why it may
     not be whole. `measured`: observations behind each line, for the reason."""
@@ -167,3 +166,52 @@ class Costs:
         self.observed[way] = kept(self.observed[way], (float(size()), float(seconds)))
         self.lines[way] = fit(self.priors[way], self.observed[way])
         return self.observed[way]
+
+
+# The engine state's batch (lakemv.spark.engine; bench.engine_batch, 100k users, 2 cores, 2026-12-05):
+# a row a view's walk gathers costs ~13 us of the batch's wall through the gather and the recompute
+# (2.10M rows in ~27 s); a view recomputed whole over the mirrors costs a Spark query (~0.3 s) and
+# ~1.5 us a row its tables hold.
+ENGINE_PRIORS: Mapping[str, Line] = {INCREMENTAL: Line(0.0, 13e-6), WHOLE: Line(0.3, 1.5e-6)}
+# How far one batch's measured rows per key move a view's estimate (the rest is the estimate before).
+LEARN = 0.5
+
+
+class Ways:
+    """The engine's way for each view of a batch: `incremental` gathers the rows its reached keys read
+    (predicted as keys x the view's rows per key), `whole` runs its SQL over the mirrors (its tables'
+    rows). Rows per key start from a full recompute (its tables' rows over the view's rows) and follow
+    what the batches gather; `refused` names the views that may not be whole, and why."""
+
+    def __init__(
+        self,
+        per_key: Mapping[str, float],
+        table_rows: Mapping[str, int],
+        priors: Mapping[str, Line] = ENGINE_PRIORS,
+        refused: Mapping[str, str] | None = None,
+    ):
+        self.per_key = dict(per_key)
+        self.table_rows = dict(table_rows)
+        self.priors = priors
+        self.refused = dict(refused or {})
+
+    @classmethod
+    def seeded(cls, tables: Mapping[str, Sequence[str]], view_rows: Mapping[str, int], table_rows: Mapping[str, int], **kwargs: object) -> Ways:
+        """Rows per key from a full recompute: the rows of the tables each view reads (`tables`: per view,
+        one name per occurrence) over the view's rows."""
+        per_key = {view: sum(table_rows.get(t, 0) for t in read) / max(1, view_rows.get(view, 0)) for view, read in tables.items()}
+        return cls(per_key, {view: sum(table_rows.get(t, 0) for t in read) for view, read in tables.items()}, **kwargs)  # type: ignore[arg-type]
+
+    def choose(self, keys: Mapping[str, int]) -> dict[str, Choice]:
+        """Each reached view's way for `keys` keys reached (per view)."""
+        return {
+            view: choose(self.priors, round(n * self.per_key.get(view, ROWS_PER_KEY)), self.table_rows.get(view), {}, self.refused.get(view))
+            for view, n in keys.items()
+        }
+
+    def observe(self, keys: Mapping[str, int], gathered: Mapping[str, int]) -> None:
+        """What a batch's incremental views gathered (per view) for the keys they reached."""
+        for view, rows in gathered.items():
+            if keys.get(view):
+                measured = rows / keys[view]
+                self.per_key[view] = (1 - LEARN) * self.per_key.get(view, measured) + LEARN * measured

@@ -16,15 +16,17 @@ columns.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from sqlglot import exp
 
+from lakemv.core.batch.choice import Ways
 from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.planner.sqltools import spark_tree
-from lakemv.core.sql.viewsql import rows_sql
+from lakemv.core.sql.viewsql import recompute_sql, rows_sql
 from lakemv.spark.engine.walk import JSON, Walker, literal_array, packed_texts, row_of
 from lakemv.spark.views.kept import MARK, planning_session, replan_class
 
@@ -93,9 +95,16 @@ class Recompute:
         return kept
 
     # ---- a batch -------------------------------------------------------------------------------
-    def run(self, gathered: DataFrame, keys: DataFrame) -> DataFrame:
+    def gathering(self, keys: DataFrame, whole: Collection[str]) -> DataFrame:
+        """`keys` (reach's frame) without the views recomputed `whole`: what the walks gather for."""
+        ids = [self.walker.ids[name] for name in whole]
+        return keys.where(~F.col("view").isin(ids)) if ids else keys
+
+    def run(self, gathered: DataFrame, keys: DataFrame, whole: Collection[str] = (), live: Mapping[str, str] | None = None) -> DataFrame:
         """`(view, k, d, row)`: each reached view's rows for the keys the batch reached (`keys`, reach's
-        frame), from the rows its walk gathered (`gathered`, `(view, occ, v)`); `row` is the row's JSON."""
+        frame), from the rows its walk gathered (`gathered`, `(view, occ, v)`), or for the views in
+        `whole` from their SQL over `live` (table -> a relation of its live rows: the mirrors); `row` is
+        the row's JSON."""
         walker, jvm = self.walker, self.spark.sparkContext._jvm
         tables = walker.tables()
         occurrences = [(walker.ids[name], occ.id, tables.index(occ.table)) for name, plan in self.plans.items() for occ in plan.occurrences]
@@ -111,8 +120,13 @@ class Recompute:
                 F.lit(None).cast("boolean").alias(MARK + table),
             )
             shuffled[table] = self.replan.byLabel(frame._jdf, len(source.columns), len(walker.ids))
-        frames = []
+        frames, exact = [], dict(self.exact)
+        for name in whole:  # all of the view's rows: those of the reached keys are kept, like an inexact view's
+            frames.append((name, self._keyed(self.plans[name], self.spark.sql(recompute_sql(self.plans[name], live or {})))))
+            exact[name] = False
         for name, plan in self.plans.items():
+            if name in whole:
+                continue
             rows = jvm.java.util.HashMap()  # type: ignore[union-attr]
             for table, rdd in shuffled.items():
                 rows.put(MARK + table, self.replan.partition(rdd, walker.ids[name]))
@@ -123,13 +137,23 @@ class Recompute:
             return self.spark.createDataFrame([], "view INT, k BINARY, d BINARY, row STRING")
         # A view whose anchors are found by exactly its keys has rows for those keys only; one found by a
         # part of its key (a superset) has its rows filtered by the keys (a semi-join for each costs stages)
-        exact = [frame for name, frame in frames if self.exact[name]]
-        inexact = [frame for name, frame in frames if not self.exact[name]]
-        parts = exact + ([reduce(DataFrame.unionByName, inexact).join(keys.select("view", "k"), ["view", "k"], "left_semi")] if inexact else [])
+        parts = [self._union([frame for name, frame in frames if exact[name]])]
+        inexact = [frame for name, frame in frames if not exact[name]]
+        if inexact:
+            parts.append(self._union(inexact).join(keys.select("view", "k"), ["view", "k"], "left_semi"))
         # A stage over the views' plans side by side sends each of its tasks the lineage of them all, and
         # each task deserializes it (at 100 views, a stage of a task a view took 3.5-4 s, and the diff
         # read the rows in four such stages): they run in as many tasks as there are cores.
-        return reduce(DataFrame.unionByName, parts).coalesce(self.spark.sparkContext.defaultParallelism)
+        return reduce(DataFrame.unionByName, [p for p in parts if p is not None]).coalesce(self.spark.sparkContext.defaultParallelism)
+
+    def _union(self, frames: list[DataFrame]) -> DataFrame | None:
+        """`frames`' rows (one schema) as one frame, built at once (`Replan.unionRows`)."""
+        if not frames:
+            return None
+        listed = self.spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+        for frame in frames:
+            listed.add(frame._jdf)
+        return DataFrame(self.replan.unionRows(self.spark._jsparkSession, listed), self.spark)
 
     def _keyed(self, plan: ViewPlan, frame: DataFrame) -> DataFrame:
         """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON.
@@ -145,12 +169,27 @@ class Recompute:
             "row",
         )
 
-    def seed(self, full: dict[str, DataFrame], version: int) -> int:
-        """Writes each view's digests from its full recompute (`full`: view -> its rows) over `version`."""
+    def seed(self, full: dict[str, DataFrame], version: int) -> dict[str, int]:
+        """Writes each view's digests from its full recompute (`full`: view -> its rows) over `version`;
+        each view's rows."""
         digests = self._digests()
-        parts = [self._keyed(self.plans[name], rows).select(digests.alias("space"), F.col("k").alias("a"), "d") for name, rows in full.items()]
+        parts = [
+            self._keyed(self.plans[name], rows).select("view", digests.alias("space"), F.col("k").alias("a"), "d") for name, rows in full.items()
+        ]
         entries = reduce(DataFrame.unionByName, parts).select("space", "a", F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v"))
-        return self.walker.store.update(entries, version).count()
+        counts = {int(r["space"]): int(r["count"]) for r in self.walker.store.update(entries, version).groupBy("space").count().collect()}
+        return {name: counts.get(self.walker.numbers[w.digests], 0) for w in self.walker.walks.views if (name := w.view) in full}
+
+    def ways(self, table_rows: Mapping[str, int], view_rows: Mapping[str, int]) -> Ways:
+        """The choice of each batch between gathering a view's rows and recomputing it whole, sized by
+        its tables' rows and its own (`seed`'s)."""
+        read = {name: [occ.table for occ in plan.occurrences] for name, plan in self.plans.items()}
+        return Ways.seeded(read, view_rows, table_rows)
+
+    def counts(self, frame: DataFrame) -> dict[str, int]:
+        """`frame`'s rows per view (a frame with `view`: reach's keys, the gathered rows): one small job."""
+        names = {i: name for name, i in self.walker.ids.items()}
+        return {names[int(r["view"])]: int(r["count"]) for r in frame.groupBy("view").count().collect()}
 
     def _digests(self) -> Column:
         """A view id's digest space (a column over `view`)."""

@@ -94,3 +94,28 @@ def test_rows_beyond_what_a_key_reads_count_as_a_share_of_a_key():
     assert choice.sized(100, 800) == 100  # ~8 rows a key: the priors' keys
     assert choice.sized(882, 1_870_000) == 882 + (1_870_000 - 8 * 882) // choice.ROW_SHARE  # TPC-H Q21's keys
     assert choice.sized(0, 640) == 20  # a key standing for many rows: its rows alone
+
+
+def test_the_engine_recomputes_whole_a_view_whose_keys_stand_for_its_tables():
+    tables = {"totals": ["stars"], "profile": ["users", "stars"]}
+    ways = choice.Ways.seeded(tables, view_rows={"totals": 1, "profile": 100_000}, table_rows={"stars": 190_000, "users": 100_000})
+    chosen = ways.choose({"totals": 1, "profile": 1_000})
+    assert chosen["totals"].plan == WHOLE  # one key reads every star
+    assert chosen["profile"].plan == INCREMENTAL  # ~3 rows a key
+    assert "190,000 rows" in chosen["totals"].reason
+
+
+def test_the_engine_learns_a_views_rows_per_key_from_what_its_batches_gather():
+    ways = choice.Ways({"v": 3.0}, {"v": 1_000_000})
+    assert ways.choose({"v": 10_000})["v"].plan == INCREMENTAL
+    for _ in range(6):  # its keys turn out to read ~200 rows each
+        ways.observe({"v": 10_000}, {"v": 2_000_000})
+    assert 190 < ways.per_key["v"] <= 200
+    assert ways.choose({"v": 10_000})["v"].plan == WHOLE
+    ways.observe({}, {"v": 5})  # no keys reached: nothing learnt
+    assert ways.per_key["v"] > 190
+
+
+def test_a_view_refused_whole_stays_incremental_whatever_it_costs():
+    ways = choice.Ways({"v": 1e6}, {"v": 10}, refused={"v": "its rows settle"})
+    assert ways.choose({"v": 5})["v"].plan == INCREMENTAL

@@ -11,6 +11,7 @@ import java.util.Map;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
@@ -113,6 +114,21 @@ public final class Replan {
     org.apache.spark.api.java.JavaPairRDD<Integer, InternalRow> keyed =
         frame.queryExecution().toRdd().toJavaRDD().mapToPair(new Labelled(label));
     return keyed.partitionBy(new org.apache.spark.HashPartitioner(labels)).values().rdd();
+  }
+
+  /**
+   * The rows of all `frames` (one schema) as one Dataset over the union of their RDDs: each frame planned
+   * once, alone, and no plan over them all for the analyzer to walk (a union built pairwise re-analyses
+   * everything below it at each step: quadratic in the frames).
+   */
+  public static Dataset<Row> unionRows(SparkSession session, java.util.List<Dataset<Row>> frames) {
+    java.util.List<org.apache.spark.rdd.RDD<InternalRow>> rdds = new java.util.ArrayList<>();
+    for (Dataset<Row> frame : frames) {
+      rdds.add(frame.queryExecution().toRdd());
+    }
+    org.apache.spark.rdd.RDD<InternalRow> all =
+        session.sparkContext().union(CollectionConverters.asScala(rdds).toSeq(), scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class));
+    return session.internalCreateDataFrame(all, frames.get(0).schema(), false);
   }
 
   /** Partition `index` of `rdd` alone, as an RDD of one partition (no copy: a narrow dependency). */
