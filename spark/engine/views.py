@@ -75,8 +75,8 @@ class Recompute:
         return body.sql(dialect="spark")
 
     def _planned(self) -> dict[str, object]:
-        """Each view's physical plan over empty inputs (registered once for all of them), kept without
-        them (py4j proxies of SparkPlans)."""
+        """Each view's physical plan over empty inputs (registered once for all of them) giving its rows as
+        `_keyed` does, kept without the inputs (py4j proxies of SparkPlans)."""
         names, kept = [], {}
         try:
             for name, ddl in self._inputs().items():
@@ -85,7 +85,8 @@ class Recompute:
                 self.session.createDataFrame(self.spark.sparkContext.emptyRDD(), ddl).createOrReplaceTempView(name)
                 names.append(name)
             for view, plan in self.plans.items():
-                made = self.session.sql(self.sql(plan))._jdf.queryExecution().executedPlan()
+                # planned with its key, digest and JSON: a batch analyses nothing of a view's
+                made = self._keyed(plan, self.session.sql(self.sql(plan)))._jdf.queryExecution().executedPlan()
                 if not self.replan.marked(made, MARK):
                     raise RuntimeError(f"view {view}: its plan reads something other than its inputs, so it cannot be kept")
                 kept[view] = self.replan.strip(made, MARK)
@@ -124,15 +125,16 @@ class Recompute:
         for name in whole:  # all of the view's rows: those of the reached keys are kept, like an inexact view's
             frames.append((name, self._keyed(self.plans[name], self.spark.sql(recompute_sql(self.plans[name], live or {})))))
             exact[name] = False
-        for name, plan in self.plans.items():
+        for name in self.plans:
             if name in whole:
                 continue
             rows = jvm.java.util.HashMap()  # type: ignore[union-attr]
             for table, rdd in shuffled.items():
                 rows.put(MARK + table, self.replan.partition(rdd, walker.ids[name]))
             swapped = self.replan.swapSingle(self.session._jsparkSession, self.kept[name], MARK, rows)
-            frame = DataFrame(self.session._jsparkSession.internalCreateDataFrame(swapped.execute(), swapped.schema(), False), self.spark)
-            frames.append((name, self._keyed(plan, frame)))
+            frames.append(
+                (name, DataFrame(self.session._jsparkSession.internalCreateDataFrame(swapped.execute(), swapped.schema(), False), self.spark))
+            )
         if not frames:
             return self.spark.createDataFrame([], "view INT, k BINARY, d BINARY, row STRING")
         # A view whose anchors are found by exactly its keys has rows for those keys only; one found by a
