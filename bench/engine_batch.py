@@ -1,13 +1,16 @@
 """The engine state's batch path as built (lakemv.spark.engine), on the spike's micro-benchmark: N users'
-snapshot bulk-loaded into the state, every view's digests seeded by Spark's full recompute, then
-1k-change batches through the built steps - the rows written by key and index, the keys they reach,
-the rows those read, every view recomputed by its kept plan and diffed - timed step by step (wall,
-driver-Python CPU, JVM CPU). Run once with `--views 1` and once with `--views 100`: one more view costs
-(median 100-view batch - median 1-view batch) / 99. The Iceberg writes of the changed rows are not
-built yet, so they are not in these figures (the spike measured them: docs/architecture.md).
+snapshot bulk-loaded into the state and into Iceberg mirrors, every view's digests seeded by Spark's
+full recompute, then 1k-change batches through the built steps - the changes MERGEd into the mirrors
+(the tables concurrently), the rows written by key and index, the keys they reach, each view's way
+(gathered, or recomputed whole over the mirrors when its keys stand for most of its tables), the rows
+the gathered views read, every view recomputed and diffed - timed step by step (wall, driver-Python
+CPU, JVM CPU). Run once with `--views 1` and once with `--views 100`: one more view costs
+(median 100-view batch - median 1-view batch) / 99. The Iceberg writes of the views' changed rows are
+not built yet, so they are not in these figures (the spike measured them: docs/architecture.md).
+`--event-log` adds what Spark's event log says each step ran (jobs, tasks, task CPU, GC, the longest task).
 
-    .venv/bin/python -m bench.engine_batch --users 100000 --views 1
-    .venv/bin/python -m bench.engine_batch --users 100000 --views 100
+    .venv/bin/python -m bench.engine_batch --users 100000 --views 1 --event-log
+    .venv/bin/python -m bench.engine_batch --users 100000 --views 100 --event-log
 
 writes bench/results/engine-batch-<time>/results.json.
 """
