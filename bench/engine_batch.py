@@ -60,7 +60,7 @@ def _image_schema(source) -> str:
 
 def latest(spark, source, folder: Path):
     """A table's landing lines (Debezium's schema wrapper or not) as its latest change per primary key:
-    the row's columns in the mirror's types and `_lmv_deleted`."""
+    the row's columns in the mirror's types, `_lmv_deleted` and `_lmv_position`."""
     from pyspark.sql import functions as F
 
     image = _image_schema(source)
@@ -93,15 +93,17 @@ class Mirrors:
     def _rows(self, table: str, frame):
         from pyspark.sql import functions as F
 
-        deleted = F.col("_lmv_deleted")
+        from lakemv.catalog.tables import BATCH_ID, DELETED, INGESTED_AT, OP, POSITION, SOURCE_TS
+
+        deleted = F.col(DELETED)
         return frame.select(
             *[F.col(c.name) for c in self.sources[table].columns],
-            F.col("_lmv_position"),
-            F.when(deleted, F.lit("d")).otherwise(F.lit("u")).alias("_lmv_op"),
+            F.col(POSITION),
+            F.when(deleted, F.lit("d")).otherwise(F.lit("u")).alias(OP),
             deleted,
-            F.lit(None).cast("timestamp").alias("_lmv_source_ts"),
-            F.current_timestamp().alias("_lmv_ingested_at"),
-            F.lit(0).cast("bigint").alias("_lmv_batch_id"),
+            F.lit(None).cast("timestamp").alias(SOURCE_TS),
+            F.current_timestamp().alias(INGESTED_AT),
+            F.lit(0).cast("bigint").alias(BATCH_ID),
         )
 
     def load(self, tables) -> None:
@@ -131,14 +133,10 @@ class Mirrors:
         return {t: f"live_{t}" for t in self.sources}
 
 
-def per_view(walker, frame, detail: bool) -> dict[str, int] | int:
-    """`frame`'s rows; with `detail`, per view (`view` column), the total under "*", largest first
-    (a grouping job more a step)."""
-    if not detail:
-        return frame.count()
-    names = {i: name for name, i in walker.ids.items()}
-    counts = {names[r["view"]]: r["count"] for r in frame.groupBy("view").count().collect()}
-    return {"*": sum(counts.values()), **dict(sorted(counts.items(), key=lambda kv: -kv[1]))}
+def per_view(counts: dict[str, int], detail: bool) -> dict[str, int] | int:
+    """Rows counted per view (`Recompute.counts`): their total, with `detail` also per view, largest first."""
+    total = sum(counts.values())
+    return {"*": total, **dict(sorted(counts.items(), key=lambda kv: -kv[1]))} if detail else total
 
 
 def main() -> None:
@@ -148,7 +146,7 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000)
     parser.add_argument("--batches", type=int, default=4, help="the first is a warm-up")
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--per-view", action="store_true", help="count each step's rows per view (a job more a step)")
+    parser.add_argument("--per-view", action="store_true", help="report each step's rows per view (counted per view anyway: the choice reads them)")
     parser.add_argument("--event-log", action="store_true", help="Spark's event log on: each step's jobs, tasks, CPU and GC in the results")
     parser.add_argument("--root", type=Path, default=Path("/tmp/engine-batch"))
     args = parser.parse_args()
@@ -227,7 +225,7 @@ def main() -> None:
             with step(f"{label}.reach"):
                 keys = walker.reach_packed(images, version)
                 reached = recompute.counts(keys)
-                results[f"{label}.keys"] = {"*": sum(reached.values()), **reached} if args.per_view else sum(reached.values())
+                results[f"{label}.keys"] = per_view(reached, args.per_view)
             with step(f"{label}.choose"):
                 whole = sorted(name for name, choice in ways.choose(reached).items() if choice.plan == "whole")
                 results[f"{label}.whole"] = whole
@@ -235,12 +233,12 @@ def main() -> None:
                 gathered = walker.keep(walker.gather(recompute.gathering(keys, whole), version))
                 found = recompute.counts(gathered)
                 ways.observe(reached, found)
-                results[f"{label}.gathered"] = {"*": sum(found.values()), **found} if args.per_view else sum(found.values())
+                results[f"{label}.gathered"] = per_view(found, args.per_view)
             with step(f"{label}.recompute", len(plans)):
                 built = time.perf_counter()
                 rows = walker.keep(recompute.run(gathered, keys, whole, live))
                 results[f"{label}.recompute_planned_s"] = round(time.perf_counter() - built, 3)  # the driver's part, before any job
-                results[f"{label}.recomputed"] = per_view(walker, rows, args.per_view)
+                results[f"{label}.recomputed"] = per_view(recompute.counts(rows), args.per_view)
             with step(f"{label}.diff", len(plans)):
                 results[f"{label}.changed"] = recompute.diff(rows, keys, version).count()
             version += 1

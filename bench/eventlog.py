@@ -27,7 +27,7 @@ def _events(folder: Path):
 
 def summary(folder: Path) -> dict[str, dict]:
     """Per job description: jobs, stages, tasks, wall of its stages (s, summed), task run / CPU / GC time
-    (s, summed over tasks), the longest task (s) and its stage's wall, the rows and bytes shuffled."""
+    (s, summed over tasks), the longest task (s), the bytes shuffled out and the records shuffled in."""
     job_of_stage: dict[int, str] = {}
     out: dict[str, dict] = collections.defaultdict(
         lambda: {

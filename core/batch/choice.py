@@ -199,8 +199,9 @@ class Ways:
     def seeded(cls, tables: Mapping[str, Sequence[str]], view_rows: Mapping[str, int], table_rows: Mapping[str, int], **kwargs: object) -> Ways:
         """Rows per key from a full recompute: the rows of the tables each view reads (`tables`: per view,
         one name per occurrence) over the view's rows."""
-        per_key = {view: sum(table_rows.get(t, 0) for t in read) / max(1, view_rows.get(view, 0)) for view, read in tables.items()}
-        return cls(per_key, {view: sum(table_rows.get(t, 0) for t in read) for view, read in tables.items()}, **kwargs)  # type: ignore[arg-type]
+        whole = {view: sum(table_rows.get(t, 0) for t in read) for view, read in tables.items()}
+        per_key = {view: rows / max(1, view_rows.get(view, 0)) for view, rows in whole.items()}
+        return cls(per_key, whole, **kwargs)  # type: ignore[arg-type]
 
     def choose(self, keys: Mapping[str, int]) -> dict[str, Choice]:
         """Each reached view's way for `keys` keys reached (per view)."""

@@ -139,19 +139,18 @@ class Recompute:
             return self.spark.createDataFrame([], "view INT, k BINARY, d BINARY, row STRING")
         # A view whose anchors are found by exactly its keys has rows for those keys only; one found by a
         # part of its key (a superset) has its rows filtered by the keys (a semi-join for each costs stages)
-        parts = [self._union([frame for name, frame in frames if exact[name]])]
+        found = [frame for name, frame in frames if exact[name]]
+        parts = [self._union(found)] if found else []
         inexact = [frame for name, frame in frames if not exact[name]]
         if inexact:
             parts.append(self._union(inexact).join(keys.select("view", "k"), ["view", "k"], "left_semi"))
         # A stage over the views' plans side by side sends each of its tasks the lineage of them all, and
         # each task deserializes it (at 100 views, a stage of a task a view took 3.5-4 s, and the diff
         # read the rows in four such stages): they run in as many tasks as there are cores.
-        return reduce(DataFrame.unionByName, [p for p in parts if p is not None]).coalesce(self.spark.sparkContext.defaultParallelism)
+        return reduce(DataFrame.unionByName, parts).coalesce(self.spark.sparkContext.defaultParallelism)
 
-    def _union(self, frames: list[DataFrame]) -> DataFrame | None:
-        """`frames`' rows (one schema) as one frame, built at once (`Replan.unionRows`)."""
-        if not frames:
-            return None
+    def _union(self, frames: list[DataFrame]) -> DataFrame:
+        """`frames`' rows (one schema, at least one frame) as one frame, built at once (`Replan.unionRows`)."""
         listed = self.spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
         for frame in frames:
             listed.add(frame._jdf)
@@ -175,9 +174,7 @@ class Recompute:
         """Writes each view's digests from its full recompute (`full`: view -> its rows) over `version`;
         each view's rows."""
         digests = self._digests()
-        parts = [
-            self._keyed(self.plans[name], rows).select("view", digests.alias("space"), F.col("k").alias("a"), "d") for name, rows in full.items()
-        ]
+        parts = [self._keyed(self.plans[name], rows).select(digests.alias("space"), F.col("k").alias("a"), "d") for name, rows in full.items()]
         entries = reduce(DataFrame.unionByName, parts).select("space", "a", F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v"))
         counts = {int(r["space"]): int(r["count"]) for r in self.walker.store.update(entries, version).groupBy("space").count().collect()}
         return {name: counts.get(self.walker.numbers[w.digests], 0) for w in self.walker.walks.views if (name := w.view) in full}

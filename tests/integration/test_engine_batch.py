@@ -82,11 +82,11 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     odd = sorted(name for name in recompute.plans if walker.ids[name] % 2)
     mixed = recompute.run(walker.gather(recompute.gathering(keys, odd), version), keys, odd, {t: f"after_{t}" for t in sources})
 
-    def found(frame: DataFrame) -> set:
+    def recomputed(frame: DataFrame) -> set:
         return {(r["view"], bytes(r["k"]), bytes(r["d"])) for r in frame.collect()}
 
-    assert found(mixed) == found(rows)
-    assert {walker.ids[name] for name in odd} & {v for v, _, _ in found(rows)}  # some whole view had rows to find
+    assert recomputed(mixed) == recomputed(rows)
+    assert {walker.ids[name] for name in odd} & {v for v, _, _ in recomputed(rows)}  # some whole view had rows to find
     found = recompute.diff(rows, keys, version).collect()
     changed = {(r["view"], bytes(r["k"]), None if r["d"] is None else bytes(r["d"])) for r in found}
     assert len(found) == len(changed)
