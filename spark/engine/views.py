@@ -3,23 +3,31 @@ row digests in the engine state: one job for the recomputes of all views, one ro
 
 Each view's query is planned once, when the engine is made (`lakemv.spark.views.kept`'s session, over
 marked empty scans of RDDs: no size for the optimizer to fold or prove anything by), and per batch only copied with the
-batch's rows swapped in (`Replan.swapSingle`: one partition, no shuffle). Its inputs are one relation per
+batch's rows swapped in (`Replan.swapAll`: one call for all views; a view's plan reads one partition and
+runs no shuffle). Its inputs are one relation per
 table, the rows the view gathered of it, each labelled with the occurrence that asked for it: a view's
 occurrence reads only its own rows. So a view's SQL is never analysed or planned again, and the rows
 reach the plans on the executors, never through the driver: each table's gathered rows are shuffled by
 view once a batch (`Replan.byLabel`), and each view's plan reads its own partition (`Replan.partition`).
 
-A recomputed row's key is packed as `reach` packs it (`lakemv.spark.engine.walk`), so the keys a batch
-reached and found no row for are the view's deleted rows; a row's digest is two 64-bit xxhashes of its
-columns.
+A view recomputed whole is planned per batch, in a session without adaptive execution (`whole_session`):
+its shuffles become stages of the batch's one job, side by side with the others', and its broadcasts
+run beside the other whole views'.
+
+A recomputed row's key is packed as `reach` packs it (`lakemv.spark.engine.walk`: the key's texts read
+off the row's columns), so the keys a batch reached and found no row for are the view's deleted rows; a
+row's digest is two 64-bit xxhashes of its columns. The rows are computed when `run` returns, as a local
+checkpoint: what reads them (the counts, the diff's three reads) runs stages without the views' plans in
+their lineage (each task deserialized every view's plan).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+import weakref
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
@@ -27,14 +35,48 @@ from lakemv.core.batch.choice import Ways
 from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.planner.sqltools import spark_tree
 from lakemv.core.sql.viewsql import recompute_sql, rows_sql
-from lakemv.spark.engine.walk import JSON, Walker, literal_array, packed_texts, row_of
+from lakemv.spark.engine.walk import JSON, RAW, Walker, literal_array, packed_texts, row_of, texts_of
 from lakemv.spark.views.kept import MARK, planning_session, replan_class
 
 VIEW, OCC = "_lmv_view", "_lmv_occ"  # an input row's labels: which view's occurrence gathered it
+ROWS = "view INT, k BINARY, d BINARY, row STRING"  # a view's rows keyed (`Recompute._keyed`)
 
 
 # a view row's digest: two 64-bit xxhashes of its columns (16 bytes)
 DIGEST = "concat(unhex(lpad(hex(xxhash64({row}, 0)), 16, '0')), unhex(lpad(hex(xxhash64({row}, 1)), 16, '0')))"
+
+
+def whole_session(spark: SparkSession) -> SparkSession:
+    """The session the views recomputed whole are planned in: `spark`'s context, shuffle partitions and
+    broadcast threshold, no adaptive execution, so a plan's shuffles run as stages of the job that reads
+    it (an adaptive plan runs them when its RDD is made: view after view). Its broadcasts are started for
+    all views at once (`Replan.unionRows`)."""
+    if spark not in _WHOLE:
+        session = spark.newSession()
+        for key in ("spark.sql.shuffle.partitions", "spark.sql.autoBroadcastJoinThreshold"):
+            session.conf.set(key, spark.conf.get(key))
+        session.conf.set("spark.sql.adaptive.enabled", "false")
+        _WHOLE[spark] = session
+    return _WHOLE[spark]
+
+
+_WHOLE: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakref.WeakKeyDictionary()
+
+
+def _text(column: str, kind: str, raw: bool) -> str | None:
+    """SQL: a column's value as the text a map parsed from the row's JSON gives it (`to_json` with
+    `JSON`'s formats), or None for a type read only from the JSON. A fractional number's text may differ
+    from JSON's: only a key normalized by its type (not `raw`) reads it off the column."""
+    if kind == "string":
+        return column
+    if kind in ("tinyint", "smallint", "int", "bigint", "boolean", "date") or (
+        not raw and (kind in ("float", "double") or kind.startswith("decimal"))
+    ):
+        return f"CAST({column} AS STRING)"
+    if kind in ("timestamp", "timestamp_ntz"):
+        pattern = JSON["timestampFormat" if kind == "timestamp" else "timestampNTZFormat"]
+        return f'date_format({column}, "{pattern}")'
+    return None
 
 
 class Recompute:
@@ -44,6 +86,7 @@ class Recompute:
         self.walker = walker
         self.spark = walker.spark
         self.session = planning_session(self.spark)
+        self.whole_session = whole_session(self.spark)
         self.replan = replan_class(self.spark)
         if self.replan is None:
             raise RuntimeError("the engine state needs lakemv's jar in the driver (jvm/lib/lakemv-jvm.jar; `make setup` builds it)")
@@ -105,12 +148,21 @@ class Recompute:
         """`(view, k, d, row)`: each reached view's rows for the keys the batch reached (`keys`, reach's
         frame), from the rows its walk gathered (`gathered`, `(view, occ, v)`), or for the views in
         `whole` from their SQL over `live` (table -> a relation of its live rows: the mirrors); `row` is
-        the row's JSON."""
+        the row's JSON. Computed now (one job), as a local checkpoint."""
         walker, jvm = self.walker, self.spark.sparkContext._jvm
         tables = walker.tables()
-        occurrences = [(walker.ids[name], occ.id, tables.index(occ.table)) for name, plan in self.plans.items() for occ in plan.occurrences]
-        labelled = gathered.join(F.broadcast(self.spark.createDataFrame(occurrences, "view INT, occ INT, table INT")), ["view", "occ"])
-        shuffled = {}  # each table's rows, by view: view i's in partition i
+        # each gathered row's table, by its (view, occurrence): an expression, not a join (a broadcast
+        # join's plan ran a job per table when its RDD was made)
+        width = 1 + max((occ.id for plan in self.plans.values() for occ in plan.occurrences), default=0)
+        pairs = [
+            F.lit(x)
+            for name, plan in self.plans.items()
+            for occ in plan.occurrences
+            for x in (walker.ids[name] * width + occ.id, tables.index(occ.table))
+        ]
+        table_of = F.element_at(F.create_map(*pairs), F.col("view") * width + F.col("occ")) if pairs else F.lit(None).cast("int")
+        labelled = gathered.withColumn("table", table_of)
+        shuffled = jvm.java.util.HashMap()  # type: ignore[union-attr]  # each table's rows, by view: view i's in partition i
         for ti, table in enumerate(tables):
             source = walker.sources[table]
             mine = labelled.where(F.col("table") == ti).select(row_of(source, F.col("v")).alias("r"), "view", "occ")
@@ -120,34 +172,36 @@ class Recompute:
                 F.col("occ").alias(OCC),
                 F.lit(None).cast("boolean").alias(MARK + table),
             )
-            shuffled[table] = self.replan.byLabel(frame._jdf, len(source.columns), len(walker.ids))
-        frames, exact = [], dict(self.exact)
-        for name in whole:  # all of the view's rows: those of the reached keys are kept, like an inexact view's
-            frames.append((name, self._keyed(self.plans[name], self.spark.sql(recompute_sql(self.plans[name], live or {})))))
-            exact[name] = False
-        for name in self.plans:
-            if name in whole:
-                continue
-            rows = jvm.java.util.HashMap()  # type: ignore[union-attr]
-            for table, rdd in shuffled.items():
-                rows.put(MARK + table, self.replan.partition(rdd, walker.ids[name]))
-            swapped = self.replan.swapSingle(self.session._jsparkSession, self.kept[name], MARK, rows)
-            frames.append(
-                (name, DataFrame(self.session._jsparkSession.internalCreateDataFrame(swapped.execute(), swapped.schema(), False), self.spark))
-            )
-        if not frames:
-            return self.spark.createDataFrame([], "view INT, k BINARY, d BINARY, row STRING")
-        # A view whose anchors are found by exactly its keys has rows for those keys only; one found by a
-        # part of its key (a superset) has its rows filtered by the keys (a semi-join for each costs stages)
-        found = [frame for name, frame in frames if exact[name]]
-        parts = [self._union(found)] if found else []
-        inexact = [frame for name, frame in frames if not exact[name]]
-        if inexact:
-            parts.append(self._union(inexact).join(keys.select("view", "k"), ["view", "k"], "left_semi"))
+            shuffled.put(MARK + table, self.replan.byLabel(frame._jdf, len(source.columns), len(walker.ids)))
+        parts = []
+        exact = [name for name in self.plans if name not in whole and self.exact[name]]
+        if exact:  # a view whose anchors are found by exactly its keys has rows for those keys only
+            parts.append(self._swapped(exact, shuffled))
+        # one found by a part of its key (a superset), and a view recomputed whole, has its rows filtered
+        # by the keys (a semi-join for each costs stages)
+        inexact = [name for name in self.plans if name not in whole and not self.exact[name]]
+        frames = [self._swapped(inexact, shuffled)] if inexact else []
+        for name in whole:  # all of the view's rows, planned without adaptive execution: their shuffles run
+            # as stages of the batch's job, side by side (planned adaptively, each view's ran when its RDD was made)
+            frame = self._keyed(self.plans[name], self.spark.sql(recompute_sql(self.plans[name], live or {})))
+            frames.append(DataFrame(self.replan.inSession(self.whole_session._jsparkSession, frame._jdf), self.spark))
+        if frames:
+            parts.append(self._union(frames).join(keys.select("view", "k"), ["view", "k"], "left_semi"))
+        if not parts:
+            return self.spark.createDataFrame([], ROWS)
         # A stage over the views' plans side by side sends each of its tasks the lineage of them all, and
-        # each task deserializes it (at 100 views, a stage of a task a view took 3.5-4 s, and the diff
-        # read the rows in four such stages): they run in as many tasks as there are cores.
-        return reduce(DataFrame.unionByName, parts).coalesce(self.spark.sparkContext.defaultParallelism)
+        # each task deserializes it (at 100 views, a stage of a task a view took 3.5-4 s): they run in as
+        # many tasks as there are cores, once, and what reads the rows reads the checkpoint
+        return reduce(DataFrame.unionByName, parts).coalesce(self.spark.sparkContext.defaultParallelism).localCheckpoint()
+
+    def _swapped(self, names: list[str], shuffled: object) -> DataFrame:
+        """The keyed rows of the views `names` (kept plans), each over its partition of `shuffled`: one call."""
+        jvm = self.spark.sparkContext._jvm
+        plans, ids = jvm.java.util.ArrayList(), jvm.java.util.ArrayList()  # type: ignore[union-attr]
+        for name in names:
+            plans.add(self.kept[name])
+            ids.add(self.walker.ids[name])
+        return DataFrame(self.replan.swapAll(self.session._jsparkSession, plans, ids, MARK, shuffled, ROWS), self.spark)
 
     def _union(self, frames: list[DataFrame]) -> DataFrame:
         """`frames`' rows (one schema, at least one frame) as one frame, built at once (`Replan.unionRows`)."""
@@ -160,15 +214,15 @@ class Recompute:
         """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON.
         In SQL text: a few calls into the JVM a view, not one per function."""
         options = ", ".join(f"'{k}', \"{v}\"" for k, v in JSON.items())
-        fields = literal_array(list(plan.key_names), "STRING")
         types = literal_array(self.walker.key_types(plan), "STRING")
         framed = frame.selectExpr("struct(*) AS r").selectExpr("r", f"to_json(r, map({options})) AS row")
-        return framed.selectExpr(
-            f"{self.walker.ids[plan.name]} AS view",
-            f"{packed_texts('row', fields, types)} AS k",
-            f"{DIGEST.format(row='r')} AS d",
-            "row",
-        )
+        kinds = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+        read = [_text(f"r.`{name}`", kinds[name], t == RAW) for name, t in zip(plan.key_names, self.walker.key_types(plan), strict=True)]
+        if all(t is not None for t in read):  # the key's texts read off the row's columns, not parsed back from its JSON
+            key = f"CAST(to_json({texts_of('array(' + ', '.join(read) + ')', types)}) AS BINARY)"
+        else:
+            key = packed_texts("row", literal_array(list(plan.key_names), "STRING"), types)
+        return framed.selectExpr(f"{self.walker.ids[plan.name]} AS view", f"{key} AS k", f"{DIGEST.format(row='r')} AS d", "row")
 
     def seed(self, full: dict[str, DataFrame], version: int) -> dict[str, int]:
         """Writes each view's digests from its full recompute (`full`: view -> its rows) over `version`;
@@ -197,8 +251,8 @@ class Recompute:
 
     def diff(self, recomputed: DataFrame, keys: DataFrame, version: int) -> DataFrame:
         """`(view, k, d, row)` of every row that changed (a deleted row: `d` and `row` NULL): the batch's
-        recomputed rows and its reached keys with no row, written over the digests at `version`."""
-        recomputed = self.walker.keep(recomputed)  # read three times: its plans run once
+        recomputed rows (`run`'s: read three times, from its checkpoint) and its reached keys with no row,
+        written over the digests at `version`."""
         removed = keys.select("view", "k").join(recomputed.select("view", "k"), ["view", "k"], "left_anti")
         changes = recomputed.select("view", "k", "d", "row").unionByName(
             removed.select("view", "k", F.lit(None).cast("binary").alias("d"), F.lit(None).cast("string").alias("row"))

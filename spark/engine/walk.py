@@ -47,12 +47,20 @@ def texts_of(values: str, types: str) -> str:
     return f"zip_with({values}, {types}, (x, t) -> {_NORM})"
 
 
+def parsed(v: str) -> str:
+    """SQL: a JSON row (`v`, bytes) as a map of its values' texts (a number's text as it is written)."""
+    return f"from_json(CAST({v} AS STRING), 'MAP<STRING, STRING>')"
+
+
+def texts_in(m: str, fields: str, types: str) -> str:
+    """SQL: the normalized texts of a parsed row's values (`m`, see `parsed`; `fields`: their names,
+    `types`: SQL array expressions; one expression for every hop)."""
+    return texts_of(f"transform({fields}, f -> {m}[f])", types)
+
+
 def texts(v: str, fields: str, types: str) -> str:
-    """SQL: the normalized texts of a JSON row's values (`fields`: their names, `types`: SQL array
-    expressions; one expression for every hop). The row is parsed once (as a map of texts: a number's
-    text as it is written)."""
-    parsed = f"from_json(CAST({v} AS STRING), 'MAP<STRING, STRING>')"
-    return texts_of(f"transform(array({parsed}), m -> transform({fields}, f -> m[f]))[0]", types)
+    """SQL: `texts_in` of a JSON row, parsed once."""
+    return texts_of(f"transform(array({parsed(v)}), m -> transform({fields}, f -> m[f]))[0]", types)
 
 
 def packed_texts(v: str, fields: str, types: str) -> str:
@@ -318,10 +326,13 @@ class Walker:
     def _round(self, frontier: DataFrame, moves: DataFrame, tag_names: Sequence[str], version: int) -> DataFrame:
         """One round: each frontier row `(v, ...)` joined to its move (the space, fields, types and strict
         flags of its hop, and the tag columns it goes on with) asks the space; the rows found,
-        `(tag columns..., b, v)`."""
+        `(tag columns..., b, v)`. A row is parsed once, before the join (a row with several moves, or a
+        changed row many views read, was parsed once a move: the most of a gather's CPU)."""
+        if "m" not in frontier.columns:
+            frontier = frontier.withColumn("m", F.expr(parsed("v")))
         on = [c for c in frontier.columns if c in moves.columns and c != "v"]
         requests = frontier.join(F.broadcast(moves), on).select(
-            "space", F.expr(asked(texts("v", "fields", "types"), "strict")).alias("a"), _tag(*[F.col(c) for c in tag_names]).alias("tag")
+            "space", F.expr(asked(texts_in("m", "fields", "types"), "strict")).alias("a"), _tag(*[F.col(c) for c in tag_names]).alias("tag")
         )
         found = self.store.lookup(requests.where(F.col("a").isNotNull()), version)
         return found.where(F.col("v").isNotNull()).select(*_untag(F.col("tag"), tag_names), "b", "v")
@@ -342,19 +353,20 @@ class Walker:
         if not readers:
             return None
         readers_frame = F.broadcast(self.spark.createDataFrame(readers, "table INT, view INT, occ INT"))
-        frontier = images.join(readers_frame, "table").select("view", "occ", F.lit(0).alias("step"), "v")
+        # a changed row is parsed once, not once for each occurrence that reads it
+        frontier = images.withColumn("m", F.expr(parsed("v"))).join(readers_frame, "table").select("view", "occ", F.lit(0).alias("step"), "v", "m")
         up = self._moves["up"]
         done = []
         for _ in range(max((w.up_rounds for w in self._walked()), default=0)):
             done.append(frontier.join(F.broadcast(up.select("view", "occ", "step")), ["view", "occ", "step"], "left_anti"))
             found = self._round(frontier, up, ["view", "occ", "step"], version)
-            frontier = self.keep(found.select("view", "occ", (F.col("step") + 1).alias("step"), "v"))
+            frontier = self.keep(found.select("view", "occ", (F.col("step") + 1).alias("step"), "v", F.expr(parsed("v")).alias("m")))
         done.append(frontier)
-        ended = reduce(DataFrame.unionByName, [d.select("view", "occ", "v") for d in done])
+        ended = reduce(DataFrame.unionByName, [d.select("view", "occ", "m") for d in done])
         keyed = ended.join(F.broadcast(self._moves["ends"]), ["view", "occ"]).select(
             "view",
             "anchors",
-            F.expr(f"zip_with({texts('v', 'fields', 'types')}, literals, (x, l) -> coalesce(x, l))").alias("values"),
+            F.expr(f"zip_with({texts_in('m', 'fields', 'types')}, literals, (x, l) -> coalesce(x, l))").alias("values"),
         )
         pos = "transform(anchor.pos, i -> values[i])"
         asks = f"transform(anchors, anchor -> named_struct('occ', anchor.occ, 'space', anchor.space, 'a', {asked(texts_of(pos, 'anchor.types'), 'anchor.strict')}))"

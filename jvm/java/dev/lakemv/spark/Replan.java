@@ -106,6 +106,36 @@ public final class Replan {
   }
 
   /**
+   * The rows of every plan in `plans` (one schema: `schema`, in DDL) as one Dataset: plan i swapped (see
+   * {@link #swapSingle}) to read, for each input, partition `ids.get(i)` of that input's rows in
+   * `shuffled` (see {@link #byLabel}). One call for a batch's views, not a few calls into the JVM a view.
+   */
+  public static Dataset<Row> swapAll(
+      SparkSession session, List<SparkPlan> plans, List<Integer> ids, String prefix,
+      Map<String, org.apache.spark.rdd.RDD<InternalRow>> shuffled, String schema) {
+    java.util.List<org.apache.spark.rdd.RDD<InternalRow>> rdds = new java.util.ArrayList<>();
+    for (int i = 0; i < plans.size(); i++) {
+      Map<String, Object> rows = new java.util.HashMap<>();
+      for (Map.Entry<String, org.apache.spark.rdd.RDD<InternalRow>> input : shuffled.entrySet()) {
+        rows.put(input.getKey(), partition(input.getValue(), ids.get(i)));
+      }
+      rdds.add(swapSingle(session, plans.get(i), prefix, rows).execute());
+    }
+    org.apache.spark.rdd.RDD<InternalRow> all =
+        session.sparkContext().union(CollectionConverters.asScala(rdds).toSeq(), scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class));
+    return session.internalCreateDataFrame(all, StructType.fromDDL(schema), false);
+  }
+
+  /**
+   * `frame`'s logical plan as a Dataset of `session` (another session of the same context, with its own
+   * SQL conf): planned again there, e.g. without adaptive execution, so its shuffles stay stages of the
+   * job that reads it instead of running when its RDD is made.
+   */
+  public static Dataset<Row> inSession(SparkSession session, Dataset<?> frame) {
+    return Dataset.ofRows(session, frame.queryExecution().analyzed());
+  }
+
+  /**
    * The rows `frame` computes, shuffled by the int in column `label` into `labels` partitions: the rows
    * labelled i in partition i (labels are 0 .. labels - 1). Every view's rows of a batch reach its plan
    * this way, on the executors, each view reading only its own partition (see {@link #partition}).
@@ -122,6 +152,11 @@ public final class Replan {
    * everything below it at each step: quadratic in the frames).
    */
   public static Dataset<Row> unionRows(SparkSession session, java.util.List<Dataset<Row>> frames) {
+    for (Dataset<Row> frame : frames) {
+      // every plan's broadcasts started first (a plan without adaptive execution starts them when
+      // prepared and waits for them when its RDD is made): they run side by side, not plan after plan
+      frame.queryExecution().executedPlan().prepare();
+    }
     java.util.List<org.apache.spark.rdd.RDD<InternalRow>> rdds = new java.util.ArrayList<>();
     for (Dataset<Row> frame : frames) {
       rdds.add(frame.queryExecution().toRdd());
