@@ -23,8 +23,8 @@ their lineage (each task deserialized every view's plan).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
 import weakref
+from collections.abc import Collection, Mapping
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -148,7 +148,7 @@ class Recompute:
         """`(view, k, d, row)`: each reached view's rows for the keys the batch reached (`keys`, reach's
         frame), from the rows its walk gathered (`gathered`, `(view, occ, v)`), or for the views in
         `whole` from their SQL over `live` (table -> a relation of its live rows: the mirrors); `row` is
-        the row's JSON. Computed now (one job), as a local checkpoint."""
+        the row's JSON. Computed now (one job, and the whole views' broadcasts), as a local checkpoint."""
         walker, jvm = self.walker, self.spark.sparkContext._jvm
         tables = walker.tables()
         # each gathered row's table, by its (view, occurrence): an expression, not a join (a broadcast
@@ -214,10 +214,11 @@ class Recompute:
         """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON.
         In SQL text: a few calls into the JVM a view, not one per function."""
         options = ", ".join(f"'{k}', \"{v}\"" for k, v in JSON.items())
-        types = literal_array(self.walker.key_types(plan), "STRING")
+        key_types = self.walker.key_types(plan)
+        types = literal_array(key_types, "STRING")
         framed = frame.selectExpr("struct(*) AS r").selectExpr("r", f"to_json(r, map({options})) AS row")
         kinds = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
-        read = [_text(f"r.`{name}`", kinds[name], t == RAW) for name, t in zip(plan.key_names, self.walker.key_types(plan), strict=True)]
+        read = [_text(f"r.`{name}`", kinds[name], t == RAW) for name, t in zip(plan.key_names, key_types, strict=True)]
         if all(t is not None for t in read):  # the key's texts read off the row's columns, not parsed back from its JSON
             key = f"CAST(to_json({texts_of('array(' + ', '.join(read) + ')', types)}) AS BINARY)"
         else:
