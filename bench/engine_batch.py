@@ -26,6 +26,7 @@ import os
 import random
 import shutil
 import statistics
+from functools import reduce
 from datetime import datetime
 from pathlib import Path
 
@@ -167,6 +168,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--per-view", action="store_true", help="report each step's rows per view (counted per view anyway: the choice reads them)")
     parser.add_argument("--event-log", action="store_true", help="Spark's event log on: each step's jobs, tasks, CPU and GC in the results")
+    parser.add_argument(
+        "--way", choices=("auto", "whole", "incremental"), default="auto", help="a batch's way: chosen by its changed rows, or pinned"
+    )
     parser.add_argument("--root", type=Path, default=Path("/tmp/engine-batch"))
     args = parser.parse_args()
 
@@ -193,6 +197,7 @@ def main() -> None:
     from lakemv.spark.engine.views import Recompute
     from lakemv.spark.engine.walk import Walker
     from lakemv.spark.session import get_spark
+    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
     from pyspark.storagelevel import StorageLevel
 
@@ -212,9 +217,9 @@ def main() -> None:
     with step("mirrors_load", events):
         mirrors = Mirrors(spark, settings, sources)
         mirrors.load(tables)
-        tables = {t: frame.drop("_lmv_deleted", "_lmv_position") for t, frame in tables.items()}
     with step("bulk_load", events):
-        results["state_entries"] = walker.load(tables, 0)
+        results["state_entries"] = walker.load({t: frame.drop("_lmv_deleted") for t, frame in tables.items()}, 0)
+        tables = {t: frame.drop("_lmv_deleted", "_lmv_position") for t, frame in tables.items()}
     for table, frame in tables.items():
         frame.createOrReplaceTempView(f"snap_{table}")
     with step("seed_by_full_recompute", len(plans)):
@@ -236,28 +241,43 @@ def main() -> None:
         with Timer(results, label, count):
             with step(f"{label}.parse"):
                 changes = {t: walker.keep(latest(spark, sources[t], landing / t)) for t in TABLES if (landing / t).exists()}
+                counted = reduce(DataFrame.unionByName, [frame.select(F.lit(t).alias("t")) for t, frame in changes.items()]).groupBy("t").count()
+                changed = {r["t"]: int(r["count"]) for r in counted.collect()}
+                way = ways.batch(changed, results["state_entries"])  # whole: no keys reached (a backlog)
+                whole_batch = way.plan == "whole" if args.way == "auto" else args.way == "whole"
+                results[f"{label}.changed_rows"] = changed
+                results[f"{label}.way"] = way.reason
             with step(f"{label}.mirrors"):
                 mirrors.merge(changes, f"{label}.mirrors")
                 live = mirrors.live()
             with step(f"{label}.apply"):
-                images, version = walker.apply({t: frame.drop("_lmv_position") for t, frame in changes.items()}, version)
-            with step(f"{label}.reach"):
-                keys = walker.reach_packed(images, version)
-                reached = recompute.counts(keys)
-                results[f"{label}.keys"] = per_view(reached, args.per_view)
-            with step(f"{label}.choose"):
-                whole = sorted(name for name, choice in ways.choose(reached).items() if choice.plan == "whole")
-                results[f"{label}.whole"] = whole
-            with step(f"{label}.gather"):
-                gathered = walker.keep(walker.gather(recompute.gathering(keys, whole), version))
-                found = recompute.counts(gathered)
-                ways.observe(reached, found)
-                results[f"{label}.gathered"] = per_view(found, args.per_view)
-            with step(f"{label}.recompute", len(plans)):
-                rows = recompute.run(gathered, keys, whole, live)  # computed: a local checkpoint
-                results[f"{label}.recomputed"] = per_view(recompute.counts(rows), args.per_view)
-            with step(f"{label}.diff", len(plans)):
-                results[f"{label}.changed"] = recompute.diff(rows, keys, version).count()
+                images, version = walker.apply(changes, version)
+            if whole_batch:
+                names = sorted(ways.ahead(changed))
+                results[f"{label}.whole"] = names if args.per_view else len(names)
+                with step(f"{label}.recompute", len(names)):
+                    rows = recompute.whole(live, names)
+                    results[f"{label}.recomputed"] = per_view(recompute.counts(rows), args.per_view)
+                with step(f"{label}.diff", len(names)):
+                    results[f"{label}.changed"] = recompute.diff_whole(rows, names, version).count()
+            else:
+                with step(f"{label}.reach"):
+                    keys = walker.reach_packed(images, version)
+                    reached = recompute.counts(keys)
+                    results[f"{label}.keys"] = per_view(reached, args.per_view)
+                with step(f"{label}.choose"):
+                    whole = sorted(name for name, choice in ways.choose(reached).items() if choice.plan == "whole")
+                    results[f"{label}.whole"] = whole
+                with step(f"{label}.gather"):
+                    gathered = walker.keep(walker.gather(recompute.gathering(keys, whole), version))
+                    found = recompute.counts(gathered)
+                    ways.observe(reached, found)
+                    results[f"{label}.gathered"] = per_view(found, args.per_view)
+                with step(f"{label}.recompute", len(plans)):
+                    rows = recompute.run(gathered, keys, whole, live)  # computed: a local checkpoint
+                    results[f"{label}.recomputed"] = per_view(recompute.counts(rows), args.per_view)
+                with step(f"{label}.diff", len(plans)):
+                    results[f"{label}.changed"] = recompute.diff(rows, keys, version).count()
             version += 1
             walker.release()
         if n:
@@ -269,6 +289,9 @@ def main() -> None:
         live = mirrors.live()
         for plan in plans:
             spark.sql(recompute_sql(plan, live)).writeTo(mirrors.names.view(f"bench_full_{plan.name}")).using("iceberg").createOrReplace()
+    # the state's digests of every view against Spark's rebuild: rows that differ (0: every view exact)
+    full = {plan.name: spark.table(mirrors.names.view(f"bench_full_{plan.name}")) for plan in plans if plan.name in recompute.plans}
+    results["views_differing"] = recompute.differing(full, version)
     with step("full_recompute_duckdb", len(plans)):
         results["full_recompute_duckdb_rows"] = duckdb_full(settings, sources, plans)
     if results["median_batch_seconds"]:

@@ -173,6 +173,11 @@ class Costs:
 # (2.10M rows in ~27 s); a view recomputed whole over the mirrors costs a Spark query (~0.3 s) and
 # ~1.5 us a row its tables hold.
 ENGINE_PRIORS: Mapping[str, Line] = {INCREMENTAL: Line(0.0, 13e-6), WHOLE: Line(0.3, 1.5e-6)}
+# A batch that reaches keys pays the walks' rounds (reach and gather: ~2.2 s and ~1.0 s of jobs at one
+# view, ~20 us more per changed row: 4.6 s for 113k changed rows); one that recomputes every view whole
+# reaches none but diffs each view against all of its digests, a scan of the state (~2.7 us an entry).
+ENGINE_ROUNDS = Line(3.0, 20e-6)
+ENGINE_SCAN = Line(0.3, 2.7e-6)
 # How far one batch's measured rows per key move a view's estimate (the rest is the estimate before).
 LEARN = 0.5
 
@@ -189,11 +194,15 @@ class Ways:
         table_rows: Mapping[str, int],
         priors: Mapping[str, Line] = ENGINE_PRIORS,
         refused: Mapping[str, str] | None = None,
+        reads: Mapping[str, Sequence[str]] | None = None,
+        rows_of: Mapping[str, int] | None = None,
     ):
         self.per_key = dict(per_key)
         self.table_rows = dict(table_rows)
         self.priors = priors
         self.refused = dict(refused or {})
+        self.reads = {view: sorted(set(tables)) for view, tables in (reads or {}).items()}  # the tables each view reads
+        self.rows_of = dict(rows_of or {})  # each table's rows
 
     @classmethod
     def seeded(cls, tables: Mapping[str, Sequence[str]], view_rows: Mapping[str, int], table_rows: Mapping[str, int], **kwargs: object) -> Ways:
@@ -201,7 +210,22 @@ class Ways:
         one name per occurrence) over the view's rows."""
         whole = {view: sum(table_rows.get(t, 0) for t in read) for view, read in tables.items()}
         per_key = {view: rows / max(1, view_rows.get(view, 0)) for view, rows in whole.items()}
-        return cls(per_key, whole, **kwargs)  # type: ignore[arg-type]
+        return cls(per_key, whole, reads=tables, rows_of=table_rows, **kwargs)  # type: ignore[arg-type]
+
+    def ahead(self, changed: Mapping[str, int]) -> dict[str, Choice]:
+        """Each view's way predicted before its keys are reached, from the rows a batch changes per table
+        (`changed`): a view whose tables changed by a share s (its most changed table's rows changed over
+        its rows) reaches about that share of its keys, so gathering is predicted as s x its tables'
+        rows. A view predicted whole here needs no reached keys; a batch whose every view is, a backlog
+        or a snapshot, reaches none (`Recompute.whole`, `Recompute.diff_whole`). A view none of whose
+        tables changed is not in the answer."""
+        chosen = {}
+        for view, tables in self.reads.items():
+            shares = [min(1.0, changed[t] / max(1, self.rows_of.get(t, 0))) for t in tables if changed.get(t)]
+            if shares:
+                size = self.table_rows.get(view, 0)
+                chosen[view] = choose(self.priors, round(max(shares) * size), size, {}, self.refused.get(view))
+        return chosen
 
     def choose(self, keys: Mapping[str, int]) -> dict[str, Choice]:
         """Each reached view's way for `keys` keys reached (per view)."""
@@ -209,6 +233,31 @@ class Ways:
             view: choose(self.priors, round(n * self.per_key.get(view, ROWS_PER_KEY)), self.table_rows.get(view), {}, self.refused.get(view))
             for view, n in keys.items()
         }
+
+    def batch(self, changed: Mapping[str, int], entries: int) -> Choice:
+        """The batch's way from the rows it changes per table (`changed`) and the state's entries: `whole`
+        (every view it reaches recomputed whole, no keys reached: a backlog, a snapshot) when that is
+        predicted to cost less than the walks' rounds plus each view's cheaper way (`ahead`). A view
+        that may not be recomputed whole keeps the batch incremental."""
+        chosen = self.ahead(changed)
+        rows = sum(changed.values())
+        rounds = ENGINE_ROUNDS.at(rows)
+        incremental = rounds + sum(min(c.incremental, c.whole or math.inf) for c in chosen.values())
+        refused = sorted(view for view, c in chosen.items() if c.whole is None)
+        if not chosen or refused:
+            why = f"never whole: {', '.join(refused)}" if refused else "no view reached"
+            return Choice(INCREMENTAL, incremental, None, f"incremental: {why}")
+        whole = ENGINE_SCAN.at(entries) + sum(c.whole or 0.0 for c in chosen.values())
+        if whole < incremental:
+            return Choice(
+                WHOLE, incremental, whole, f"whole ~{whole:.2f}s for {len(chosen)} views < rounds ~{rounds:.2f}s + views ~{incremental - rounds:.2f}s"
+            )
+        return Choice(
+            INCREMENTAL,
+            incremental,
+            whole,
+            f"rounds ~{rounds:.2f}s + views ~{incremental - rounds:.2f}s < whole ~{whole:.2f}s for {len(chosen)} views",
+        )
 
     def observe(self, keys: Mapping[str, int], gathered: Mapping[str, int]) -> None:
         """What a batch's incremental views gathered (per view) for the keys they reached."""

@@ -194,6 +194,45 @@ class Recompute:
         # many tasks as there are cores, once, and what reads the rows reads the checkpoint
         return reduce(DataFrame.unionByName, parts).coalesce(self.spark.sparkContext.defaultParallelism).localCheckpoint()
 
+    def whole(self, live: Mapping[str, str], names: Collection[str] | None = None) -> DataFrame:
+        """`(view, k, d, row)`: every row of the views `names` (default: every view walked), each by its
+        SQL over `live` (table -> a relation of its live rows: the mirrors), planned without adaptive
+        execution so that all views run as one job. Computed now, as a local checkpoint. A batch that
+        changes much of the tables takes this way for every view (`diff_whole`): no keys are reached."""
+        names = list(self.plans) if names is None else list(names)
+        return self.whole_rows({name: self.spark.sql(recompute_sql(self.plans[name], live)) for name in names}).localCheckpoint()
+
+    def whole_rows(self, frames: Mapping[str, DataFrame]) -> DataFrame:
+        """`(view, k, d, row)` of every view's rows (`frames`: view -> its rows), one plan for all views."""
+        if not frames:
+            return self.spark.createDataFrame([], ROWS)
+        keyed = []
+        for name, frame in frames.items():
+            made = self._keyed(self.plans[name], frame)
+            keyed.append(DataFrame(self.replan.inSession(self.whole_session._jsparkSession, made._jdf), self.spark))
+        return self._union(keyed)
+
+    def diff_rows(self, recomputed: DataFrame, names: Collection[str], version: int) -> DataFrame:
+        """`(space, view, k, d, row)` of every key of the views `names` whose row in `recomputed` (all of
+        their rows) differs from its digest at `version` (a scan of the state): a new or changed row, or
+        a key with no row now (`d` and `row` NULL). Not written."""
+        walker = self.walker
+        spaces = {walker.numbers[w.digests]: walker.ids[w.view] for w in walker.walks.views if w.view in set(names)}
+        if not spaces:
+            return self.spark.createDataFrame([], "space INT, " + ROWS)
+        stored = walker.store.scan(version).where(F.col("space").isin(list(spaces))).select("space", F.col("a").alias("k"), F.col("v").alias("old"))
+        view_of = F.element_at(F.create_map(*[F.lit(x) for pair in spaces.items() for x in pair]), F.col("space"))
+        joined = recomputed.withColumn("space", self._digests()).join(stored, ["space", "k"], "full_outer")
+        return joined.where(~F.col("d").eqNullSafe(F.col("old"))).select("space", F.coalesce(F.col("view"), view_of).alias("view"), "k", "d", "row")
+
+    def diff_whole(self, recomputed: DataFrame, names: Collection[str], version: int) -> DataFrame:
+        """`(view, k, d, row)` of every row of the views `names` that changed (`diff_rows` of all of their
+        rows, `whole`'s), written over the digests at `version`."""
+        changed = self.walker.keep(self.diff_rows(recomputed, names, version))
+        entries = changed.select("space", F.col("k").alias("a"), F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v"))
+        self.walker.store.update(entries, version).count()
+        return changed.select("view", "k", "d", "row")
+
     def _swapped(self, names: list[str], shuffled: object) -> DataFrame:
         """The keyed rows of the views `names` (kept plans), each over its partition of `shuffled`: one call."""
         jvm = self.spark.sparkContext._jvm
@@ -233,6 +272,14 @@ class Recompute:
         entries = reduce(DataFrame.unionByName, parts).select("space", "a", F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v"))
         counts = {int(r["space"]): int(r["count"]) for r in self.walker.store.update(entries, version).groupBy("space").count().collect()}
         return {name: counts.get(self.walker.numbers[w.digests], 0) for w in self.walker.walks.views if (name := w.view) in full}
+
+    def differing(self, full: Mapping[str, DataFrame], version: int) -> dict[str, int]:
+        """Per view of `full` (view -> all of its rows, recomputed), how many of its keys the digests at
+        `version` hold otherwise (a missing key, an extra one, another digest): 0 when the view is exact."""
+        found = self.diff_rows(self.whole_rows(full), list(full), version)
+        names = {self.walker.ids[name]: name for name in full}
+        counts = {names[int(r["view"])]: int(r["count"]) for r in found.groupBy("view").count().collect()}
+        return {name: counts.get(name, 0) for name in full}
 
     def ways(self, table_rows: Mapping[str, int], view_rows: Mapping[str, int]) -> Ways:
         """The choice of each batch between gathering a view's rows and recomputing it whole, sized by

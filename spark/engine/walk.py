@@ -253,19 +253,24 @@ class Walker:
         return framed.select(F.to_json(F.struct(*fields), JSON).cast("binary").alias("v"), *keep)
 
     def entries(self, table: str, rows: DataFrame) -> DataFrame:
-        """`(space, a, b, v)`: the entries of `rows` (the table's columns) in every space of the table:
-        its rows by primary key and each index of it."""
-        packed = self.packed_rows(table, rows)
+        """`(space, a, b, v, s)`: the entries of `rows` (the table's columns, and `_lmv_position` when it
+        has it) in every space of the table: its rows by primary key (ordered by their positions) and each
+        index of it."""
+        packed = self.packed_rows(table, rows, *_position(rows))
         pk = pk_texts(self.sources[table])
         parts = []
         for space in self.walks.spaces:
             if space.name != table or space.kind == "view":
                 continue
             number = F.lit(self.numbers[space]).cast("int").alias("space")
-            if space.kind == "rows":
-                parts.append(packed.select(number, F.expr(pk).alias("a"), F.lit(b"").cast("binary").alias("b"), "v"))
+            if space.kind == "rows":  # a row keeps its source position: an older change is not written over it
+                parts.append(packed.select(number, F.expr(pk).alias("a"), F.lit(b"").cast("binary").alias("b"), "v", _order(packed)))
             else:
-                parts.append(packed.select(number, F.expr(self._index_key(space, "v")).alias("a"), F.expr(pk).alias("b"), "v"))
+                parts.append(
+                    packed.select(
+                        number, F.expr(self._index_key(space, "v")).alias("a"), F.expr(pk).alias("b"), "v", F.lit(None).cast("bigint").alias("s")
+                    )
+                )
         return reduce(DataFrame.unionByName, parts)
 
     def _index_key(self, space: Space, v: str) -> str:
@@ -274,9 +279,12 @@ class Walker:
         return packed_texts(v, fields, literal_array(self._types(space), "STRING"))
 
     def apply(self, changes: Mapping[str, DataFrame], version: int) -> tuple[DataFrame, int]:
-        """Writes a batch's rows: `changes` per table, its columns and `_lmv_deleted`, one row per primary
-        key (the latest change). Its rows by key are replaced over `version` (a deleted row's entry goes),
-        returning the rows they replaced; then every index follows, over `version + 1`: an entry whose
+        """Writes a batch's rows: `changes` per table, its columns and `_lmv_deleted` (and `_lmv_position`,
+        the change's source position, when it has it), one row per primary key (the latest change). Its
+        rows by key are replaced over `version` (a deleted row's entry goes: a positioned one leaves a
+        tombstone), returning the rows they replaced; a positioned change older than the row it would
+        replace is not written (a snapshot's read of a row changed since, a replayed stretch of the
+        stream): it gives that row as before and after. Then every index follows, over `version + 1`: an entry whose
         values changed moves (the old one goes), an unchanged one is rewritten with the new row.
         Returns `(images, version)`: every changed table's rows before and after, `(table, v)`, each the
         table's index among the sources' sorted names; and the version the state is at."""
@@ -284,13 +292,14 @@ class Walker:
         parts = []
         for table, rows in changes.items():
             number = F.lit(self.numbers[self._rows_space(table)]).cast("int")
-            packed = self.packed_rows(table, rows, "_lmv_deleted")
+            packed = self.packed_rows(table, rows, "_lmv_deleted", *_position(rows))
             parts.append(
                 packed.select(
                     number.alias("space"),
                     F.expr(pk_texts(self.sources[table])).alias("a"),
                     F.lit(b"").cast("binary").alias("b"),
                     F.when(~F.col("_lmv_deleted"), F.col("v")).alias("v"),
+                    _order(packed),
                 )
             )
         written = self.keep(self.store.update(reduce(DataFrame.unionByName, parts), version))
@@ -387,6 +396,16 @@ class Walker:
             level = self.keep(found.select("view", F.col("child").alias("occ"), "v"))
             gathered.append(level)
         return reduce(DataFrame.unionByName, gathered)
+
+
+def _position(rows: DataFrame) -> list[str]:
+    """`_lmv_position` when `rows` has it (a change's source position), else nothing."""
+    return ["_lmv_position"] if "_lmv_position" in rows.columns else []
+
+
+def _order(packed: DataFrame) -> Column:
+    """An entry's order `s`: the row's source position, or null (unordered)."""
+    return (F.col("_lmv_position") if "_lmv_position" in packed.columns else F.lit(None)).cast("bigint").alias("s")
 
 
 def pk_fields(source: SourceTable) -> tuple[list[str], list[str]]:

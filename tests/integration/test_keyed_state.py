@@ -137,3 +137,34 @@ def test_a_scan_reads_every_entry_of_a_version(spark, store):
     store.update(_changes(spark, [(1, "bob", None, None), (1, "carol", None, "c1")]), 1).collect()
     assert _text(store.scan(1).collect(), "space", "a", "b", "v") == [(1, "alice", "", "v1"), (1, "bob", "", "b1"), (11, "al", "alice", "v1")]
     assert _text(store.scan(2).collect(), "space", "a", "b", "v") == [(1, "alice", "", "v1"), (1, "carol", "", "c1"), (11, "al", "alice", "v1")]
+
+
+def test_an_ordered_change_older_than_its_entry_is_not_written_and_a_delete_leaves_a_tombstone(spark, store):
+    """A change with an order (`s`: its source position) is written only over an entry no newer than it:
+    a snapshot's read of a row changed since, or a replayed stretch of the stream, leaves the newer row."""
+
+    def ordered(rows):
+        return spark.createDataFrame(rows, "a STRING, v STRING, s BIGINT").select(
+            F.lit(1).alias("space"),
+            F.col("a").cast("binary").alias("a"),
+            F.lit(b"").cast("binary").alias("b"),
+            F.col("v").cast("binary").alias("v"),
+            "s",
+        )
+
+    store.update(ordered([("alice", "a@10", 10), ("bob", "b@10", 10)]), 0).collect()
+    done = store.update(ordered([("alice", "a@5", 5), ("bob", "b@20", 20), ("carol", "c@1", 1)]), 1).collect()
+    # the stale change gives the entry's value as both v and old: nothing moved
+    assert _text(done, "a", "v", "old") == [("alice", "a@10", "a@10"), ("bob", "b@20", "b@10"), ("carol", "c@1", None)]
+    gone = store.update(ordered([("bob", None, 30)]), 2).collect()
+    assert _text(gone, "a", "v", "old") == [("bob", None, "b@20")]
+    late = store.update(ordered([("bob", "b@25", 25), ("alice", "a@10", 10)]), 3).collect()  # older than bob's delete; alice replayed
+    assert _text(late, "a", "v", "old") == [("alice", "a@10", "a@10"), ("bob", None, None)]
+    found = store.lookup(_asked(spark, [(1, "alice", None), (1, "bob", None)]), 4).collect()
+    assert _text(found, "a", "v") == [("alice", "a@10"), ("bob", None)]  # the tombstone holds no row
+    again = store.update(ordered([("bob", "b@31", 31)]), 4).collect()  # newer than the delete: the row is back
+    assert _text(again, "a", "v", "old") == [("bob", "b@31", None)]
+    # a change without an order is written whatever the entry's order, and its delete removes the entry
+    plain = store.update(_changes(spark, [(1, "bob", None, "plain"), (1, "alice", None, None)]), 5).collect()
+    assert _text(plain, "a", "v", "old") == [("alice", None, "a@10"), ("bob", "plain", "b@31")]
+    assert _text(store.scan(6).collect(), "space", "a", "v") == [(1, "bob", "plain"), (1, "carol", "c@1")]

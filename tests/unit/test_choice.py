@@ -119,3 +119,30 @@ def test_the_engine_learns_a_views_rows_per_key_from_what_its_batches_gather():
 def test_a_view_refused_whole_stays_incremental_whatever_it_costs():
     ways = choice.Ways({"v": 1e6}, {"v": 10}, refused={"v": "its rows settle"})
     assert ways.choose({"v": 5})["v"].plan == INCREMENTAL
+
+
+def test_a_batch_that_changes_much_of_a_views_tables_recomputes_it_whole_without_reaching_keys():
+    tables = {"profile": ["users", "stars", "stars"], "totals": ["stars"], "names": ["users"]}
+    ways = choice.Ways.seeded(tables, view_rows={"profile": 100_000, "totals": 1, "names": 100_000}, table_rows={"stars": 190_000, "users": 100_000})
+    small = ways.ahead({"stars": 500, "users": 100})
+    assert {view: c.plan for view, c in small.items()} == {"profile": INCREMENTAL, "totals": INCREMENTAL, "names": INCREMENTAL}
+    backlog = ways.ahead({"stars": 95_000})  # half the stars changed: gathering would read half the tables
+    assert {view: c.plan for view, c in backlog.items()} == {"profile": WHOLE, "totals": WHOLE}  # names read nothing that changed
+    assert "480,000 rows" in backlog["profile"].reason  # its tables' rows, a table read twice counted twice (its SQL reads it twice)
+    refused = choice.Ways.seeded({"v": ["stars"]}, {"v": 10}, {"stars": 190_000}, refused={"v": "its rows settle"})
+    assert refused.ahead({"stars": 190_000})["v"].plan == INCREMENTAL
+
+
+def test_a_backlog_reaches_no_keys_when_every_view_recomputed_whole_costs_less_than_the_rounds():
+    tables = {"profile": ["users", "stars"], "totals": ["stars"]}
+    ways = choice.Ways.seeded(tables, view_rows={"profile": 100_000, "totals": 1}, table_rows={"stars": 190_000, "users": 100_000})
+    entries = 1_000_000
+    assert ways.batch({"stars": 500, "users": 100}, entries).plan == INCREMENTAL  # the rounds cost less than a scan and two recomputes
+    backlog = ways.batch({"stars": 150_000, "users": 80_000}, entries)
+    assert backlog.plan == WHOLE, backlog.reason
+    assert "2 views" in backlog.reason
+    assert ways.batch({}, entries).plan == INCREMENTAL  # nothing reached
+    refused = choice.Ways.seeded(
+        tables, {"profile": 100_000, "totals": 1}, {"stars": 190_000, "users": 100_000}, refused={"totals": "its rows settle"}
+    )
+    assert refused.batch({"stars": 150_000, "users": 80_000}, entries).reason == "incremental: never whole: totals"

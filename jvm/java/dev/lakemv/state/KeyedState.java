@@ -57,7 +57,9 @@ public final class KeyedState implements Serializable {
           .add("space", DataTypes.IntegerType, false)
           .add("a", DataTypes.BinaryType, false)
           .add("b", DataTypes.BinaryType, false);
-  public static final StructType VALUE = new StructType().add("v", DataTypes.BinaryType, true);
+  /** An entry's value and its order (`s`: the source position of the row it holds; null: unordered). */
+  public static final StructType VALUE =
+      new StructType().add("v", DataTypes.BinaryType, true).add("s", DataTypes.LongType, true);
   private static final StructType PREFIX =
       new StructType().add("space", DataTypes.IntegerType, false).add("a", DataTypes.BinaryType, false);
   private static final byte[] NONE = new byte[0];
@@ -165,12 +167,19 @@ public final class KeyedState implements Serializable {
   }
 
   /**
-   * Writes `changes` (space int, a binary, b binary, v binary: null deletes the entry) over version
-   * `version` and commits version+1; gives each change with the value it replaced (`old`, null when
-   * there was none).
+   * Writes `changes` (space int, a binary, b binary, v binary: null deletes the entry; and, when the
+   * frame has it, s bigint: the change's order) over version `version` and commits version+1; gives each
+   * change with the value it replaced (`old`, null when there was none). An ordered change (s not null)
+   * older than the entry's order is not written: it gives the entry's value as both v and old. An
+   * ordered delete keeps a tombstone (v null, its order), so an older change cannot bring the row back.
    */
   public Dataset<Row> update(SparkSession spark, Dataset<Row> changes, long version) {
-    Dataset<Row> asked = (Dataset<Row>) changes.select("space", "a", "b", "v");
+    Column order =
+        java.util.Arrays.asList(changes.columns()).contains("s")
+            ? functions.col("s").cast(DataTypes.LongType)
+            : functions.lit(null).cast(DataTypes.LongType).as("s");
+    Dataset<Row> asked =
+        (Dataset<Row>) changes.select(functions.col("space"), functions.col("a"), functions.col("b"), functions.col("v"), order);
     StructType out =
         new StructType()
             .add("space", DataTypes.IntegerType, false)
@@ -360,15 +369,20 @@ public final class KeyedState implements Serializable {
         byte[] a = change.getBinary(1);
         byte[] b = change.isNullAt(2) ? NONE : change.getBinary(2);
         byte[] v = change.isNullAt(3) ? null : change.getBinary(3);
+        Long order = change.isNullAt(4) ? null : change.getLong(4);
         UnsafeRow key = keys.apply(new GenericInternalRow(new Object[] {space, a, b})).copy();
         UnsafeRow old = store.get(key, family);
         byte[] was = old == null ? null : old.getBinary(0);
-        if (v == null) {
+        if (order != null && old != null && !old.isNullAt(1) && old.getLong(1) > order) {
+          out.add(new GenericInternalRow(new Object[] {space, a, b, was, was}));  // older than the entry: not written
+          continue;
+        }
+        if (v == null && order == null) {
           if (old != null) {
             store.remove(key, family);
           }
         } else {
-          store.put(key, values.apply(new GenericInternalRow(new Object[] {v})).copy(), family);
+          store.put(key, values.apply(new GenericInternalRow(new Object[] {v, order})).copy(), family);
         }
         out.add(new GenericInternalRow(new Object[] {space, a, b, v, was}));
       }
@@ -424,7 +438,7 @@ public final class KeyedState implements Serializable {
             store.remove(key, family);
           }
         } else {
-          store.put(key, values.apply(new GenericInternalRow(new Object[] {v})).copy(), family);
+          store.put(key, values.apply(new GenericInternalRow(new Object[] {v, null})).copy(), family);
         }
         out.add(new GenericInternalRow(new Object[] {false, space, a, b, v, was, tag}));
       }
