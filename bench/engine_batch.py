@@ -8,12 +8,16 @@ CPU, JVM CPU). Run once with `--views 1` and once with `--views 100`: one more v
 (median 100-view batch - median 1-view batch) / 99. The Iceberg writes of the views' changed rows are
 not built yet, so they are not in these figures (the spike measured them: docs/architecture.md).
 `--event-log` adds what Spark's event log says each step ran (jobs, tasks, task CPU, GC, the longest task).
+Each batch first chooses its way (`Ways.batch`, or `--way`): a batch that changes much of the tables (a
+backlog) reaches no keys, and recomputes every view whole and diffs it against all of its digests.
 After the batches, in the same run, every view is rebuilt by Spark (written as an Iceberg table) and by
 DuckDB over the mirrors: what a user would pick instead (`batch_faster_than_*_full`: their time over
-the median batch).
+the median batch); the state's digests of every view are then checked against Spark's rebuild
+(`views_differing`: keys whose digest differs, 0 for every view when the batches kept them exact).
 
     .venv/bin/python -m bench.engine_batch --users 100000 --views 1 --event-log
     .venv/bin/python -m bench.engine_batch --users 100000 --views 100 --event-log
+    .venv/bin/python -m bench.engine_batch --users 100000 --changes 900000 --batches 2   # a 1M-event backlog
 
 writes bench/results/engine-batch-<time>/results.json.
 """

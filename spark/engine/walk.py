@@ -308,10 +308,16 @@ class Walker:
             F.create_map(*[x for t in changes for x in (F.lit(self.numbers[self._rows_space(t)]), F.lit(tables.index(t)))]), F.col("space")
         )
         images = written.select(table_of.alias("table"), F.col("old").alias("old"), F.col("v").alias("new"))
-        # every index of the changed tables in one frame: a row per (change, index), by the indexes' data
-        indexed = images.join(F.broadcast(self._moves["indexes"]), "table")
-        old_a, new_a = F.expr(packed_texts("old", "fields", "types")), F.expr(packed_texts("new", "fields", "types"))
-        pk = F.expr(packed_texts("coalesce(new, old)", "pk_fields", "pk_types"))
+        # every index of the changed tables in one frame: a row per (change, index), by the indexes' data;
+        # each image parsed once, before the join (not once per index and per use)
+        parsed_images = images.select("*", F.expr(parsed("old")).alias("mo"), F.expr(parsed("new")).alias("mn"))
+        indexed = parsed_images.join(F.broadcast(self._moves["indexes"]), "table")
+
+        def packed(m: str, fields: str, types: str) -> Column:
+            return F.expr(f"CAST(to_json({texts_in(m, fields, types)}) AS BINARY)")
+
+        old_a, new_a = packed("mo", "fields", "types"), packed("mn", "fields", "types")
+        pk = packed("coalesce(mn, mo)", "pk_fields", "pk_types")
         moved = indexed.where(F.col("old").isNotNull() & (F.col("new").isNull() | ~old_a.eqNullSafe(new_a)))
         moves = moved.select("space", old_a.alias("a"), pk.alias("b"), F.lit(None).cast("binary").alias("v")).unionByName(
             indexed.where(F.col("new").isNotNull()).select("space", new_a.alias("a"), pk.alias("b"), F.col("new").alias("v"))
