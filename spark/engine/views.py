@@ -35,7 +35,8 @@ from lakemv.core.batch.choice import Ways
 from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.planner.sqltools import spark_tree
 from lakemv.core.sql.viewsql import recompute_sql, rows_sql
-from lakemv.spark.engine.walk import JSON, RAW, Walker, literal_array, packed_texts, row_of, texts_of
+from lakemv.spark.engine.encoding import JSON, RAW, literal_array, packed_texts, row_of, texts_of
+from lakemv.spark.engine.walk import Walker
 from lakemv.spark.views.kept import MARK, planning_session, replan_class
 
 VIEW, OCC = "_lmv_view", "_lmv_occ"  # an input row's labels: which view's occurrence gathered it

@@ -7,14 +7,7 @@ columns a hop asks by, which space it reads, where a key's values come from) is 
 broadcast tables joined to the rows, read by a fixed set of expressions. (Expressions per view - one
 CASE branch each - made Spark's optimizer take seconds per round at 30 views.)
 
-Encodings, the same on both sides of every read:
-- a row (`v`) is the JSON of the table's row in its declared types, timestamps to the microsecond,
-  plus the value of each key expression a view keys that table by (`derived_name`): the walks read
-  columns and those values by name, the row parsed once a read;
-- an entry's `a` (the looked-up values) and `b` (the primary key) are the JSON array of the values'
-  texts, each number normalized to the type class of the space's column (a bigint asked of an int
-  column finds its rows).
-A read whose values hold a NULL where the link's equality is not null-safe asks nothing.
+Encodings: `lakemv.spark.engine.encoding`.
 """
 
 from __future__ import annotations
@@ -29,76 +22,24 @@ from lakemv.catalog.declarations import SourceTable
 from lakemv.core.planner import ViewPlan, over
 from lakemv.core.state.layout import NOT_CONSTANT, constant, derived_name, plain_column, route
 from lakemv.core.state.rounds import Ask, Space, ViewWalk, Walks, number, walks
-from lakemv.spark.engine.keyed import KeyedStore
-
-JSON = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
-ROW = "_lmv_row"  # the struct column of a table's row while it is packed
-RAW = "RAW"  # a value compared by its text as it is (strings, times, a key expression's value)
-
-_NORM = (
-    "CASE WHEN t IN ('BIGINT', 'INT', 'SMALLINT', 'TINYINT') THEN CAST(CAST(x AS BIGINT) AS STRING) "
-    "WHEN t IN ('DOUBLE', 'FLOAT') THEN CAST(CAST(x AS DOUBLE) AS STRING) "
-    "WHEN t LIKE 'DECIMAL%' THEN CAST(CAST(x AS DECIMAL(38, 18)) AS STRING) ELSE x END"
+from lakemv.spark.engine.encoding import (
+    JSON,
+    RAW,
+    ROW,
+    asked,
+    literal_array,
+    order,
+    packed_texts,
+    parsed,
+    pk_fields,
+    pk_texts,
+    position,
+    tag,
+    texts_in,
+    texts_of,
+    untag,
 )
-
-
-def texts_of(values: str, types: str) -> str:
-    """SQL: texts already read (`values`, an array) normalized by `types`."""
-    return f"zip_with({values}, {types}, (x, t) -> {_NORM})"
-
-
-def parsed(v: str) -> str:
-    """SQL: a JSON row (`v`, bytes) as a map of its values' texts (a number's text as it is written)."""
-    return f"from_json(CAST({v} AS STRING), 'MAP<STRING, STRING>')"
-
-
-def texts_in(m: str, fields: str, types: str) -> str:
-    """SQL: the normalized texts of a parsed row's values (`m`, see `parsed`; `fields`: their names,
-    `types`: SQL array expressions; one expression for every hop)."""
-    return texts_of(f"transform({fields}, f -> {m}[f])", types)
-
-
-def texts(v: str, fields: str, types: str) -> str:
-    """SQL: `texts_in` of a JSON row, parsed once."""
-    return texts_of(f"transform(array({parsed(v)}), m -> transform({fields}, f -> m[f]))[0]", types)
-
-
-def packed_texts(v: str, fields: str, types: str) -> str:
-    """SQL: `texts` packed as bytes: an entry's `a` or `b`, a key's `k`."""
-    return f"CAST(to_json({texts(v, fields, types)}) AS BINARY)"
-
-
-def asked(values: str, strict: str) -> str:
-    """SQL: the bytes that look `values` up, or NULL when one is NULL where `strict` (not null-safe)."""
-    return f"CASE WHEN exists(zip_with({values}, {strict}, (x, s) -> x IS NULL AND s), b -> b) THEN NULL ELSE CAST(to_json({values}) AS BINARY) END"
-
-
-def literal_array(values: Sequence[object], kind: str) -> str:
-    if not values:
-        return f"CAST(array() AS ARRAY<{kind}>)"
-    rendered = [
-        ("NULL" if v is None else ("true" if v else "false") if isinstance(v, bool) else "'" + str(v).replace("'", "\\'") + "'") for v in values
-    ]
-    return f"CAST(array({', '.join(rendered)}) AS ARRAY<{kind}>)"
-
-
-def row_schema(source: SourceTable) -> str:
-    return "STRUCT<" + ", ".join(f"`{c.name}`: {c.spark_type}" for c in source.columns) + ">"
-
-
-def row_of(source: SourceTable, v: Column) -> Column:
-    """An entry's `v` as the table's row (a struct; the key expressions' values are left out)."""
-    return F.from_json(v.cast("string"), row_schema(source), JSON)
-
-
-def _tag(*values: Column) -> Column:
-    """Ints as a request's tag: their decimal texts joined by commas (split again far cheaper than JSON)."""
-    return F.concat_ws(",", *[v.cast("string") for v in values]).cast("binary")
-
-
-def _untag(tag: Column, names: Sequence[str]) -> list[Column]:
-    parts = F.split(tag.cast("string"), ",")
-    return [parts[i].cast("int").alias(name) for i, name in enumerate(names)]
+from lakemv.spark.engine.keyed import KeyedStore
 
 
 class Walker:
@@ -256,7 +197,7 @@ class Walker:
         """`(space, a, b, v, s)`: the entries of `rows` (the table's columns, and `_lmv_position` when it
         has it) in every space of the table: its rows by primary key (ordered by their positions) and each
         index of it."""
-        packed = self.packed_rows(table, rows, *_position(rows))
+        packed = self.packed_rows(table, rows, *position(rows))
         pk = pk_texts(self.sources[table])
         parts = []
         for space in self.walks.spaces:
@@ -264,7 +205,7 @@ class Walker:
                 continue
             number = F.lit(self.numbers[space]).cast("int").alias("space")
             if space.kind == "rows":  # a row keeps its source position: an older change is not written over it
-                parts.append(packed.select(number, F.expr(pk).alias("a"), F.lit(b"").cast("binary").alias("b"), "v", _order(packed)))
+                parts.append(packed.select(number, F.expr(pk).alias("a"), F.lit(b"").cast("binary").alias("b"), "v", order(packed)))
             else:
                 parts.append(
                     packed.select(
@@ -292,14 +233,14 @@ class Walker:
         parts = []
         for table, rows in changes.items():
             number = F.lit(self.numbers[self._rows_space(table)]).cast("int")
-            packed = self.packed_rows(table, rows, "_lmv_deleted", *_position(rows))
+            packed = self.packed_rows(table, rows, "_lmv_deleted", *position(rows))
             parts.append(
                 packed.select(
                     number.alias("space"),
                     F.expr(pk_texts(self.sources[table])).alias("a"),
                     F.lit(b"").cast("binary").alias("b"),
                     F.when(~F.col("_lmv_deleted"), F.col("v")).alias("v"),
-                    _order(packed),
+                    order(packed),
                 )
             )
         written = self.keep(self.store.update(reduce(DataFrame.unionByName, parts), version))
@@ -347,10 +288,10 @@ class Walker:
             frontier = frontier.withColumn("m", F.expr(parsed("v")))
         on = [c for c in frontier.columns if c in moves.columns and c != "v"]
         requests = frontier.join(F.broadcast(moves), on).select(
-            "space", F.expr(asked(texts_in("m", "fields", "types"), "strict")).alias("a"), _tag(*[F.col(c) for c in tag_names]).alias("tag")
+            "space", F.expr(asked(texts_in("m", "fields", "types"), "strict")).alias("a"), tag(*[F.col(c) for c in tag_names]).alias("tag")
         )
         found = self.store.lookup(requests.where(F.col("a").isNotNull()), version)
-        return found.where(F.col("v").isNotNull()).select(*_untag(F.col("tag"), tag_names), "b", "v")
+        return found.where(F.col("v").isNotNull()).select(*untag(F.col("tag"), tag_names), "b", "v")
 
     def reach(self, images: Mapping[str, DataFrame], version: int) -> DataFrame | None:
         """The keys the changes reach, every view's in one frame `(view, k, asks)`: `k` a key's values
@@ -392,9 +333,9 @@ class Walker:
         """`(view, occ, v)`: the rows each occurrence of each view reads for its keys (`reach`'s frame):
         the anchors' rows by the keys, then each link's rows from its parent's, a depth a round."""
         requests = keys.select("view", F.explode("asks").alias("ask")).select("view", "ask.*")
-        requests = requests.select("space", "a", _tag(F.col("view"), F.col("occ")).alias("tag")).where(F.col("a").isNotNull())
+        requests = requests.select("space", "a", tag(F.col("view"), F.col("occ")).alias("tag")).where(F.col("a").isNotNull())
         found = self.store.lookup(requests, version)
-        level = self.keep(found.where(F.col("v").isNotNull()).select(*_untag(F.col("tag"), ["view", "occ"]), "v"))
+        level = self.keep(found.where(F.col("v").isNotNull()).select(*untag(F.col("tag"), ["view", "occ"]), "v"))
         gathered = [level]
         down = self._moves["down"]
         for _ in range(max((max(w.depth.values(), default=0) for w in self._walked()), default=0)):
@@ -402,24 +343,3 @@ class Walker:
             level = self.keep(found.select("view", F.col("child").alias("occ"), "v"))
             gathered.append(level)
         return reduce(DataFrame.unionByName, gathered)
-
-
-def _position(rows: DataFrame) -> list[str]:
-    """`_lmv_position` when `rows` has it (a change's source position), else nothing."""
-    return ["_lmv_position"] if "_lmv_position" in rows.columns else []
-
-
-def _order(packed: DataFrame) -> Column:
-    """An entry's order `s`: the row's source position, or null (unordered)."""
-    return (F.col("_lmv_position") if "_lmv_position" in packed.columns else F.lit(None)).cast("bigint").alias("s")
-
-
-def pk_fields(source: SourceTable) -> tuple[list[str], list[str]]:
-    """The JSON fields of a table's primary key and their type classes."""
-    return list(source.primary_key), [source.column(c).spark_type.upper() for c in source.primary_key]
-
-
-def pk_texts(source: SourceTable, v: str = "v") -> str:
-    """SQL: a packed row's primary key as the rows space keys it (`a`) and an index entry names it (`b`)."""
-    fields, types = pk_fields(source)
-    return packed_texts(v, literal_array(fields, "STRING"), literal_array(types, "STRING"))

@@ -8,7 +8,7 @@ import datetime
 import decimal
 
 from lakemv.spark.engine.views import _text
-from lakemv.spark.engine.walk import JSON, RAW, literal_array, packed_texts, texts_of
+from lakemv.spark.engine.encoding import JSON, RAW, literal_array, packed_texts, texts_of
 
 T = datetime.datetime(2024, 2, 1, 12, 30, 15, 123456, tzinfo=datetime.UTC)
 COLUMNS = [

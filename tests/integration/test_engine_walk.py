@@ -16,7 +16,8 @@ from lakemv.core.planner.definitions import load_views
 from lakemv.core.state.layout import mirror_parts, route
 from lakemv.core.state.walk import gather, reach
 from lakemv.spark.engine.keyed import KeyedStore
-from lakemv.spark.engine.walk import JSON, ROW, Walker
+from lakemv.spark.engine.encoding import JSON, ROW
+from lakemv.spark.engine.walk import Walker
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from lakemv.workload.shapes import SHAPES, shape_view

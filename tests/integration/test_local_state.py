@@ -117,5 +117,7 @@ def test_the_store_follows_compaction_backfill_and_its_own_loss(lake, tmp_path, 
     shutil.rmtree(path.parent)
     ingest_round(5)
     assert path.exists()
-    assert any(total > by_values > 1 for total, by_values, _ in sliced), sliced  # the bytes ruled
-    assert any(total > by_bytes > 1 for total, _, by_bytes in sliced), sliced  # the values ruled
+    # both measures split a real reload (which one rules a table depends on the rows its sample read;
+    # the rulings themselves: tests/unit/test_state.py)
+    assert any(by_values > 1 for _, by_values, _ in sliced) and any(by_bytes > 1 for _, _, by_bytes in sliced), sliced
+    assert all(total == max(by_values, by_bytes) for total, by_values, by_bytes in sliced), sliced
