@@ -198,6 +198,8 @@ def main() -> None:
 
     from lakemv.core.sql.viewsql import recompute_sql
     from lakemv.spark.engine.keyed import KeyedStore
+    from lakemv.spark.engine.publish import ViewTables
+    from lakemv.spark.mirror import ensure_view_namespace
     from lakemv.spark.engine.views import Recompute
     from lakemv.spark.engine.walk import Walker
     from lakemv.spark.session import get_spark
@@ -228,7 +230,10 @@ def main() -> None:
         frame.createOrReplaceTempView(f"snap_{table}")
     with step("seed_by_full_recompute", len(plans)):
         live = {t: f"snap_{t}" for t in sources}
-        view_rows = recompute.seed({name: spark.sql(recompute_sql(plan, live)) for name, plan in recompute.plans.items()}, 1)
+        ensure_view_namespace(spark, mirrors.names)
+        view_tables = ViewTables(recompute, {name: mirrors.names.view(f"engine_{name}") for name in recompute.plans})
+        view_tables.create({name: spark.sql(recompute_sql(plan, live)) for name, plan in recompute.plans.items()})
+        view_rows = view_tables.seed(1)
         results["view_rows"] = sum(view_rows.values())
     ways = recompute.ways(table_rows, view_rows)
     version = 2
@@ -263,7 +268,8 @@ def main() -> None:
                     rows = recompute.whole(live, names)
                     results[f"{label}.recomputed"] = per_view(recompute.counts(rows), args.per_view)
                 with step(f"{label}.diff", len(names)):
-                    results[f"{label}.changed"] = recompute.diff_whole(rows, names, version).count()
+                    diffed = walker.keep(recompute.diff_whole(rows, names, version))
+                    results[f"{label}.changed"] = diffed.count()
             else:
                 with step(f"{label}.reach"):
                     keys = walker.reach_packed(images, version)
@@ -281,8 +287,16 @@ def main() -> None:
                     rows = recompute.run(gathered, keys, whole, live)  # computed: a local checkpoint
                     results[f"{label}.recomputed"] = per_view(recompute.counts(rows), args.per_view)
                 with step(f"{label}.diff", len(plans)):
-                    results[f"{label}.changed"] = recompute.diff(rows, keys, version).count()
-            version += 1
+                    diffed = walker.keep(recompute.diff(rows, keys, version))
+                    results[f"{label}.changed"] = diffed.count()
+            with step(f"{label}.publish", len(plans)):  # the views' files, their commits, the digests and places
+                published = view_tables.publish(diffed, version, n + 1)
+                results[f"{label}.published"] = {
+                    "written": sum(published.written.values()),
+                    "removed": sum(published.removed.values()),
+                    "commits": len(published.snapshots),
+                }
+            version = published.version
             walker.release()
         if n:
             batches.append(results[label]["seconds"])
@@ -296,6 +310,11 @@ def main() -> None:
     # the state's digests of every view against Spark's rebuild: rows that differ (0: every view exact)
     full = {plan.name: spark.table(mirrors.names.view(f"bench_full_{plan.name}")) for plan in plans if plan.name in recompute.plans}
     results["views_differing"] = recompute.differing(full, version)
+    # the views' tables against Spark's rebuild: rows in one and not the other (0 for every view)
+    results["tables_differing"] = {
+        name: spark.table(view_tables.tables[name]).exceptAll(frame).count() + frame.exceptAll(spark.table(view_tables.tables[name])).count()
+        for name, frame in full.items()
+    }
     with step("full_recompute_duckdb", len(plans)):
         results["full_recompute_duckdb_rows"] = duckdb_full(settings, sources, plans)
     if results["median_batch_seconds"]:

@@ -24,7 +24,7 @@ their lineage (each task deserialized every view's plan).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -41,6 +41,9 @@ from lakemv.spark.views.kept import MARK, planning_session, replan_class
 
 VIEW, OCC = "_lmv_view", "_lmv_occ"  # an input row's labels: which view's occurrence gathered it
 ROWS = "view INT, k BINARY, d BINARY, row STRING"  # a view's rows keyed (`Recompute._keyed`)
+CHANGED = ROWS + ", file STRING, pos BIGINT"  # a changed row and the place of the row it replaces
+# a view row's entry: its digest (16 bytes), then its place in the view's table (position: 8 bytes, file: UTF-8)
+PLACED = "concat({d}, unhex(lpad(hex({pos}), 16, '0')), encode({file}, 'UTF-8'))"
 
 
 # a view row's digest: two 64-bit xxhashes of its columns (16 bytes)
@@ -214,25 +217,25 @@ class Recompute:
         return self._union(keyed)
 
     def diff_rows(self, recomputed: DataFrame, names: Collection[str], version: int) -> DataFrame:
-        """`(space, view, k, d, row)` of every key of the views `names` whose row in `recomputed` (all of
-        their rows) differs from its digest at `version` (a scan of the state): a new or changed row, or
-        a key with no row now (`d` and `row` NULL). Not written."""
+        """`(space, view, k, d, row, file, pos)` of every key of the views `names` whose row in `recomputed`
+        (all of their rows) differs from its digest at `version` (a scan of the state): a new or changed
+        row, or a key with no row now (`d` and `row` NULL); `file`/`pos`: where the row it replaces lives
+        in the view's table. Not written (`lakemv.spark.engine.publish` writes it)."""
         walker = self.walker
         spaces = {walker.numbers[w.digests]: walker.ids[w.view] for w in walker.walks.views if w.view in set(names)}
         if not spaces:
-            return self.spark.createDataFrame([], "space INT, " + ROWS)
+            return self.spark.createDataFrame([], "space INT, " + CHANGED)
         stored = walker.store.scan(version).where(F.col("space").isin(list(spaces))).select("space", F.col("a").alias("k"), F.col("v").alias("old"))
         view_of = F.element_at(F.create_map(*[F.lit(x) for pair in spaces.items() for x in pair]), F.col("space"))
         joined = recomputed.withColumn("space", self._digests()).join(stored, ["space", "k"], "full_outer")
-        return joined.where(~F.col("d").eqNullSafe(F.col("old"))).select("space", F.coalesce(F.col("view"), view_of).alias("view"), "k", "d", "row")
+        return joined.where(~F.col("d").eqNullSafe(digest_of("old"))).select(
+            "space", F.coalesce(F.col("view"), view_of).alias("view"), "k", "d", "row", *place_of("old")
+        )
 
     def diff_whole(self, recomputed: DataFrame, names: Collection[str], version: int) -> DataFrame:
-        """`(view, k, d, row)` of every row of the views `names` that changed (`diff_rows` of all of their
-        rows, `whole`'s), written over the digests at `version`."""
-        changed = self.walker.keep(self.diff_rows(recomputed, names, version))
-        entries = changed.select("space", F.col("k").alias("a"), F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v"))
-        self.walker.store.update(entries, version).count()
-        return changed.select("view", "k", "d", "row")
+        """`(view, k, d, row, file, pos)` of every row of the views `names` that changed (`diff_rows` of all
+        of their rows, `whole`'s). Not written."""
+        return self.diff_rows(recomputed, names, version).drop("space")
 
     def _swapped(self, names: list[str], shuffled: object) -> DataFrame:
         """The keyed rows of the views `names` (kept plans), each over its partition of `shuffled`: one call."""
@@ -250,27 +253,35 @@ class Recompute:
             listed.add(frame._jdf)
         return DataFrame(self.replan.unionRows(self.spark._jsparkSession, listed), self.spark)
 
-    def _keyed(self, plan: ViewPlan, frame: DataFrame) -> DataFrame:
-        """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON.
-        In SQL text: a few calls into the JVM a view, not one per function."""
+    def _keyed(self, plan: ViewPlan, frame: DataFrame, carry: Sequence[str] = ()) -> DataFrame:
+        """A view's rows as `(view, k, d, row)`: its key packed as `reach` packs it, its digest, its JSON
+        (and the columns `carry`, not part of the row). In SQL text: a few calls into the JVM a view, not
+        one per function."""
         options = ", ".join(f"'{k}', \"{v}\"" for k, v in JSON.items())
         key_types = self.walker.key_types(plan)
         types = literal_array(key_types, "STRING")
-        framed = frame.selectExpr("struct(*) AS r").selectExpr("r", f"to_json(r, map({options})) AS row")
+        columns = ", ".join(f"`{c}`" for c in frame.columns if c not in carry)
+        framed = frame.selectExpr(f"struct({columns}) AS r", *carry).selectExpr("r", f"to_json(r, map({options})) AS row", *carry)
         kinds = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
         read = [_text(f"r.`{name}`", kinds[name], t == RAW) for name, t in zip(plan.key_names, key_types, strict=True)]
         if all(t is not None for t in read):  # the key's texts read off the row's columns, not parsed back from its JSON
             key = f"CAST(to_json({texts_of('array(' + ', '.join(read) + ')', types)}) AS BINARY)"
         else:
             key = packed_texts("row", literal_array(list(plan.key_names), "STRING"), types)
-        return framed.selectExpr(f"{self.walker.ids[plan.name]} AS view", f"{key} AS k", f"{DIGEST.format(row='r')} AS d", "row")
+        return framed.selectExpr(f"{self.walker.ids[plan.name]} AS view", f"{key} AS k", f"{DIGEST.format(row='r')} AS d", "row", *carry)
 
-    def seed(self, full: dict[str, DataFrame], version: int) -> dict[str, int]:
-        """Writes each view's digests from its full recompute (`full`: view -> its rows) over `version`;
-        each view's rows."""
+    def seed(self, full: Mapping[str, DataFrame], version: int) -> dict[str, int]:
+        """Writes each view's digests over `version` from all of its rows (`full`: view -> its rows; with
+        `_file` and `_pos`, Iceberg's metadata columns, each row's place in the view's table is kept
+        beside its digest); each view's rows."""
         digests = self._digests()
-        parts = [self._keyed(self.plans[name], rows).select(digests.alias("space"), F.col("k").alias("a"), "d") for name, rows in full.items()]
-        entries = reduce(DataFrame.unionByName, parts).select("space", "a", F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v"))
+        parts = []
+        for name, rows in full.items():
+            placed = "_file" in rows.columns and "_pos" in rows.columns
+            keyed = self._keyed(self.plans[name], rows, ("_file", "_pos") if placed else ())
+            value = F.expr(PLACED.format(d="d", file="_file", pos="_pos")) if placed else F.col("d")
+            parts.append(keyed.select(digests.alias("space"), F.col("k").alias("a"), value.alias("v")))
+        entries = reduce(DataFrame.unionByName, parts).select("space", "a", F.lit(b"").cast("binary").alias("b"), "v")
         counts = {int(r["space"]): int(r["count"]) for r in self.walker.store.update(entries, version).groupBy("space").count().collect()}
         return {name: counts.get(self.walker.numbers[w.digests], 0) for w in self.walker.walks.views if (name := w.view) in full}
 
@@ -299,16 +310,29 @@ class Recompute:
         return F.element_at(F.create_map(*spaces), F.col("view")).cast("int")
 
     def diff(self, recomputed: DataFrame, keys: DataFrame, version: int) -> DataFrame:
-        """`(view, k, d, row)` of every row that changed (a deleted row: `d` and `row` NULL): the batch's
-        recomputed rows (`run`'s: read three times, from its checkpoint) and its reached keys with no row,
-        written over the digests at `version`."""
+        """`(view, k, d, row, file, pos)` of every row that changed (a deleted row: `d` and `row` NULL;
+        `file`/`pos`: where the row it replaces lives in the view's table): the batch's recomputed rows
+        (`run`'s, from its checkpoint) and its reached keys with no row, against the digests at `version`
+        (one lookup round). Not written (`lakemv.spark.engine.publish` writes it)."""
         removed = keys.select("view", "k").join(recomputed.select("view", "k"), ["view", "k"], "left_anti")
         changes = recomputed.select("view", "k", "d", "row").unionByName(
             removed.select("view", "k", F.lit(None).cast("binary").alias("d"), F.lit(None).cast("string").alias("row"))
         )
-        spaced = self.walker.keep(changes.withColumn("space", self._digests()))  # written, then joined
-        written = self.walker.store.update(
-            spaced.select("space", F.col("k").alias("a"), F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v")), version
-        )
-        changed = written.where(~F.col("old").eqNullSafe(F.col("v"))).select("space", F.col("a").alias("k"))
-        return spaced.join(changed, ["space", "k"], "left_semi").select("view", "k", "d", "row")
+        spaced = self.walker.keep(changes.withColumn("space", self._digests()))  # asked, then joined
+        asks = spaced.select("space", F.col("k").alias("a"), F.lit(b"").cast("binary").alias("tag"))
+        stored = self.walker.store.lookup(asks, version).select("space", F.col("a").alias("k"), F.col("v").alias("old"))
+        joined = spaced.join(stored, ["space", "k"])
+        return joined.where(~F.col("d").eqNullSafe(digest_of("old"))).select("view", "k", "d", "row", *place_of("old"))
+
+
+def digest_of(value: str) -> Column:
+    """The digest part of a view row's entry (`publish.PLACED`: its digest, then its place)."""
+    return F.expr(f"substring({value}, 1, 16)")
+
+
+def place_of(value: str) -> list[Column]:
+    """`file`, `pos`: a view row's place in its table, read off its entry (null when it has none)."""
+    return [
+        F.expr(f"nullif(decode(substring({value}, 25, 2147483647), 'UTF-8'), '')").alias("file"),
+        F.expr(f"CASE WHEN length({value}) > 16 THEN CAST(conv(hex(substring({value}, 17, 8)), 16, 10) AS BIGINT) END").alias("pos"),
+    ]

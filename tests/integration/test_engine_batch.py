@@ -11,8 +11,11 @@ from functools import reduce
 import pytest
 from lakemv.catalog.settings import LakeSettings
 from lakemv.core.sql.viewsql import recompute_sql
+from chispa import assert_df_equality
 from lakemv.spark.engine.keyed import KeyedStore
+from lakemv.spark.engine.publish import ViewTables
 from lakemv.spark.engine.views import Recompute
+from lakemv.spark.mirror import ensure_view_namespace
 from lakemv.spark.engine.walk import Walker
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -48,8 +51,30 @@ def _ddl(source) -> str:
     return ", ".join(f"`{c.name}` {c.spark_type}" for c in source.columns)
 
 
+def _view_tables(lake, recompute: Recompute, full: dict) -> ViewTables:
+    """Every view's Iceberg table made from its rows `full`, and its digests and places seeded (version 2)."""
+    ensure_view_namespace(lake.spark, lake.names)
+    tables = ViewTables(recompute, {name: lake.names.view(f"engine_{name}") for name in recompute.plans})
+    tables.create(full)
+    tables.seed(1)
+    return tables
+
+
+def _assert_tables_are(lake, tables: ViewTables, full: dict) -> None:
+    """Every view's table holds the rows of its full recompute `full` as Spark reads it, and as many as
+    DuckDB reads (its `iceberg_scan` applies the position deletes too)."""
+    from lakemv.catalog.tables import VIEW_NAMESPACE
+    from lakemv.duck.query import connect_duckdb, metadata_location
+
+    con = connect_duckdb(settings=lake.settings)
+    for name, table in tables.tables.items():
+        assert_df_equality(lake.spark.table(table), full[name], ignore_row_order=True, ignore_nullable=True)
+        location = metadata_location(lake.settings, VIEW_NAMESPACE, table.rsplit(".", 1)[1])
+        assert con.execute(f"SELECT count(*) FROM iceberg_scan('{location}')").fetchone()[0] == full[name].count(), name
+
+
 @pytest.mark.slow(60)
-def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, sources, tmp_path):
+def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, lake, sources, tmp_path):
     every = every_shape(sources)
     walker = Walker.of(KeyedStore(spark, str(tmp_path / "state"), partitions=3), every, sources)
     recompute = Recompute(walker)
@@ -62,7 +87,7 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
 
     before = full(ROWS, "before")
     walker.load({t: spark.createDataFrame(rows, _ddl(sources[t])) for t, rows in ROWS.items()}, 0)
-    recompute.seed(before, 1)
+    tables = _view_tables(lake, recompute, before)
 
     changes = {}
     for table, row, deleted in BATCH:
@@ -87,9 +112,14 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
 
     assert recomputed(mixed) == recomputed(rows)
     assert {walker.ids[name] for name in odd} & {v for v, _, _ in recomputed(rows)}  # some whole view had rows to find
-    found = recompute.diff(rows, keys, version).collect()
+    diffed = walker.keep(recompute.diff(rows, keys, version))
+    found = diffed.collect()
     changed = {(r["view"], bytes(r["k"]), None if r["d"] is None else bytes(r["d"])) for r in found}
     assert len(found) == len(changed)
+    # the changed rows written into the views' tables: each replaced row deleted where the state placed it
+    published = tables.publish(diffed, version, 1)
+    assert published.version == version + 1 and sum(published.written.values()) + sum(published.removed.values()) == len(found)
+    assert set(published.snapshots) == {name for name in recompute.plans if walker.ids[name] in {v for v, _, _ in changed}}
     walker.release()
 
     def keyed(frames: dict) -> dict:  # every view's rows in one job
@@ -109,6 +139,9 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     assert (missing, extra) == ([], []), f"missing {missing}\nextra {extra}"
     assert changed == expected
     assert len({v for v, _, _ in expected}) >= 20  # the batch changes most views: the comparison is not vacuous
+    # every view's table is its full recompute after the batch, and its digests say so
+    _assert_tables_are(lake, tables, after)
+    assert recompute.differing(after, published.version) == {name: 0 for name in recompute.plans}
 
 
 # a snapshot's read of alice older than the row the state holds (a re-snapshot, a replayed stretch): not written
@@ -116,7 +149,7 @@ STALE = ("users", (1, "a@x", "alice-long-ago", T))
 
 
 @pytest.mark.slow(60)
-def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_the_same_rows(spark, sources, tmp_path):
+def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_the_same_rows(spark, lake, sources, tmp_path):
     """A backlog's way (`Ways.batch` chose it): every view recomputed whole over the tables after the batch
     and diffed against all of its digests (a scan), with no key reached: the same changed rows as two full
     recomputes tell apart. The changes carry source positions, and one older than its row is left out of
@@ -135,7 +168,7 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
     positioned = {t: spark.createDataFrame(rows, _ddl(sources[t])).withColumn("_lmv_position", F.lit(10).cast("bigint")) for t, rows in ROWS.items()}
     walker.load(positioned, 0)
     old, before = keyed(ROWS, "before")
-    recompute.seed({name: spark.sql(recompute_sql(plan, before)) for name, plan in recompute.plans.items()}, 1)
+    tables = _view_tables(lake, recompute, {name: spark.sql(recompute_sql(plan, before)) for name, plan in recompute.plans.items()})
 
     changes = {}
     for table, row, deleted, position in [(t, r, d, 20) for t, r, d in BATCH] + [(*STALE, False, 5)]:
@@ -152,9 +185,11 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
     assert alice and all(b"alice-long-ago" not in v for v in alice)
 
     rows = recompute.whole(after)
-    found = recompute.diff_whole(rows, list(recompute.plans), version).collect()
+    diffed = walker.keep(recompute.diff_whole(rows, list(recompute.plans), version))
+    found = diffed.collect()
     changed = {(r["view"], bytes(r["k"]), None if r["d"] is None else bytes(r["d"])) for r in found}
     assert len(found) == len(changed)
+    published = tables.publish(diffed, version, 1)
     walker.release()
     expected = {(view, k, new.get((view, k))) for view, k in old.keys() | new.keys() if old.get((view, k)) != new.get((view, k))}
     names = {walker.ids[n]: n for n in recompute.plans}
@@ -165,9 +200,9 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
     assert (readable(expected - changed), readable(changed - expected)) == ([], [])
     assert len({v for v, _, _ in expected}) >= 20
     # the digests now are the view: nothing left to diff, and the rows the state holds are the tables'
-    assert recompute.differing({name: spark.sql(recompute_sql(plan, after)) for name, plan in recompute.plans.items()}, version + 1) == {
-        name: 0 for name in recompute.plans
-    }
+    full_after = {name: spark.sql(recompute_sql(plan, after)) for name, plan in recompute.plans.items()}
+    assert recompute.differing(full_after, published.version) == {name: 0 for name in recompute.plans}
+    _assert_tables_are(lake, tables, full_after)
     users = walker.numbers[walker._rows_space("users")]
     held = [json.loads(bytes(r["v"])) for r in walker.store.scan(version).where(F.col("space") == users).collect() if r["v"] is not None]
     assert [u["username"] for u in held if u["email"] == "a@x"] == ["alice"]
