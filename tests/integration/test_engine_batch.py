@@ -14,7 +14,7 @@ from lakemv.core.sql.viewsql import recompute_sql
 from chispa import assert_df_equality
 from lakemv.spark.engine.keyed import KeyedStore
 from lakemv.spark.engine.publish import ViewTables
-from lakemv.spark.engine.views import Recompute
+from lakemv.spark.engine.views import Recompute, place_of
 from lakemv.spark.mirror import ensure_view_namespace
 from lakemv.spark.engine.walk import Walker
 from pyspark.sql import DataFrame
@@ -71,6 +71,18 @@ def _assert_tables_are(lake, tables: ViewTables, full: dict) -> None:
         assert_df_equality(lake.spark.table(table), full[name], ignore_row_order=True, ignore_nullable=True)
         location = metadata_location(lake.settings, VIEW_NAMESPACE, table.rsplit(".", 1)[1])
         assert con.execute(f"SELECT count(*) FROM iceberg_scan('{location}')").fetchone()[0] == full[name].count(), name
+
+
+def _assert_places(lake, tables: ViewTables, version: int) -> None:
+    """Every place the state keeps beside a view row's digest is a live row of the view's table, and every
+    live row has one (a place the manifests name otherwise - file:///x for file:/x - deletes nothing)."""
+    walker = tables.recompute.walker
+    spaces = {w.view: walker.numbers[w.digests] for w in walker.walks.views}
+    state = walker.store.scan(version)
+    for name, table in tables.tables.items():
+        kept = {(r["file"], r["pos"]) for r in state.where(F.col("space") == spaces[name]).select(*place_of("v")).collect()}
+        live = {(r["_file"], r["_pos"]) for r in lake.spark.table(table).select("_file", "_pos").collect()}
+        assert kept == live, (name, sorted(kept - live)[:3], sorted(live - kept)[:3])
 
 
 @pytest.mark.slow(60)
@@ -141,6 +153,7 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     assert len({v for v, _, _ in expected}) >= 20  # the batch changes most views: the comparison is not vacuous
     # every view's table is its full recompute after the batch, and its digests say so
     _assert_tables_are(lake, tables, after)
+    _assert_places(lake, tables, published.version)
     assert recompute.differing(after, published.version) == {name: 0 for name in recompute.plans}
 
 
@@ -203,6 +216,7 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
     full_after = {name: spark.sql(recompute_sql(plan, after)) for name, plan in recompute.plans.items()}
     assert recompute.differing(full_after, published.version) == {name: 0 for name in recompute.plans}
     _assert_tables_are(lake, tables, full_after)
+    _assert_places(lake, tables, published.version)
     users = walker.numbers[walker._rows_space("users")]
     held = [json.loads(bytes(r["v"])) for r in walker.store.scan(version).where(F.col("space") == users).collect() if r["v"] is not None]
     assert [u["username"] for u in held if u["email"] == "a@x"] == ["alice"]

@@ -43,6 +43,7 @@ import org.apache.iceberg.data.parquet.GenericParquetWriter;
 import org.apache.iceberg.deletes.PositionDelete;
 import org.apache.iceberg.deletes.PositionDeleteWriter;
 import org.apache.iceberg.io.DataWriter;
+import org.apache.iceberg.io.OutputFile;
 import org.apache.iceberg.parquet.Parquet;
 import org.apache.iceberg.spark.Spark3Util;
 import org.apache.iceberg.types.Type;
@@ -238,9 +239,10 @@ public final class ViewFiles {
 
     private DataWriter<Record> data() throws IOException {
       if (data == null) {
-        dataPath = path("rows");
+        OutputFile file = table.io().newOutputFile(path("rows"));
+        dataPath = file.location(); // as the table's manifests will name it (the FileIO's form: file:/x, not file:///x)
         data =
-            Parquet.writeData(table.io().newOutputFile(dataPath))
+            Parquet.writeData(file)
                 .forTable(table)
                 .createWriterFunc(GenericParquetWriter::create)
                 .withSpec(table.spec())
