@@ -1,19 +1,20 @@
 """The engine state's batch path as built (lakemv.spark.engine), on the spike's micro-benchmark: N users'
-snapshot bulk-loaded into the state and into Iceberg mirrors, every view's digests seeded by Spark's
-full recompute, then 1k-change batches through the built steps - the changes MERGEd into the mirrors
+snapshot bulk-loaded into the state and into Iceberg mirrors, every view's Iceberg table made by Spark's
+full recompute and its digests and row places seeded from it, then 1k-change batches through the built steps - the changes MERGEd into the mirrors
 (the tables concurrently), the rows written by key and index, the keys they reach, each view's way
 (gathered, or recomputed whole over the mirrors when its keys stand for most of its tables), the rows
-the gathered views read, every view recomputed and diffed - timed step by step (wall, driver-Python
-CPU, JVM CPU). Run once with `--views 1` and once with `--views 100`: one more view costs
-(median 100-view batch - median 1-view batch) / 99. The Iceberg writes of the views' changed rows are
-not built yet, so they are not in these figures (the spike measured them: docs/architecture.md).
+the gathered views read, every view recomputed and diffed, the changed rows published into the views'
+tables (`publish`: one job writes every view's files, a RowDelta a view, the digests and places) - timed
+step by step (wall, driver-Python CPU, JVM CPU). Run once with `--views 1` and once with `--views 100`:
+one more view costs (median 100-view batch - median 1-view batch) / 99.
 `--event-log` adds what Spark's event log says each step ran (jobs, tasks, task CPU, GC, the longest task).
 Each batch first chooses its way (`Ways.batch`, or `--way`): a batch that changes much of the tables (a
 backlog) reaches no keys, and recomputes every view whole and diffs it against all of its digests.
 After the batches, in the same run, every view is rebuilt by Spark (written as an Iceberg table) and by
 DuckDB over the mirrors: what a user would pick instead (`batch_faster_than_*_full`: their time over
 the median batch); the state's digests of every view are then checked against Spark's rebuild
-(`views_differing`: keys whose digest differs, 0 for every view when the batches kept them exact).
+(`views_differing`: keys whose digest differs) and each view's table against it (`tables_differing`:
+rows in one and not the other); both 0 for every view when the batches kept them exact.
 
     .venv/bin/python -m bench.engine_batch --users 100000 --views 1 --event-log
     .venv/bin/python -m bench.engine_batch --users 100000 --views 100 --event-log
@@ -290,7 +291,7 @@ def main() -> None:
                     diffed = walker.keep(recompute.diff(rows, keys, version))
                     results[f"{label}.changed"] = diffed.count()
             with step(f"{label}.publish", len(plans)):  # the views' files, their commits, the digests and places
-                published = view_tables.publish(diffed, version, n + 1)
+                published = view_tables.publish(diffed, version if whole_batch else version + 1, n + 1)  # the incremental diff wrote the digests
                 results[f"{label}.published"] = {
                     "written": sum(published.written.values()),
                     "removed": sum(published.removed.values()),

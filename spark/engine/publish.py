@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from lakemv.catalog.tables import TABLE_PROPERTIES
 from lakemv.spark.engine.views import PLACED, Recompute
 
-COMMIT_THREADS = 4  # views committed at once (each commit is a few small files and a metadata write)
+COMMIT_THREADS = 8  # views committed at once (each commit: a manifest, a manifest list, a metadata file, the catalog)
 BATCH_PROPERTY = "lakemv.batch"  # the snapshot summary's batch id: every view's commit of one batch carries it
 
 
@@ -67,8 +67,9 @@ class ViewTables:
         return self.recompute.seed(full, version)
 
     def publish(self, changed: DataFrame, version: int, batch: int) -> Publication:
-        """`changed` (`Recompute.diff`'s rows) written into the views' tables and committed, stamped with
-        `batch`; then their digests and places written over `version`."""
+        """`changed` (`Recompute.diff`'s or `diff_whole`'s rows) written into the views' tables and
+        committed, stamped with `batch`; then their digests and places written over `version` (after
+        the diff's own write, if it made one)."""
         spark = self.spark
         partitions = max(1, min(len(self.tables), 2 * spark.sparkContext.defaultParallelism))
         known = self.recompute.walker.keep(changed.where(F.col("view").isin(list(self.names))))

@@ -312,17 +312,18 @@ class Recompute:
     def diff(self, recomputed: DataFrame, keys: DataFrame, version: int) -> DataFrame:
         """`(view, k, d, row, file, pos)` of every row that changed (a deleted row: `d` and `row` NULL;
         `file`/`pos`: where the row it replaces lives in the view's table): the batch's recomputed rows
-        (`run`'s, from its checkpoint) and its reached keys with no row, against the digests at `version`
-        (one lookup round). Not written (`lakemv.spark.engine.publish` writes it)."""
+        (`run`'s, from its checkpoint) and its reached keys with no row, written over the digests at
+        `version` (one update round, committing `version + 1` when evaluated). An unchanged row's entry
+        keeps its place; a changed row's holds its new digest until `publish` places it."""
         removed = keys.select("view", "k").join(recomputed.select("view", "k"), ["view", "k"], "left_anti")
         changes = recomputed.select("view", "k", "d", "row").unionByName(
             removed.select("view", "k", F.lit(None).cast("binary").alias("d"), F.lit(None).cast("string").alias("row"))
         )
-        spaced = self.walker.keep(changes.withColumn("space", self._digests()))  # asked, then joined
-        asks = spaced.select("space", F.col("k").alias("a"), F.lit(b"").cast("binary").alias("tag"))
-        stored = self.walker.store.lookup(asks, version).select("space", F.col("a").alias("k"), F.col("v").alias("old"))
-        joined = spaced.join(stored, ["space", "k"])
-        return joined.where(~F.col("d").eqNullSafe(digest_of("old"))).select("view", "k", "d", "row", *place_of("old"))
+        spaced = self.walker.keep(changes.withColumn("space", self._digests()))  # written, then joined
+        entries = spaced.select("space", F.col("k").alias("a"), F.lit(b"").cast("binary").alias("b"), F.col("d").alias("v"), F.lit(True).alias("p"))
+        written = self.walker.store.update(entries, version)  # p: an entry that begins with the same digest is kept
+        changed = written.where(~F.col("v").eqNullSafe(F.col("old"))).select("space", F.col("a").alias("k"), *place_of("old"))
+        return spaced.join(changed, ["space", "k"]).select("view", "k", "d", "row", "file", "pos")
 
 
 def digest_of(value: str) -> Column:

@@ -129,8 +129,8 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     changed = {(r["view"], bytes(r["k"]), None if r["d"] is None else bytes(r["d"])) for r in found}
     assert len(found) == len(changed)
     # the changed rows written into the views' tables: each replaced row deleted where the state placed it
-    published = tables.publish(diffed, version, 1)
-    assert published.version == version + 1 and sum(published.written.values()) + sum(published.removed.values()) == len(found)
+    published = tables.publish(diffed, version + 1, 1)  # the diff wrote version + 1
+    assert published.version == version + 2 and sum(published.written.values()) + sum(published.removed.values()) == len(found)
     assert set(published.snapshots) == {name for name in recompute.plans if walker.ids[name] in {v for v, _, _ in changed}}
     walker.release()
 

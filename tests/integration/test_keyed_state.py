@@ -168,3 +168,26 @@ def test_an_ordered_change_older_than_its_entry_is_not_written_and_a_delete_leav
     plain = store.update(_changes(spark, [(1, "bob", None, "plain"), (1, "alice", None, None)]), 5).collect()
     assert _text(plain, "a", "v", "old") == [("alice", None, "a@10"), ("bob", "plain", "b@31")]
     assert _text(store.scan(6).collect(), "space", "a", "v") == [(1, "bob", "plain"), (1, "carol", "c@1")]
+
+
+def test_a_change_marked_p_whose_value_begins_the_entry_keeps_the_entry(spark, store):
+    """A view row's entry is its digest, then its place in the view's table: a diff writes the digest
+    alone with `p`, and an entry that already begins with it keeps its place; another digest replaces it,
+    and the old value (with its place) comes back for the row's delete."""
+
+    def marked(rows, p=True):
+        return spark.createDataFrame(rows, "a STRING, v STRING").select(
+            F.lit(1).alias("space"),
+            F.col("a").cast("binary").alias("a"),
+            F.lit(b"").cast("binary").alias("b"),
+            F.col("v").cast("binary").alias("v"),
+            F.lit(p).alias("p"),
+        )
+
+    store.update(marked([("alice", "d1|f1:0"), ("bob", "d2|f1:1")], p=False), 0).collect()
+    done = store.update(marked([("alice", "d1|"), ("bob", "d9|"), ("carol", "d3|"), ("dave", None)]), 1).collect()
+    assert _text(done, "a", "v", "old") == [("alice", "d1|f1:0", "d1|f1:0"), ("bob", "d9|", "d2|f1:1"), ("carol", "d3|", None), ("dave", None, None)]
+    # without p the same value is written as it is
+    plain = store.update(marked([("alice", "d1|")], p=False), 2).collect()
+    assert _text(plain, "a", "v", "old") == [("alice", "d1|", "d1|f1:0")]
+    assert _text(store.scan(3).collect(), "a", "v") == [("alice", "d1|"), ("bob", "d9|"), ("carol", "d3|")]

@@ -155,8 +155,7 @@ public final class ViewFiles {
     }
     summary.forEach(delta::set);
     delta.commit();
-    table.refresh();
-    return table.currentSnapshot().snapshotId();
+    return table.currentSnapshot().snapshotId(); // the commit left the table at its own snapshot
   }
 
   private static Table load(SparkSession spark, String name) {

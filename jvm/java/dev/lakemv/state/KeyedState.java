@@ -172,14 +172,20 @@ public final class KeyedState implements Serializable {
    * change with the value it replaced (`old`, null when there was none). An ordered change (s not null)
    * older than the entry's order is not written: it gives the entry's value as both v and old. An
    * ordered delete keeps a tombstone (v null, its order), so an older change cannot bring the row back.
+   * A change with p true (when the frame has p boolean) whose v begins the stored value is not written:
+   * the entry keeps what it holds after it (a view row's digest, then its place), and gives it as v and old.
    */
   public Dataset<Row> update(SparkSession spark, Dataset<Row> changes, long version) {
     Column order =
         java.util.Arrays.asList(changes.columns()).contains("s")
             ? functions.col("s").cast(DataTypes.LongType)
             : functions.lit(null).cast(DataTypes.LongType).as("s");
+    Column kept =
+        java.util.Arrays.asList(changes.columns()).contains("p")
+            ? functions.coalesce(functions.col("p").cast(DataTypes.BooleanType), functions.lit(false)).as("p")
+            : functions.lit(false).as("p");
     Dataset<Row> asked =
-        (Dataset<Row>) changes.select(functions.col("space"), functions.col("a"), functions.col("b"), functions.col("v"), order);
+        (Dataset<Row>) changes.select(functions.col("space"), functions.col("a"), functions.col("b"), functions.col("v"), order, kept);
     StructType out =
         new StructType()
             .add("space", DataTypes.IntegerType, false)
@@ -370,9 +376,14 @@ public final class KeyedState implements Serializable {
         byte[] b = change.isNullAt(2) ? NONE : change.getBinary(2);
         byte[] v = change.isNullAt(3) ? null : change.getBinary(3);
         Long order = change.isNullAt(4) ? null : change.getLong(4);
+        boolean prefix = change.getBoolean(5);
         UnsafeRow key = keys.apply(new GenericInternalRow(new Object[] {space, a, b})).copy();
         UnsafeRow old = store.get(key, family);
         byte[] was = old == null ? null : old.getBinary(0);
+        if (prefix && v != null && was != null && begins(was, v)) {
+          out.add(new GenericInternalRow(new Object[] {space, a, b, was, was}));  // what it holds begins with v: kept
+          continue;
+        }
         if (order != null && old != null && !old.isNullAt(1) && old.getLong(1) > order) {
           out.add(new GenericInternalRow(new Object[] {space, a, b, was, was}));  // older than the entry: not written
           continue;
@@ -389,6 +400,10 @@ public final class KeyedState implements Serializable {
       store.commit();
       return CollectionConverters.asScala(out.iterator());
     }
+  }
+
+  private static boolean begins(byte[] value, byte[] prefix) {
+    return value.length >= prefix.length && java.util.Arrays.equals(value, 0, prefix.length, prefix, 0, prefix.length);
   }
 
   /** A read's (space, a, tag), compared by content. */
