@@ -48,7 +48,7 @@ def texts_in(m: str, fields: str, types: str) -> str:
 
 def texts(v: str, fields: str, types: str) -> str:
     """SQL: `texts_in` of a JSON row, parsed once."""
-    return texts_of(f"transform(array({parsed(v)}), m -> transform({fields}, f -> m[f]))[0]", types)
+    return f"transform(array({parsed(v)}), m -> {texts_in('m', fields, types)})[0]"
 
 
 def packed_texts(v: str, fields: str, types: str) -> str:

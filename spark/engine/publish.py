@@ -7,8 +7,10 @@ one Spark job (`ViewFiles.write`, in the JVM) writes each view's new rows into o
 replaced rows' positions into one position-delete file; their commits - one `RowDelta` a view, the
 files of all views committed from a few threads, each snapshot stamped with the batch - follow; then
 one update round writes the new rows' digests and places (and drops the removed rows' entries). A
-commit validates that the files its deletes point into are still live: a compaction that rewrote them
-in between fails it rather than leaving a replaced row behind.
+commit validates that the files its deletes point into were not removed since the table was loaded for
+it: a compaction committed in that window fails it rather than leaving a replaced row behind. A
+compaction between two batches is not caught yet (the places would need validating from the snapshot
+they were read at): until then such a compaction would leave the replaced rows behind.
 
 Position deletes are what Spark's own merge-on-read writes, so every engine reads the tables (Spark,
 DuckDB, pyiceberg) and compaction folds them away.

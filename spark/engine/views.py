@@ -271,16 +271,14 @@ class Recompute:
         return framed.selectExpr(f"{self.walker.ids[plan.name]} AS view", f"{key} AS k", f"{DIGEST.format(row='r')} AS d", "row", *carry)
 
     def seed(self, full: Mapping[str, DataFrame], version: int) -> dict[str, int]:
-        """Writes each view's digests over `version` from all of its rows (`full`: view -> its rows; with
-        `_file` and `_pos`, Iceberg's metadata columns, each row's place in the view's table is kept
-        beside its digest); each view's rows."""
+        """Writes each view's digests and places over `version` from all of its rows as its table holds
+        them (`full`: view -> its rows with `_file` and `_pos`, Iceberg's metadata columns); each view's rows."""
         digests = self._digests()
-        parts = []
-        for name, rows in full.items():
-            placed = "_file" in rows.columns and "_pos" in rows.columns
-            keyed = self._keyed(self.plans[name], rows, ("_file", "_pos") if placed else ())
-            value = F.expr(PLACED.format(d="d", file="_file", pos="_pos")) if placed else F.col("d")
-            parts.append(keyed.select(digests.alias("space"), F.col("k").alias("a"), value.alias("v")))
+        placed = F.expr(PLACED.format(d="d", file="_file", pos="_pos"))
+        parts = [
+            self._keyed(self.plans[name], rows, ("_file", "_pos")).select(digests.alias("space"), F.col("k").alias("a"), placed.alias("v"))
+            for name, rows in full.items()
+        ]
         entries = reduce(DataFrame.unionByName, parts).select("space", "a", F.lit(b"").cast("binary").alias("b"), "v")
         counts = {int(r["space"]): int(r["count"]) for r in self.walker.store.update(entries, version).groupBy("space").count().collect()}
         return {name: counts.get(self.walker.numbers[w.digests], 0) for w in self.walker.walks.views if (name := w.view) in full}
@@ -327,7 +325,7 @@ class Recompute:
 
 
 def digest_of(value: str) -> Column:
-    """The digest part of a view row's entry (`publish.PLACED`: its digest, then its place)."""
+    """The digest part of a view row's entry (`PLACED`: its digest, then its place)."""
     return F.expr(f"substring({value}, 1, 16)")
 
 

@@ -147,7 +147,7 @@ public final class ViewFiles {
       }
     }
     if (refs != null && !refs.isEmpty()) {
-      // the rows deleted must still be where the state says: a compaction in between fails this commit
+      // the rows deleted must still be where the state says: a compaction committed since the load fails this commit
       if (base != null) {
         delta.validateFromSnapshot(base);
       }
