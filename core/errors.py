@@ -60,3 +60,13 @@ class QueryError(LakemvError):
 
 class CommitConflict(LakemvError):
     """A concurrent Iceberg commit won the race; transient, the caller retries."""
+
+
+class TablesRewritten(LakemvError):
+    """Views' tables were rewritten by another writer (a compaction) since lakemv read where their rows
+    live: a batch's deletes would miss, so its commits for them fail; their places must be read again."""
+
+    def __init__(self, views: list[str], others_committed: bool = False):
+        landed = "the batch's other views committed" if others_committed else "no view of the batch committed"
+        super().__init__(f"the tables of {', '.join(views)} were rewritten since their rows' places were read ({landed}); read them again (seed)")
+        self.views, self.others_committed = views, others_committed

@@ -6,11 +6,13 @@ No table is read. The state keeps, beside each view row's digest, where the row 
 one Spark job (`ViewFiles.write`, in the JVM) writes each view's new rows into one data file and the
 replaced rows' positions into one position-delete file; their commits - one `RowDelta` a view, the
 files of all views committed from a few threads, each snapshot stamped with the batch - follow; then
-one update round writes the new rows' digests and places (and drops the removed rows' entries). A
-commit validates that the files its deletes point into were not removed since the table was loaded for
-it: a compaction committed in that window fails it rather than leaving a replaced row behind. A
-compaction between two batches is not caught yet (the places would need validating from the snapshot
-they were read at): until then such a compaction would leave the replaced rows behind.
+one update round writes the new rows' digests and places (and drops the removed rows' entries).
+
+A commit validates that the files its deletes point into were not removed since the places were read
+(the table's last snapshot a batch published, or the one they were seeded from): a compaction since
+then fails the commit rather than leaving a replaced row behind. The tables are loaded once
+(`ViewFiles.open`) and kept across batches: lakemv is their only writer, and a commit refreshes its
+table first.
 
 Position deletes are what Spark's own merge-on-read writes, so every engine reads the tables (Spark,
 DuckDB, pyiceberg) and compaction folds them away.
@@ -18,13 +20,15 @@ DuckDB, pyiceberg) and compaction folds them away.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakemv.catalog.tables import TABLE_PROPERTIES
+from lakemv.core.errors import TablesRewritten
 from lakemv.spark.engine.views import PLACED, Recompute
 
 COMMIT_THREADS = 8  # views committed at once (each commit: a manifest, a manifest list, a metadata file, the catalog)
@@ -49,11 +53,16 @@ class ViewTables:
         self.spark = recompute.spark
         self.ids = {name: recompute.walker.ids[name] for name in self.tables}
         self.names = {i: name for name, i in self.ids.items()}
-        jvm = self.spark.sparkContext._jvm  # type: ignore[union-attr]
-        self._files = jvm.dev.lakemv.iceberg.ViewFiles
-        self._jtables = jvm.java.util.HashMap()
-        for name, table in self.tables.items():
-            self._jtables.put(self.ids[name], table)
+        self._handle = None  # the JVM's ViewFiles: the tables loaded once, for every batch after they exist
+
+    def _files(self):
+        if self._handle is None:
+            jvm = self.spark.sparkContext._jvm  # type: ignore[union-attr]
+            names = jvm.java.util.HashMap()
+            for name, table in self.tables.items():
+                names.put(self.ids[name], table)
+            self._handle = jvm.dev.lakemv.iceberg.ViewFiles.open(self.spark._jsparkSession, names)
+        return self._handle
 
     def create(self, full: Mapping[str, DataFrame]) -> None:
         """Each view's table made (or replaced) from all of its rows (`full`: view -> its rows)."""
@@ -62,10 +71,15 @@ class ViewTables:
             for key, value in TABLE_PROPERTIES.items():
                 writer = writer.tableProperty(key, value)
             writer.createOrReplace()
+        self._handle = None  # made anew: loaded again at the next batch
 
-    def seed(self, version: int) -> dict[str, int]:
-        """The views' digests and places, read from their tables, written over `version`; each view's rows."""
-        full = {name: self.spark.table(table).select("*", "_file", "_pos") for name, table in self.tables.items()}
+    def seed(self, version: int, names: Collection[str] | None = None) -> dict[str, int]:
+        """The digests and places of the views `names` (default: all), read from their tables, written
+        over `version`; each view's rows. After `TablesRewritten`, seeding the views it names mends them."""
+        self._handle = None  # the places are read now: a commit validates from the snapshots they were read at
+        self._files()
+        chosen = self.tables if names is None else {name: self.tables[name] for name in names}
+        full = {name: self.spark.table(table).select("*", "_file", "_pos") for name, table in chosen.items()}
         return self.recompute.seed(full, version)
 
     def publish(self, changed: DataFrame, version: int, batch: int) -> Publication:
@@ -75,11 +89,18 @@ class ViewTables:
         spark = self.spark
         partitions = max(1, min(len(self.tables), 2 * spark.sparkContext.defaultParallelism))
         known = self.recompute.walker.keep(changed.where(F.col("view").isin(list(self.names))))
-        jwritten = self._files.write(spark._jsparkSession, known._jdf, self._jtables, f"lmv-{batch:08d}", partitions)
+        files = self._files()
+        jwritten = files.write(known._jdf, f"lmv-{batch:08d}", partitions)
         written = DataFrame(jwritten, spark).localCheckpoint()  # the files are written once, here
         summary = spark.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
         summary.put(BATCH_PROPERTY, str(batch))
-        made = self._files.commit(spark._jsparkSession, written._jdf, self._jtables, summary, COMMIT_THREADS)
+        try:
+            made = files.commit(written._jdf, summary, COMMIT_THREADS)
+        except Py4JJavaError as error:
+            thrown = error.java_exception
+            if thrown.getClass().getName() != "dev.lakemv.iceberg.ViewFiles$Rewritten":
+                raise
+            raise TablesRewritten(sorted(self.names[int(v)] for v in thrown.views()), bool(thrown.othersCommitted())) from None
         digests = self.recompute._digests()
         rows = written.where(F.col("meta").isNull())
         entries = rows.select(

@@ -10,6 +10,7 @@ from functools import reduce
 
 import pytest
 from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import TablesRewritten
 from lakemv.core.sql.viewsql import recompute_sql
 from chispa import assert_df_equality
 from lakemv.spark.engine.keyed import KeyedStore
@@ -58,6 +59,11 @@ def _view_tables(lake, recompute: Recompute, full: dict) -> ViewTables:
     tables.create(full)
     tables.seed(1)
     return tables
+
+
+def _snapshot(lake, table: str) -> int:
+    """The table's current snapshot id."""
+    return lake.spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
 
 
 def _assert_tables_are(lake, tables: ViewTables, full: dict) -> None:
@@ -128,9 +134,26 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     found = diffed.collect()
     changed = {(r["view"], bytes(r["k"]), None if r["d"] is None else bytes(r["d"])) for r in found}
     assert len(found) == len(changed)
+    # a compaction of a view's table since its places were read: the batch commits no view and names it;
+    # seeding that view's places from its table again and replaying the diff over them mends it
+    ids = {walker.ids[n]: n for n in recompute.plans}
+    compacted = ids[next(r["view"] for r in found if r["file"] is not None)]
+    current = {name: _snapshot(lake, table) for name, table in tables.tables.items()}
+    catalog, table = tables.tables[compacted].split(".", 1)
+    lake.spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{table}', options => map('rewrite-all', 'true'))")
+    with pytest.raises(TablesRewritten) as raised:
+        tables.publish(diffed, version + 1, 1)
+    assert (raised.value.views, raised.value.others_committed) == ([compacted], False)
+    assert {name: _snapshot(lake, table) for name, table in tables.tables.items() if name != compacted} == {
+        name: snapshot for name, snapshot in current.items() if name != compacted
+    }
+    tables.seed(version, [compacted])  # version + 1 written again, the compacted view's places read anew
+    diffed = walker.keep(recompute.diff(rows, keys, version + 1))
+    replayed = diffed.collect()
+    assert {(r["view"], bytes(r["k"]), None if r["d"] is None else bytes(r["d"])) for r in replayed} == changed
     # the changed rows written into the views' tables: each replaced row deleted where the state placed it
-    published = tables.publish(diffed, version + 1, 1)  # the diff wrote version + 1
-    assert published.version == version + 2 and sum(published.written.values()) + sum(published.removed.values()) == len(found)
+    published = tables.publish(diffed, version + 2, 1)  # the replayed diff wrote version + 2
+    assert published.version == version + 3 and sum(published.written.values()) + sum(published.removed.values()) == len(found)
     assert set(published.snapshots) == {name for name in recompute.plans if walker.ids[name] in {v for v, _, _ in changed}}
     walker.release()
 

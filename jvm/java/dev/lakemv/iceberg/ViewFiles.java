@@ -27,6 +27,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -36,8 +37,10 @@ import org.apache.iceberg.DeleteFile;
 import org.apache.iceberg.MetricsConfig;
 import org.apache.iceberg.RowDelta;
 import org.apache.iceberg.SerializableTable;
+import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.data.GenericRecord;
+import org.apache.iceberg.exceptions.ValidationException;
 import org.apache.iceberg.data.Record;
 import org.apache.iceberg.data.parquet.GenericParquetWriter;
 import org.apache.iceberg.deletes.PositionDelete;
@@ -72,11 +75,14 @@ import scala.jdk.javaapi.CollectionConverters;
  * columns (null: the row goes), {@code file}/{@code pos} the place of the row it replaces (null:
  * none). Rows are shuffled by view, so each table gets one data file and one delete file a batch.
  * {@link #write} gives each written row's new place {@code (view, k, d, file, pos)} and one row per
- * file written ({@code meta}: the Iceberg file, serialized); {@link #commit} commits those files. The
- * tables are generic: nothing here knows a view.
+ * file written ({@code meta}: the Iceberg file, serialized); {@link #commit} commits those files. An
+ * instance ({@link #open}) keeps its tables loaded across batches. The tables are generic: nothing
+ * here knows a view.
  */
 public final class ViewFiles {
-  private ViewFiles() {}
+  /** The snapshot summary's batch id, which every commit of a batch carries. */
+  public static final String BATCH = "lakemv.batch";
+
 
   public static final StructType WRITTEN =
       new StructType()
@@ -88,19 +94,58 @@ public final class ViewFiles {
           .add("meta", DataTypes.BinaryType, true)
           .add("refs", DataTypes.createArrayType(DataTypes.StringType), true);
 
-  /** The files of `changes` written into the tables `tables` (view id -> table name), in `partitions` tasks. */
-  public static Dataset<Row> write(SparkSession spark, Dataset<Row> changes, Map<Integer, String> tables, String prefix, int partitions) {
-    Map<Integer, Table> loaded = new HashMap<>();
-    for (Map.Entry<Integer, String> e : tables.entrySet()) {
-      loaded.put(e.getKey(), SerializableTable.copyOf(load(spark, e.getValue())));
+  private final Map<Integer, Table> tables = new HashMap<>(); // loaded once: lakemv is their only writer, and a commit refreshes
+  private final Map<Integer, Long> since = new HashMap<>(); // per table, the snapshot the caller's places were read at
+  private final Broadcast<Map<Integer, Table>> shared; // what the writing tasks need of each table (schema, spec, location, io)
+
+  private ViewFiles(SparkSession spark, Map<Integer, String> names) {
+    Map<Integer, Table> copies = new HashMap<>();
+    for (Map.Entry<Integer, String> e : names.entrySet()) {
+      Table table = load(spark, e.getValue());
+      tables.put(e.getKey(), table);
+      copies.put(e.getKey(), SerializableTable.copyOf(table));
+      Long read = published(table);
+      if (read != null) {
+        since.put(e.getKey(), read);
+      }
     }
-    Broadcast<Map<Integer, Table>> shared = JavaSparkContext.fromSparkContext(spark.sparkContext()).broadcast(loaded);
+    shared = JavaSparkContext.fromSparkContext(spark.sparkContext()).broadcast(copies);
+  }
+
+  /**
+   * The tables `names` (view id -> table name), loaded once for every batch to come. The places the
+   * caller keeps were read at each table's last snapshot a batch published (stamped with
+   * {@code lakemv.batch}), or at its current one if no batch has published yet: a commit validates
+   * from there, so a compaction since then fails it rather than leaving a replaced row behind.
+   */
+  public static ViewFiles open(SparkSession spark, Map<Integer, String> names) {
+    return new ViewFiles(spark, names);
+  }
+
+  /** The latest snapshot of `table` a batch committed, else its current one (null: no snapshot). */
+  private static Long published(Table table) {
+    for (Snapshot s = table.currentSnapshot(); s != null; s = s.parentId() == null ? null : table.snapshot(s.parentId())) {
+      if (s.summary().containsKey(BATCH)) {
+        return s.snapshotId();
+      }
+    }
+    return table.currentSnapshot() == null ? null : table.currentSnapshot().snapshotId();
+  }
+
+  /** The snapshot each table's places are valid at (view id -> snapshot id). */
+  public Map<Integer, Long> since() {
+    return new HashMap<>(since);
+  }
+
+  /** The files of `changes` written into the tables, in `partitions` tasks. */
+  public Dataset<Row> write(Dataset<Row> changes, String prefix, int partitions) {
+    Broadcast<Map<Integer, Table>> tasks = shared; // a local: the task closure must not capture this handle
     Dataset<Row> sorted =
         changes
             .select("view", "k", "d", "row", "file", "pos")
             .repartition(partitions, functions.col("view"))
             .sortWithinPartitions("view", "file", "pos");
-    MapPartitionsFunction<Row, Row> writeAll = rows -> new Writer(shared.value(), prefix).run(rows);
+    MapPartitionsFunction<Row, Row> writeAll = rows -> new Writer(tasks.value(), prefix).run(rows);
     return sorted.mapPartitions(writeAll, Encoders.row(WRITTEN));
   }
 
@@ -108,8 +153,7 @@ public final class ViewFiles {
    * Commits the files `written` holds ({@link #write}'s rows, computed once), one RowDelta per table
    * from `threads` threads, each with `summary` in its snapshot's summary; each view's new snapshot id.
    */
-  public static Map<Integer, Long> commit(
-      SparkSession spark, Dataset<Row> written, Map<Integer, String> tables, Map<String, String> summary, int threads) throws Exception {
+  public Map<Integer, Long> commit(Dataset<Row> written, Map<String, String> summary, int threads) throws Exception {
     Map<Integer, List<ContentFile<?>>> files = new HashMap<>();
     Map<Integer, Set<String>> refs = new HashMap<>();
     for (Row r : written.where(functions.col("meta").isNotNull()).select("view", "meta", "refs").collectAsList()) {
@@ -122,13 +166,44 @@ public final class ViewFiles {
     Map<Integer, Long> made = new HashMap<>();
     ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, threads));
     try {
+      // first every table is checked, so that a rewritten one fails the batch before any view commits
+      Map<Integer, Future<Boolean>> checks = new LinkedHashMap<>();
+      for (Integer view : files.keySet()) {
+        Table table = tables.get(view);
+        if (table == null) {
+          throw new IllegalArgumentException("no table for view id " + view);
+        }
+        checks.put(view, pool.submit(() -> rewrote(table, since.get(view), refs.get(view))));
+      }
+      List<Integer> stale = new ArrayList<>();
+      for (Map.Entry<Integer, Future<Boolean>> e : checks.entrySet()) {
+        if (e.getValue().get()) {
+          stale.add(e.getKey());
+        }
+      }
+      if (!stale.isEmpty()) {
+        throw new Rewritten(stale, false);
+      }
       Map<Integer, Future<Long>> running = new LinkedHashMap<>();
       for (Map.Entry<Integer, List<ContentFile<?>>> e : files.entrySet()) {
         int view = e.getKey();
-        running.put(view, pool.submit(() -> commitOne(load(spark, tables.get(view)), e.getValue(), refs.get(view), summary)));
+        Table table = tables.get(view);
+        running.put(view, pool.submit(() -> commitOne(table, e.getValue(), refs.get(view), since.get(view), summary)));
       }
+      List<Integer> rewritten = new ArrayList<>();
       for (Map.Entry<Integer, Future<Long>> e : running.entrySet()) {
-        made.put(e.getKey(), e.getValue().get());
+        try {
+          made.put(e.getKey(), e.getValue().get());
+        } catch (ExecutionException failed) {
+          if (!(failed.getCause() instanceof ValidationException)) {
+            throw failed;
+          }
+          rewritten.add(e.getKey());
+        }
+      }
+      since.putAll(made);
+      if (!rewritten.isEmpty()) {
+        throw new Rewritten(rewritten, !made.isEmpty());
       }
     } finally {
       pool.shutdown();
@@ -136,9 +211,55 @@ public final class ViewFiles {
     return made;
   }
 
-  private static long commitOne(Table table, List<ContentFile<?>> files, Set<String> refs, Map<String, String> summary) {
+  /** Tables whose files a batch's deletes point into were rewritten (a compaction) since the places were read. */
+  public static final class Rewritten extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+    private final List<Integer> views;
+    private final boolean othersCommitted;
+
+    Rewritten(List<Integer> views, boolean othersCommitted) {
+      super("tables rewritten since their rows' places were read (views " + views + "): their places must be read again"
+          + (othersCommitted ? "; the other views of the batch committed" : "; no view of the batch committed"));
+      this.views = List.copyOf(views);
+      this.othersCommitted = othersCommitted;
+    }
+
+    public List<Integer> views() {
+      return views;
+    }
+
+    /** Whether other views' commits of the batch landed (a rewrite raced the commits), or none did. */
+    public boolean othersCommitted() {
+      return othersCommitted;
+    }
+  }
+
+  /**
+   * Whether another writer removed a file of `refs` from `table` since the snapshot `since` (after a
+   * refresh; only when some other snapshot followed it are the snapshots' manifests read). A history
+   * that no longer reaches `since` (expired, replaced) counts as rewritten: nothing proves the places.
+   */
+  private static boolean rewrote(Table table, Long since, Set<String> refs) {
+    table.refresh();
+    Snapshot current = table.currentSnapshot();
+    if (refs == null || refs.isEmpty() || since == null || current == null || current.snapshotId() == since) {
+      return false;
+    }
+    for (Snapshot s = current; s != null; s = s.parentId() == null ? null : table.snapshot(s.parentId())) {
+      if (s.snapshotId() == since) {
+        return false;
+      }
+      for (DataFile removed : s.removedDataFiles(table.io())) {
+        if (refs.contains(removed.location())) {
+          return true;
+        }
+      }
+    }
+    return true;
+  }
+
+  private static long commitOne(Table table, List<ContentFile<?>> files, Set<String> refs, Long since, Map<String, String> summary) {
     RowDelta delta = table.newRowDelta();
-    Long base = table.currentSnapshot() == null ? null : table.currentSnapshot().snapshotId();
     for (ContentFile<?> f : files) {
       if (f instanceof DataFile) {
         delta.addRows((DataFile) f);
@@ -147,14 +268,14 @@ public final class ViewFiles {
       }
     }
     if (refs != null && !refs.isEmpty()) {
-      // the rows deleted must still be where the state says: a compaction committed since the load fails this commit
-      if (base != null) {
-        delta.validateFromSnapshot(base);
+      // the rows deleted must still be where the places say: a rewrite of their files since the places were read fails this commit
+      if (since != null) {
+        delta.validateFromSnapshot(since);
       }
       delta.validateDataFilesExist(refs).validateDeletedFiles();
     }
     summary.forEach(delta::set);
-    delta.commit();
+    delta.commit(); // refreshes the table first, so a commit by another writer is seen, not overwritten
     return table.currentSnapshot().snapshotId(); // the commit left the table at its own snapshot
   }
 
