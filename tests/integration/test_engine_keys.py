@@ -7,6 +7,9 @@ from __future__ import annotations
 import datetime
 import decimal
 
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
 from lakemv.spark.engine.views import _text
 from lakemv.spark.engine.encoding import JSON, RAW, literal_array, packed_texts, texts_of
 
@@ -49,3 +52,19 @@ def test_a_key_read_off_the_columns_packs_as_its_json_does(spark):
             assert not differ, f"{name} {kind} compared as {types}: {differ}"
             compared += 1
     assert compared == 17  # every type by its type, and all but the three fractional ones by their text too
+
+
+def test_a_row_packed_as_json_reads_back_as_the_row(spark):
+    """`row_of` reads a packed row (`to_json` with `JSON`'s patterns: times to the microsecond) without
+    those patterns, by Spark's ISO-8601 reading: every value of every declarable type comes back as it was."""
+    from lakemv.catalog.declarations import Column, SourceTable
+    from lakemv.spark.engine.encoding import row_of, row_schema
+
+    declared = [(name, kind, values) for name, kind, values in COLUMNS if kind not in ("TIMESTAMP_NTZ", "FLOAT")]
+    source = SourceTable(name="every_type", primary_key=("s",), columns=tuple(Column(name=name, type=kind.lower()) for name, kind, _ in declared))
+    width = max(len(values) for _, _, values in declared)
+    rows = [tuple(values[i % len(values)] for _, _, values in declared) for i in range(width)]
+    frame = spark.createDataFrame(rows, row_schema(source)[len("STRUCT<") : -1].replace("`: ", "` "))
+    packed = frame.selectExpr("struct(*) AS r").select(F.to_json("r", JSON).cast("binary").alias("v"))
+    back = packed.select(row_of(source, F.col("v")).alias("r")).select("r.*")
+    assert_df_equality(back, frame, ignore_row_order=True, ignore_nullable=True, allow_nan_equality=True)

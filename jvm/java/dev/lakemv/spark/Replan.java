@@ -141,9 +141,17 @@ public final class Replan {
    * this way, on the executors, each view reading only its own partition (see {@link #partition}).
    */
   public static org.apache.spark.rdd.RDD<InternalRow> byLabel(Dataset<?> frame, int label, int labels) {
-    org.apache.spark.api.java.JavaPairRDD<Integer, InternalRow> keyed =
-        frame.queryExecution().toRdd().toJavaRDD().mapToPair(new Labelled(label));
-    return keyed.partitionBy(new org.apache.spark.HashPartitioner(labels)).values().rdd();
+    StructType schema = frame.schema();
+    org.apache.spark.rdd.RDD<Tuple2<Integer, InternalRow>> keyed =
+        frame.queryExecution().toRdd().toJavaRDD().mapToPair(new Labelled(label, schema)).rdd();
+    scala.reflect.ClassTag<Integer> intTag = scala.reflect.ClassTag$.MODULE$.apply(Integer.class);
+    scala.reflect.ClassTag<InternalRow> rowTag = scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class);
+    org.apache.spark.rdd.ShuffledRDD<Integer, InternalRow, InternalRow> shuffled =
+        new org.apache.spark.rdd.ShuffledRDD<>(keyed, new org.apache.spark.HashPartitioner(labels), intTag, rowTag, rowTag);
+    // the rows travel as SQL's own shuffles carry them (their bytes), not through the context's Java
+    // serialization: the label is the partition, so the key need not travel
+    shuffled.setSerializer(new org.apache.spark.sql.execution.UnsafeRowSerializer(schema.size(), null));
+    return new org.apache.spark.api.java.JavaPairRDD<>(shuffled, intTag, rowTag).values().rdd();
   }
 
   /**
@@ -173,14 +181,25 @@ public final class Replan {
 
   private static final class Labelled implements org.apache.spark.api.java.function.PairFunction<InternalRow, Integer, InternalRow> {
     private final int column;
+    private final StructType schema;
+    private transient org.apache.spark.sql.catalyst.expressions.UnsafeProjection unsafe;
 
-    Labelled(int column) {
+    Labelled(int column, StructType schema) {
       this.column = column;
+      this.schema = schema;
     }
 
     @Override
     public Tuple2<Integer, InternalRow> call(InternalRow row) {
-      return new Tuple2<>(row.getInt(column), row.copy()); // an operator reuses its row object
+      // no copy of the (reused) row: a shuffle this serializer writes serializes each record as it comes
+      // (bypass or serialized sort), never keeping it as an object
+      if (!(row instanceof org.apache.spark.sql.catalyst.expressions.UnsafeRow)) {
+        if (unsafe == null) {
+          unsafe = org.apache.spark.sql.catalyst.expressions.UnsafeProjection.create(schema);
+        }
+        row = unsafe.apply(row);
+      }
+      return new Tuple2<>(row.getInt(column), row);
     }
   }
 
