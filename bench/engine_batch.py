@@ -280,7 +280,7 @@ def main() -> None:
                     whole = sorted(name for name, choice in ways.choose(reached).items() if choice.plan == "whole")
                     results[f"{label}.whole"] = whole
                 with step(f"{label}.gather"):
-                    gathered = walker.keep(walker.gather(recompute.gathering(keys, whole), version))
+                    gathered = walker.keep(walker.gather_grouped(recompute.gathering(keys, whole), version))
                     found = recompute.counts(gathered)
                     ways.observe(reached, found)
                     results[f"{label}.gathered"] = per_view(found, args.per_view)

@@ -46,11 +46,12 @@ class KeyedStore:
         run = _RUNS.setdefault(f"{location}#{operator}", str(uuid.uuid4()))
         self._state = spark.sparkContext._jvm.dev.lakemv.state.KeyedState(location, run, operator, partitions)  # type: ignore[union-attr]
 
-    def lookup(self, requests: DataFrame, version: int) -> DataFrame:
+    def lookup(self, requests: DataFrame, version: int, grouped: bool = False) -> DataFrame:
         """Every entry each request `(space int, a binary, tag binary)` names, at `version`: the
-        request's columns with the entry's `b` and `v` (both null when none matches)."""
+        request's columns with the entry's `b` and `v` (both null when none matches). `grouped`: one
+        row per entry found, its `tags` (an array) every distinct tag that asked for its `(space, a)`."""
         return DataFrame(
-            self._state.lookup(self.spark._jsparkSession, requests._jdf, version),
+            self._state.lookup(self.spark._jsparkSession, requests._jdf, version, grouped),
             self.spark,
         )
 

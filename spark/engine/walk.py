@@ -42,6 +42,11 @@ from lakemv.spark.engine.encoding import (
 from lakemv.spark.engine.keyed import KeyedStore
 
 
+def by_reader(grouped: DataFrame) -> DataFrame:
+    """`(view, occ, v)`: `Walker.gather_grouped`'s rows, one for each occurrence that reads it."""
+    return grouped.select(F.explode("tags").alias("t"), "v").select(*untag(F.col("t"), ["view", "occ"]), "v")
+
+
 class Walker:
     """The state's spaces over `store`, numbered (`numbers`), and the walks of `plans` over them."""
 
@@ -286,12 +291,16 @@ class Walker:
         changed row many views read, was parsed once a move: the most of a gather's CPU)."""
         if "m" not in frontier.columns:
             frontier = frontier.withColumn("m", F.expr(parsed("v")))
+        found = self.store.lookup(self._requests(frontier, moves, tag_names), version)
+        return found.where(F.col("v").isNotNull()).select(*untag(F.col("tag"), tag_names), "b", "v")
+
+    def _requests(self, frontier: DataFrame, moves: DataFrame, tag_names: Sequence[str]) -> DataFrame:
+        """`(space, a, tag)`: what each parsed frontier row (`m`) asks by its moves."""
         on = [c for c in frontier.columns if c in moves.columns and c != "v"]
         requests = frontier.join(F.broadcast(moves), on).select(
             "space", F.expr(asked(texts_in("m", "fields", "types"), "strict")).alias("a"), tag(*[F.col(c) for c in tag_names]).alias("tag")
         )
-        found = self.store.lookup(requests.where(F.col("a").isNotNull()), version)
-        return found.where(F.col("v").isNotNull()).select(*untag(F.col("tag"), tag_names), "b", "v")
+        return requests.where(F.col("a").isNotNull())
 
     def reach(self, images: Mapping[str, DataFrame], version: int) -> DataFrame | None:
         """The keys the changes reach, every view's in one frame `(view, k, asks)`: `k` a key's values
@@ -331,15 +340,25 @@ class Walker:
 
     def gather(self, keys: DataFrame, version: int) -> DataFrame:
         """`(view, occ, v)`: the rows each occurrence of each view reads for its keys (`reach`'s frame):
-        the anchors' rows by the keys, then each link's rows from its parent's, a depth a round."""
+        `gather_grouped`'s rows, one for each occurrence that reads it."""
+        return by_reader(self.gather_grouped(keys, version))
+
+    def gather_grouped(self, keys: DataFrame, version: int) -> DataFrame:
+        """`(tags, v)`: each row the views' occurrences read for their keys (`reach`'s frame) once a depth,
+        with every occurrence that reads it (`tags`: `tag(view, occ)` each): the anchors' rows by the
+        keys, then each link's rows from its parent's, a depth a round. A row many views read (the same
+        user for every view keyed by users) is looked up, parsed and carried once, not once a view."""
         requests = keys.select("view", F.explode("asks").alias("ask")).select("view", "ask.*")
         requests = requests.select("space", "a", tag(F.col("view"), F.col("occ")).alias("tag")).where(F.col("a").isNotNull())
-        found = self.store.lookup(requests, version)
-        level = self.keep(found.where(F.col("v").isNotNull()).select(*untag(F.col("tag"), ["view", "occ"]), "v"))
+        found = self.store.lookup(requests, version, grouped=True)
+        level = self.keep(found.where(F.col("v").isNotNull()).select("tags", "v"))
         gathered = [level]
         down = self._moves["down"]
         for _ in range(max((max(w.depth.values(), default=0) for w in self._walked()), default=0)):
-            found = self._round(level, down, ["view", "child"], version)
-            level = self.keep(found.select("view", F.col("child").alias("occ"), "v"))
+            # parsed once, then one row per occurrence that read it, each asking by its own moves
+            parsed_level = level.select(F.expr(parsed("v")).alias("m"), "tags")
+            frontier = parsed_level.select("m", F.explode("tags").alias("t")).select("m", *untag(F.col("t"), ["view", "occ"]))
+            found = self.store.lookup(self._requests(frontier, down, ["view", "child"]), version, grouped=True)
+            level = self.keep(found.where(F.col("v").isNotNull()).select("tags", "v"))
             gathered.append(level)
         return reduce(DataFrame.unionByName, gathered)

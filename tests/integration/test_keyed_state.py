@@ -54,6 +54,16 @@ def test_entries_are_found_by_space_and_a_every_b_of_them_and_a_miss_says_so(spa
     assert _text(again, "space", "a", "tag", "b") == [
         (1, "alice", None, ""), (11, "al", "t1", "albert"), (11, "al", "t1", "alice"), (11, "al", "t2", "albert"), (11, "al", "t2", "alice")
     ]  # fmt: skip
+    # grouped: one row per entry found, with every distinct tag that asked for its (space, a); a miss keeps its tags
+    grouped = store.lookup(
+        _asked(spark, [(11, "al", "t1"), (11, "al", "t2"), (11, "al", "t1"), (1, "alice", "t3"), (11, "zed", "t4")]), 1, grouped=True
+    )
+    assert sorted(
+        (r["space"], bytes(r["a"]).decode(), sorted(bytes(t).decode() for t in r["tags"]), *[None if r[c] is None else bytes(r[c]).decode() for c in ("b", "v")])
+        for r in grouped.collect()
+    ) == [
+        (1, "alice", ["t3"], "", "row-a"), (11, "al", ["t1", "t2"], "albert", "row-b"), (11, "al", ["t1", "t2"], "alice", "row-a"), (11, "zed", ["t4"], None, None)
+    ]  # fmt: skip
 
 
 def test_an_update_reports_what_it_replaced_and_a_null_value_deletes(spark, store):

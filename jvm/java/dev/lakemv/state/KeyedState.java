@@ -136,18 +136,27 @@ public final class KeyedState implements Serializable {
    * requests of the same (space, a) with different tags scan the store once.
    */
   public Dataset<Row> lookup(SparkSession spark, Dataset<Row> requests, long version) {
+    return lookup(spark, requests, version, false);
+  }
+
+  /**
+   * {@link #lookup}, or with `grouped` one row per entry found (space, a, tags, b, v): `tags` every
+   * distinct tag the requests of its (space, a) carried (array of binary), so what reads the entry's
+   * value (a parse) reads it once however many requests asked for it.
+   */
+  public Dataset<Row> lookup(SparkSession spark, Dataset<Row> requests, long version, boolean grouped) {
     Dataset<Row> asked = (Dataset<Row>) requests.select("space", "a", "tag");
     StructType out =
         new StructType()
             .add("space", DataTypes.IntegerType, false)
             .add("a", DataTypes.BinaryType, false)
-            .add("tag", DataTypes.BinaryType, true)
+            .add(grouped ? "tags" : "tag", grouped ? DataTypes.createArrayType(DataTypes.BinaryType) : DataTypes.BinaryType, true)
             .add("b", DataTypes.BinaryType, true)
             .add("v", DataTypes.BinaryType, true);
     RDD<InternalRow> found =
         new ReadStateStoreRDD<InternalRow, InternalRow>(
             placed(asked),
-            new Look(),
+            new Look(grouped),
             checkpoint,
             runId,
             operator,
@@ -320,11 +329,19 @@ public final class KeyedState implements Serializable {
   private static final class Look extends AbstractFunction2<ReadStateStore, Iterator<InternalRow>, Iterator<InternalRow>>
       implements Serializable {
     private static final long serialVersionUID = 1L;
+    private final boolean grouped;
+
+    Look(boolean grouped) {
+      this.grouped = grouped;
+    }
 
     @Override
     public Iterator<InternalRow> apply(ReadStateStore store, Iterator<InternalRow> requests) {
       clearWhenDone();
       UnsafeProjection prefix = UnsafeProjection.create(PREFIX);
+      if (grouped) {
+        return grouped(store, prefix, requests);
+      }
       List<InternalRow> out = new ArrayList<>();
       java.util.Set<Asked> asked = new java.util.HashSet<>();  // a repeated request answered once
       java.util.Map<Asked, List<byte[][]>> read = new java.util.HashMap<>();  // (space, a) scanned once, whatever the tags
@@ -342,6 +359,36 @@ public final class KeyedState implements Serializable {
         }
         if (entries.isEmpty()) {
           out.add(new GenericInternalRow(new Object[] {space, a, tag, null, null}));
+        }
+      }
+      return CollectionConverters.asScala(out.iterator());
+    }
+
+    /** Each (space, a) asked, scanned once: one row per entry, with every distinct tag that asked. */
+    private static Iterator<InternalRow> grouped(ReadStateStore store, UnsafeProjection prefix, Iterator<InternalRow> requests) {
+      java.util.Map<Asked, java.util.LinkedHashSet<Asked>> tags = new java.util.LinkedHashMap<>();
+      while (requests.hasNext()) {
+        InternalRow request = requests.next();
+        int space = request.getInt(0);
+        byte[] a = request.getBinary(1);
+        byte[] tag = request.isNullAt(2) ? null : request.getBinary(2);
+        tags.computeIfAbsent(new Asked(space, a, null), k -> new java.util.LinkedHashSet<>()).add(new Asked(0, NONE, tag));
+      }
+      List<InternalRow> out = new ArrayList<>();
+      for (java.util.Map.Entry<Asked, java.util.LinkedHashSet<Asked>> e : tags.entrySet()) {
+        Asked key = e.getKey();
+        Object[] carried = new Object[e.getValue().size()];
+        int i = 0;
+        for (Asked t : e.getValue()) {
+          carried[i++] = t.tag();
+        }
+        org.apache.spark.sql.catalyst.util.GenericArrayData array = new org.apache.spark.sql.catalyst.util.GenericArrayData(carried);
+        List<byte[][]> entries = scan(store, prefix, key.space(), key.a());
+        for (byte[][] entry : entries) {
+          out.add(new GenericInternalRow(new Object[] {key.space(), key.a(), array, entry[0], entry[1]}));
+        }
+        if (entries.isEmpty()) {
+          out.add(new GenericInternalRow(new Object[] {key.space(), key.a(), array, null, null}));
         }
       }
       return CollectionConverters.asScala(out.iterator());
