@@ -284,18 +284,11 @@ class Walker:
         return self.store.update(entries, version).count()
 
     # ---- rounds --------------------------------------------------------------------------------
-    def _round(self, frontier: DataFrame, moves: DataFrame, tag_names: Sequence[str], version: int) -> DataFrame:
-        """One round: each frontier row `(v, ...)` joined to its move (the space, fields, types and strict
-        flags of its hop, and the tag columns it goes on with) asks the space; the rows found,
-        `(tag columns..., b, v)`. A row is parsed once, before the join (a row with several moves, or a
-        changed row many views read, was parsed once a move: the most of a gather's CPU)."""
-        if "m" not in frontier.columns:
-            frontier = frontier.withColumn("m", F.expr(parsed("v")))
-        found = self.store.lookup(self._requests(frontier, moves, tag_names), version)
-        return found.where(F.col("v").isNotNull()).select(*untag(F.col("tag"), tag_names), "b", "v")
-
     def _requests(self, frontier: DataFrame, moves: DataFrame, tag_names: Sequence[str]) -> DataFrame:
-        """`(space, a, tag)`: what each parsed frontier row (`m`) asks by its moves."""
+        """A round's asks `(space, a, tag)`: each frontier row, parsed (`m`), joined to its moves (the space,
+        fields, types and strict flags of its hop, and the tag columns it goes on with). A row is parsed
+        before the join, and once however many readers found it (`lookup(grouped=True)`): parsing was
+        the most of a walk's CPU."""
         on = [c for c in frontier.columns if c in moves.columns and c != "v"]
         requests = frontier.join(F.broadcast(moves), on).select(
             "space", F.expr(asked(texts_in("m", "fields", "types"), "strict")).alias("a"), tag(*[F.col(c) for c in tag_names]).alias("tag")
@@ -324,8 +317,11 @@ class Walker:
         done = []
         for _ in range(max((w.up_rounds for w in self._walked()), default=0)):
             done.append(frontier.join(F.broadcast(up.select("view", "occ", "step")), ["view", "occ", "step"], "left_anti"))
-            found = self._round(frontier, up, ["view", "occ", "step"], version)
-            frontier = self.keep(found.select("view", "occ", (F.col("step") + 1).alias("step"), "v", F.expr(parsed("v")).alias("m")))
+            # a row found is parsed once, however many readers' walks found it, then carried for each
+            found = self.store.lookup(self._requests(frontier, up, ["view", "occ", "step"]), version, grouped=True)
+            read = found.where(F.col("v").isNotNull()).select("v", F.expr(parsed("v")).alias("m"), "tags")
+            each = read.select("v", "m", F.explode("tags").alias("t")).select(*untag(F.col("t"), ["view", "occ", "step"]), "v", "m")
+            frontier = self.keep(each.select("view", "occ", (F.col("step") + 1).alias("step"), "v", "m"))
         done.append(frontier)
         ended = reduce(DataFrame.unionByName, [d.select("view", "occ", "m") for d in done])
         keyed = ended.join(F.broadcast(self._moves["ends"]), ["view", "occ"]).select(
