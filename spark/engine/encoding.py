@@ -91,6 +91,12 @@ def untag(tag: Column, names: Sequence[str]) -> list[Column]:
     return [parts[i].cast("int").alias(name) for i, name in enumerate(names)]
 
 
+def untag_each(frame: DataFrame, names: Sequence[str], *keep: str) -> DataFrame:
+    """`frame`'s rows (`tags`: an array of `tag`s, a grouped lookup's) one per tag, its ints as `names`,
+    with the columns `keep` - computed before: once a row, however many tags it carries."""
+    return frame.select(*keep, F.explode("tags").alias("t")).select(*untag(F.col("t"), names), *keep)
+
+
 def position(rows: DataFrame) -> list[str]:
     """`_lmv_position` when `rows` has it (a change's source position), else nothing."""
     return ["_lmv_position"] if "_lmv_position" in rows.columns else []

@@ -32,7 +32,6 @@ from lakemv.core.errors import TablesRewritten
 from lakemv.spark.engine.views import PLACED, Recompute
 
 COMMIT_THREADS = 8  # views committed at once (each commit: a manifest, a manifest list, a metadata file, the catalog)
-BATCH_PROPERTY = "lakemv.batch"  # the snapshot summary's batch id: every view's commit of one batch carries it
 
 
 @dataclass
@@ -92,10 +91,8 @@ class ViewTables:
         files = self._files()
         jwritten = files.write(known._jdf, f"lmv-{batch:08d}", partitions)
         written = DataFrame(jwritten, spark).localCheckpoint()  # the files are written once, here
-        summary = spark.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
-        summary.put(BATCH_PROPERTY, str(batch))
-        try:
-            made = files.commit(written._jdf, summary, COMMIT_THREADS)
+        try:  # each view's snapshot stamped with the batch (`lakemv.batch` in its summary: ViewFiles.BATCH)
+            made = files.commit(written._jdf, str(batch), COMMIT_THREADS)
         except Py4JJavaError as error:
             thrown = error.java_exception
             if thrown.getClass().getName() != "dev.lakemv.iceberg.ViewFiles$Rewritten":

@@ -35,7 +35,7 @@ from lakemv.core.batch.choice import Ways
 from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.planner.sqltools import spark_tree
 from lakemv.core.sql.viewsql import recompute_sql, rows_sql
-from lakemv.spark.engine.encoding import JSON, RAW, literal_array, packed_texts, row_of, texts_of, untag
+from lakemv.spark.engine.encoding import JSON, RAW, literal_array, packed_texts, row_of, texts_of, untag, untag_each
 from lakemv.spark.engine.walk import Walker
 from lakemv.spark.views.kept import MARK, planning_session, replan_class
 
@@ -150,8 +150,8 @@ class Recompute:
 
     def run(self, gathered: DataFrame, keys: DataFrame, whole: Collection[str] = (), live: Mapping[str, str] | None = None) -> DataFrame:
         """`(view, k, d, row)`: each reached view's rows for the keys the batch reached (`keys`, reach's
-        frame), from the rows its walk gathered (`gathered`: `(view, occ, v)`, or `(tags, v)`, a row once with
-        its readers: `Walker.gather_grouped`'s), or for the views in
+        frame), from the rows its walk gathered (`gathered`: `(tags, v)`, a row once with its readers,
+        `Walker.gather_grouped`'s), or for the views in
         `whole` from their SQL over `live` (table -> a relation of its live rows: the mirrors); `row` is
         the row's JSON. Computed now (one job, and the whole views' broadcasts), as a local checkpoint."""
         walker, jvm = self.walker, self.spark.sparkContext._jvm
@@ -165,18 +165,14 @@ class Recompute:
             for occ in plan.occurrences
             for x in (walker.ids[name] * width + occ.id, tables.index(occ.table))
         ]
-        grouped = "tags" in gathered.columns  # `gather_grouped`'s rows: a row once, with every occurrence reading it
-        reader = untag(F.col("tags")[0], ["view", "occ"]) if grouped else [F.col("view"), F.col("occ")]  # a row's readers share its table
+        reader = untag(F.col("tags")[0], ["view", "occ"])  # a row's readers share its table
         table_of = F.element_at(F.create_map(*pairs), reader[0] * width + reader[1]) if pairs else F.lit(None).cast("int")
         labelled = gathered.withColumn("table", table_of)
         shuffled = jvm.java.util.HashMap()  # type: ignore[union-attr]  # each table's rows, by view: view i's in partition i
         for ti, table in enumerate(tables):
             source = walker.sources[table]
-            if grouped:  # parsed once, then one row per occurrence that reads it
-                read = labelled.where(F.col("table") == ti).select(row_of(source, F.col("v")).alias("r"), "tags")
-                mine = read.select("r", F.explode("tags").alias("t")).select("r", *untag(F.col("t"), ["view", "occ"]))
-            else:
-                mine = labelled.where(F.col("table") == ti).select(row_of(source, F.col("v")).alias("r"), "view", "occ")
+            # parsed once, then one row per occurrence that reads it
+            mine = untag_each(labelled.where(F.col("table") == ti).select(row_of(source, F.col("v")).alias("r"), "tags"), ["view", "occ"], "r")
             frame = mine.select(
                 *[F.col("r")[c.name].alias(c.name) for c in source.columns],
                 F.col("view").alias(VIEW),
@@ -309,7 +305,7 @@ class Recompute:
         `gather_grouped`'s, a row counted for each view it was read for): one small job."""
         names = {i: name for name, i in self.walker.ids.items()}
         if "tags" in frame.columns:
-            frame = frame.select(F.explode("tags").alias("t")).select(*untag(F.col("t"), ["view", "occ"]))
+            frame = untag_each(frame, ["view", "occ"])
         return {names[int(r["view"])]: int(r["count"]) for r in frame.groupBy("view").count().collect()}
 
     def _digests(self) -> Column:

@@ -37,14 +37,9 @@ from lakemv.spark.engine.encoding import (
     tag,
     texts_in,
     texts_of,
-    untag,
+    untag_each,
 )
 from lakemv.spark.engine.keyed import KeyedStore
-
-
-def by_reader(grouped: DataFrame) -> DataFrame:
-    """`(view, occ, v)`: `Walker.gather_grouped`'s rows, one for each occurrence that reads it."""
-    return grouped.select(F.explode("tags").alias("t"), "v").select(*untag(F.col("t"), ["view", "occ"]), "v")
 
 
 class Walker:
@@ -320,7 +315,7 @@ class Walker:
             # a row found is parsed once, however many readers' walks found it, then carried for each
             found = self.store.lookup(self._requests(frontier, up, ["view", "occ", "step"]), version, grouped=True)
             read = found.where(F.col("v").isNotNull()).select("v", F.expr(parsed("v")).alias("m"), "tags")
-            each = read.select("v", "m", F.explode("tags").alias("t")).select(*untag(F.col("t"), ["view", "occ", "step"]), "v", "m")
+            each = untag_each(read, ["view", "occ", "step"], "v", "m")
             frontier = self.keep(each.select("view", "occ", (F.col("step") + 1).alias("step"), "v", "m"))
         done.append(frontier)
         ended = reduce(DataFrame.unionByName, [d.select("view", "occ", "m") for d in done])
@@ -337,7 +332,7 @@ class Walker:
     def gather(self, keys: DataFrame, version: int) -> DataFrame:
         """`(view, occ, v)`: the rows each occurrence of each view reads for its keys (`reach`'s frame):
         `gather_grouped`'s rows, one for each occurrence that reads it."""
-        return by_reader(self.gather_grouped(keys, version))
+        return untag_each(self.gather_grouped(keys, version), ["view", "occ"], "v")
 
     def gather_grouped(self, keys: DataFrame, version: int) -> DataFrame:
         """`(tags, v)`: each row the views' occurrences read for their keys (`reach`'s frame) once a depth,
@@ -352,8 +347,7 @@ class Walker:
         down = self._moves["down"]
         for _ in range(max((max(w.depth.values(), default=0) for w in self._walked()), default=0)):
             # parsed once, then one row per occurrence that read it, each asking by its own moves
-            parsed_level = level.select(F.expr(parsed("v")).alias("m"), "tags")
-            frontier = parsed_level.select("m", F.explode("tags").alias("t")).select("m", *untag(F.col("t"), ["view", "occ"]))
+            frontier = untag_each(level.select(F.expr(parsed("v")).alias("m"), "tags"), ["view", "occ"], "m")
             found = self.store.lookup(self._requests(frontier, down, ["view", "child"]), version, grouped=True)
             level = self.keep(found.where(F.col("v").isNotNull()).select("tags", "v"))
             gathered.append(level)

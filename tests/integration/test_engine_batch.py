@@ -114,7 +114,7 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     images, version = walker.apply(changes, 2)
     assert version == 4
     keys = walker.reach_packed(images, version)
-    rows = walker.keep(recompute.run(walker.gather_grouped(keys, version), keys))  # a row once with its readers
+    rows = walker.keep(recompute.run(walker.gather_grouped(keys, version), keys))
     # one row a key: a plan kept from empty inputs must not lose what it drops for no rows (a DISTINCT)
     twice = rows.groupBy("view", "k").count().where("count > 1").collect()
     assert not twice, f"keys recomputed more than once: {[(r['view'], bytes(r['k'])) for r in twice]}"
@@ -123,7 +123,7 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     # the whole way (each view's SQL over the tables after the batch) finds the same rows for the same keys,
     # with every other view gathered: here the odd views whole, the even ones gathered
     odd = sorted(name for name in recompute.plans if walker.ids[name] % 2)
-    mixed = recompute.run(walker.gather(recompute.gathering(keys, odd), version), keys, odd, {t: f"after_{t}" for t in sources})
+    mixed = recompute.run(walker.gather_grouped(recompute.gathering(keys, odd), version), keys, odd, {t: f"after_{t}" for t in sources})
 
     def recomputed(frame: DataFrame) -> set:
         return {(r["view"], bytes(r["k"]), bytes(r["d"])) for r in frame.collect()}

@@ -51,6 +51,7 @@ import org.apache.iceberg.parquet.Parquet;
 import org.apache.iceberg.spark.Spark3Util;
 import org.apache.iceberg.types.Type;
 import org.apache.iceberg.types.Types;
+import org.apache.iceberg.util.SnapshotUtil;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
@@ -82,7 +83,6 @@ import scala.jdk.javaapi.CollectionConverters;
 public final class ViewFiles {
   /** The snapshot summary's batch id, which every commit of a batch carries. */
   public static final String BATCH = "lakemv.batch";
-
 
   public static final StructType WRITTEN =
       new StructType()
@@ -124,17 +124,12 @@ public final class ViewFiles {
 
   /** The latest snapshot of `table` a batch committed, else its current one (null: no snapshot). */
   private static Long published(Table table) {
-    for (Snapshot s = table.currentSnapshot(); s != null; s = s.parentId() == null ? null : table.snapshot(s.parentId())) {
+    for (Snapshot s : SnapshotUtil.currentAncestors(table)) {
       if (s.summary().containsKey(BATCH)) {
         return s.snapshotId();
       }
     }
     return table.currentSnapshot() == null ? null : table.currentSnapshot().snapshotId();
-  }
-
-  /** The snapshot each table's places are valid at (view id -> snapshot id). */
-  public Map<Integer, Long> since() {
-    return new HashMap<>(since);
   }
 
   /** The files of `changes` written into the tables, in `partitions` tasks. */
@@ -151,9 +146,10 @@ public final class ViewFiles {
 
   /**
    * Commits the files `written` holds ({@link #write}'s rows, computed once), one RowDelta per table
-   * from `threads` threads, each with `summary` in its snapshot's summary; each view's new snapshot id.
+   * from `threads` threads, each snapshot stamped with `batch` ({@link #BATCH}); each view's new snapshot id.
    */
-  public Map<Integer, Long> commit(Dataset<Row> written, Map<String, String> summary, int threads) throws Exception {
+  public Map<Integer, Long> commit(Dataset<Row> written, String batch, int threads) throws Exception {
+    Map<String, String> summary = Map.of(BATCH, batch);
     Map<Integer, List<ContentFile<?>>> files = new HashMap<>();
     Map<Integer, Set<String>> refs = new HashMap<>();
     for (Row r : written.where(functions.col("meta").isNotNull()).select("view", "meta", "refs").collectAsList()) {
@@ -245,7 +241,7 @@ public final class ViewFiles {
     if (refs == null || refs.isEmpty() || since == null || current == null || current.snapshotId() == since) {
       return false;
     }
-    for (Snapshot s = current; s != null; s = s.parentId() == null ? null : table.snapshot(s.parentId())) {
+    for (Snapshot s : SnapshotUtil.currentAncestors(table)) {
       if (s.snapshotId() == since) {
         return false;
       }
