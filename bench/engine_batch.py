@@ -176,6 +176,11 @@ def main() -> None:
     parser.add_argument(
         "--way", choices=("auto", "whole", "incremental"), default="auto", help="a batch's way: chosen by its changed rows, or pinned"
     )
+    parser.add_argument(
+        "--flight-recording",
+        type=Path,
+        help="a Java Flight Recording (profile settings) of batches 1 on, written here: a profile, its timings slowed",
+    )
     parser.add_argument("--root", type=Path, default=Path("/tmp/engine-batch"))
     args = parser.parse_args()
 
@@ -241,7 +246,12 @@ def main() -> None:
     schemas = {name: connect_schema(source) for name, source in sources.items()}
     rng = random.Random(5)
     batches = []
+    recording = None
     for n in range(args.batches):
+        if n == 1 and args.flight_recording:  # the JVM's own recorder, past the warm-up batch
+            jfr = spark.sparkContext._jvm.jdk.jfr  # type: ignore[union-attr]
+            recording = jfr.Recording(jfr.Configuration.getConfiguration("profile"))
+            recording.start()
         landing = args.root / f"changes-{n}"
         count = 0
         for table, table_events in workload.change_round(args.changes).items():
@@ -301,6 +311,10 @@ def main() -> None:
             walker.release()
         if n:
             batches.append(results[label]["seconds"])
+    if recording is not None:
+        recording.stop()
+        recording.dump(spark.sparkContext._jvm.java.io.File(str(args.flight_recording.resolve())).toPath())  # type: ignore[union-attr]
+        results["flight_recording"] = str(args.flight_recording)
     results["median_batch_seconds"] = statistics.median(batches) if batches else None
     # what a user would pick instead, over the same tables after the same batches: every view rebuilt
     # by Spark (written as an Iceberg table, as lakemv's views are) and by DuckDB over the mirrors

@@ -6,7 +6,6 @@ the batch and after it - tell apart, for every shape at once."""
 from __future__ import annotations
 
 import json
-from functools import reduce
 
 import pytest
 from lakemv.catalog.settings import LakeSettings
@@ -66,29 +65,37 @@ def _snapshot(lake, table: str) -> int:
     return lake.spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
 
 
-def _assert_tables_are(lake, tables: ViewTables, full: dict) -> None:
-    """Every view's table holds the rows of its full recompute `full` as Spark reads it, and as many as
-    DuckDB reads (its `iceberg_scan` applies the position deletes too)."""
+def _assert_tables_are(lake, tables: ViewTables, rows: DataFrame) -> None:
+    """Every view's table holds the rows of its full recompute (`rows`: all views' rows keyed,
+    `Recompute.whole_rows`') as Spark reads it, and as many as DuckDB reads (its `iceberg_scan` applies
+    the position deletes too): all views in one comparison, each row as the JSON its digest is made of."""
     from lakemv.catalog.tables import VIEW_NAMESPACE
     from lakemv.duck.query import connect_duckdb, metadata_location
 
+    recompute = tables.recompute
+    held = recompute.whole_rows({name: lake.spark.table(table) for name, table in tables.tables.items()})
+    assert_df_equality(held.select("view", "row"), rows.select("view", "row"), ignore_row_order=True, ignore_nullable=True)
     con = connect_duckdb(settings=lake.settings)
-    for name, table in tables.tables.items():
-        assert_df_equality(lake.spark.table(table), full[name], ignore_row_order=True, ignore_nullable=True)
-        location = metadata_location(lake.settings, VIEW_NAMESPACE, table.rsplit(".", 1)[1])
-        assert con.execute(f"SELECT count(*) FROM iceberg_scan('{location}')").fetchone()[0] == full[name].count(), name
+    scans = [
+        f"SELECT '{name}', count(*) FROM iceberg_scan('{metadata_location(lake.settings, VIEW_NAMESPACE, table.rsplit('.', 1)[1])}')"
+        for name, table in tables.tables.items()
+    ]
+    counted = dict(con.execute(" UNION ALL ".join(scans)).fetchall())
+    names = {recompute.walker.ids[name]: name for name in tables.tables}
+    expected = {names[int(r["view"])]: int(r["count"]) for r in rows.groupBy("view").count().collect()}
+    assert counted == {name: expected.get(name, 0) for name in tables.tables}
 
 
 def _assert_places(lake, tables: ViewTables, version: int) -> None:
     """Every place the state keeps beside a view row's digest is a live row of the view's table, and every
     live row has one (a place the manifests name otherwise - file:///x for file:/x - deletes nothing)."""
     walker = tables.recompute.walker
-    spaces = {w.view: walker.numbers[w.digests] for w in walker.walks.views}
-    state = walker.store.scan(version)
-    for name, table in tables.tables.items():
-        kept = {(r["file"], r["pos"]) for r in state.where(F.col("space") == spaces[name]).select(*place_of("v")).collect()}
-        live = {(r["_file"], r["_pos"]) for r in lake.spark.table(table).select("_file", "_pos").collect()}
-        assert kept == live, (name, sorted(kept - live)[:3], sorted(live - kept)[:3])
+    spaces = {walker.numbers[w.digests]: w.view for w in walker.walks.views}
+    state = walker.store.scan(version).where(F.col("space").isin(list(spaces))).select("space", *place_of("v"))
+    kept = {(spaces[r["space"]], r["file"], r["pos"]) for r in state.collect()}
+    read = " UNION ALL ".join(f"SELECT '{name}' AS view, _file, _pos FROM {table}" for name, table in tables.tables.items())
+    live = {(r["view"], r["_file"], r["_pos"]) for r in lake.spark.sql(read).collect()}
+    assert kept == live, (sorted(kept - live)[:3], sorted(live - kept)[:3])
 
 
 @pytest.mark.slow(60)
@@ -157,13 +164,11 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     assert set(published.snapshots) == {name for name in recompute.plans if walker.ids[name] in {v for v, _, _ in changed}}
     walker.release()
 
-    def keyed(frames: dict) -> dict:  # every view's rows in one job
-        union = reduce(
-            DataFrame.unionByName, [recompute._keyed(recompute.plans[name], frame).select("view", "k", "d") for name, frame in frames.items()]
-        )
-        return {(r["view"], bytes(r["k"])): bytes(r["d"]) for r in union.collect()}
+    def keyed(rows: DataFrame) -> dict:
+        return {(r["view"], bytes(r["k"])): bytes(r["d"]) for r in rows.collect()}
 
-    old, new = keyed(before), keyed(after)
+    after_rows = recompute.whole_rows(after).localCheckpoint()  # every view's rows after the batch, in one job
+    old, new = keyed(recompute.whole_rows(before)), keyed(after_rows)
     expected = {(view, k, new.get((view, k))) for view, k in old.keys() | new.keys() if old.get((view, k)) != new.get((view, k))}
     names = {walker.ids[n]: n for n in recompute.plans}
 
@@ -175,9 +180,9 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     assert changed == expected
     assert len({v for v, _, _ in expected}) >= 20  # the batch changes most views: the comparison is not vacuous
     # every view's table is its full recompute after the batch, and its digests say so
-    _assert_tables_are(lake, tables, after)
+    _assert_tables_are(lake, tables, after_rows)
     _assert_places(lake, tables, published.version)
-    assert recompute.differing(after, published.version) == {name: 0 for name in recompute.plans}
+    assert recompute.differing(after_rows, published.version, list(recompute.plans)) == {name: 0 for name in recompute.plans}
 
 
 # a snapshot's read of alice older than the row the state holds (a re-snapshot, a replayed stretch): not written
@@ -194,16 +199,17 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
     walker = Walker.of(KeyedStore(spark, str(tmp_path / "state"), partitions=3), every, sources)
     recompute = Recompute(walker)
 
-    def keyed(tables: dict[str, list[tuple]], label: str) -> dict:
+    def keyed(tables: dict[str, list[tuple]], label: str) -> tuple[dict, dict, DataFrame]:
+        """Every view's rows over `tables` by key (in one job), the relations they read, the rows keyed."""
         for table, rows in tables.items():
             spark.createDataFrame(rows, _ddl(sources[table])).createOrReplaceTempView(f"{label}_{table}")
         live = {t: f"{label}_{t}" for t in sources}
-        union = recompute.whole_rows({name: spark.sql(recompute_sql(plan, live)) for name, plan in recompute.plans.items()})
-        return {(r["view"], bytes(r["k"])): bytes(r["d"]) for r in union.collect()}, live
+        union = recompute.whole_rows({name: spark.sql(recompute_sql(plan, live)) for name, plan in recompute.plans.items()}).localCheckpoint()
+        return {(r["view"], bytes(r["k"])): bytes(r["d"]) for r in union.collect()}, live, union
 
     positioned = {t: spark.createDataFrame(rows, _ddl(sources[t])).withColumn("_lmv_position", F.lit(10).cast("bigint")) for t, rows in ROWS.items()}
     walker.load(positioned, 0)
-    old, before = keyed(ROWS, "before")
+    old, before, _ = keyed(ROWS, "before")
     tables = _view_tables(lake, recompute, {name: spark.sql(recompute_sql(plan, before)) for name, plan in recompute.plans.items()})
 
     changes = {}
@@ -215,7 +221,7 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
         )
         changes[table] = changes[table].unionByName(frame) if table in changes else frame
     images, version = walker.apply(changes, 2)
-    new, after = keyed(_after(), "after")
+    new, after, after_rows = keyed(_after(), "after")
     # the stale change moved nothing: alice's row before and after is the row the state held
     alice = [bytes(r["v"]) for r in images.where(F.col("table") == walker.tables().index("users")).collect() if b'"a@x"' in bytes(r["v"])]
     assert alice and all(b"alice-long-ago" not in v for v in alice)
@@ -236,9 +242,8 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
     assert (readable(expected - changed), readable(changed - expected)) == ([], [])
     assert len({v for v, _, _ in expected}) >= 20
     # the digests now are the view: nothing left to diff, and the rows the state holds are the tables'
-    full_after = {name: spark.sql(recompute_sql(plan, after)) for name, plan in recompute.plans.items()}
-    assert recompute.differing(full_after, published.version) == {name: 0 for name in recompute.plans}
-    _assert_tables_are(lake, tables, full_after)
+    assert recompute.differing(after_rows, published.version, list(recompute.plans)) == {name: 0 for name in recompute.plans}
+    _assert_tables_are(lake, tables, after_rows)
     _assert_places(lake, tables, published.version)
     users = walker.numbers[walker._rows_space("users")]
     held = [json.loads(bytes(r["v"])) for r in walker.store.scan(version).where(F.col("space") == users).collect() if r["v"] is not None]
