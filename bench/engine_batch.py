@@ -247,6 +247,7 @@ def main() -> None:
     rng = random.Random(5)
     batches = []
     recording = None
+    codegen = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
     for n in range(args.batches):
         if n == 1 and args.flight_recording:  # the JVM's own recorder, past the warm-up batch
             jfr = spark.sparkContext._jvm.jdk.jfr  # type: ignore[union-attr]
@@ -258,6 +259,7 @@ def main() -> None:
             write_landing_files(landing, table, table_events, schemas[table], rng, "c", files=1)
             count += len(table_events)
         label = f"batch_{n}"
+        compiled = codegen.METRIC_COMPILATION_TIME().getCount()
         with Timer(results, label, count):
             with step(f"{label}.parse"):
                 changes = {t: walker.keep(latest(spark, sources[t], landing / t)) for t in TABLES if (landing / t).exists()}
@@ -309,6 +311,8 @@ def main() -> None:
                 }
             version = published.version
             walker.release()
+        # generated classes Janino compiled (a plan whose code is new: each new class is JIT-compiled again)
+        results[f"{label}.codegen_compiled"] = codegen.METRIC_COMPILATION_TIME().getCount() - compiled
         if n:
             batches.append(results[label]["seconds"])
     if recording is not None:

@@ -27,7 +27,7 @@ def _events(folder: Path):
 
 def summary(folder: Path) -> dict[str, dict]:
     """Per job description: jobs, stages, tasks, wall of its stages (s, summed), task run / CPU / GC time
-    (s, summed over tasks), the longest task (s), the bytes shuffled out and the records shuffled in."""
+    (s, summed over tasks; and the CPU of deserializing tasks), the longest task (s), the bytes shuffled out and the records shuffled in."""
     job_of_stage: dict[int, str] = {}
     out: dict[str, dict] = collections.defaultdict(
         lambda: {
@@ -37,6 +37,7 @@ def summary(folder: Path) -> dict[str, dict]:
             "stage_wall_s": 0.0,
             "run_s": 0.0,
             "cpu_s": 0.0,
+            "deserialize_cpu_s": 0.0,
             "gc_s": 0.0,
             "longest_task_s": 0.0,
             "shuffle_write_bytes": 0,
@@ -58,6 +59,7 @@ def summary(folder: Path) -> dict[str, dict]:
             run = metrics.get("Executor Run Time", 0) / 1e3
             step["run_s"] += run
             step["cpu_s"] += metrics.get("Executor CPU Time", 0) / 1e9
+            step["deserialize_cpu_s"] += metrics.get("Executor Deserialize CPU Time", 0) / 1e9  # the task's lineage read
             step["gc_s"] += metrics.get("JVM GC Time", 0) / 1e3
             step["longest_task_s"] = max(step["longest_task_s"], run)
             step["shuffle_write_bytes"] += (metrics.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0)

@@ -285,10 +285,12 @@ class Walker:
         before the join, and once however many readers found it (`lookup(grouped=True)`): parsing was
         the most of a walk's CPU."""
         on = [c for c in frontier.columns if c in moves.columns and c != "v"]
-        requests = frontier.join(F.broadcast(moves), on).select(
-            "space", F.expr(asked(texts_in("m", "fields", "types"), "strict")).alias("a"), tag(*[F.col(c) for c in tag_names]).alias("tag")
+        # the values read once (a projection of their own: `asked` reads them twice), and no filter of
+        # a request that asks nothing (a NULL `a`: the lookup skips it; a filter read them once more)
+        values = frontier.join(F.broadcast(moves), on).select(
+            "space", F.expr(texts_in("m", "fields", "types")).alias("values"), "strict", tag(*[F.col(c) for c in tag_names]).alias("tag")
         )
-        return requests.where(F.col("a").isNotNull())
+        return values.select("space", F.expr(asked("values", "strict")).alias("a"), "tag")
 
     def reach(self, images: Mapping[str, DataFrame], version: int) -> DataFrame | None:
         """The keys the changes reach, every view's in one frame `(view, k, asks)`: `k` a key's values
@@ -340,7 +342,7 @@ class Walker:
         keys, then each link's rows from its parent's, a depth a round. A row many views read (the same
         user for every view keyed by users) is looked up, parsed and carried once, not once a view."""
         requests = keys.select("view", F.explode("asks").alias("ask")).select("view", "ask.*")
-        requests = requests.select("space", "a", tag(F.col("view"), F.col("occ")).alias("tag")).where(F.col("a").isNotNull())
+        requests = requests.select("space", "a", tag(F.col("view"), F.col("occ")).alias("tag"))  # a NULL `a` asks nothing
         found = self.store.lookup(requests, version, grouped=True)
         level = self.keep(found.where(F.col("v").isNotNull()).select("tags", "v"))
         gathered = [level]

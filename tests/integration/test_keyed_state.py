@@ -44,7 +44,8 @@ def test_entries_are_found_by_space_and_a_every_b_of_them_and_a_miss_says_so(spa
         (11, "bo", None),
         (12, "al", None),
     ]
-    found = store.lookup(_asked(spark, [(11, "al", "t1"), (1, "alice", "t2"), (11, "zed", "t3")]), 1).collect()
+    # a request whose a is NULL (a value compared where the link is not null-safe) asks nothing: no row
+    found = store.lookup(_asked(spark, [(11, "al", "t1"), (1, "alice", "t2"), (11, "zed", "t3"), (11, None, "t9")]), 1).collect()
     assert _text(found, "space", "a", "tag", "b", "v") == [
         (1, "alice", "t2", "", "row-a"), (11, "al", "t1", "albert", "row-b"), (11, "al", "t1", "alice", "row-a"), (11, "zed", "t3", None, None)
     ]  # fmt: skip
@@ -56,7 +57,9 @@ def test_entries_are_found_by_space_and_a_every_b_of_them_and_a_miss_says_so(spa
     ]  # fmt: skip
     # grouped: one row per entry found, with every distinct tag that asked for its (space, a); a miss keeps its tags
     grouped = store.lookup(
-        _asked(spark, [(11, "al", "t1"), (11, "al", "t2"), (11, "al", "t1"), (1, "alice", "t3"), (11, "zed", "t4")]), 1, grouped=True
+        _asked(spark, [(11, "al", "t1"), (11, "al", "t2"), (11, "al", "t1"), (1, "alice", "t3"), (11, "zed", "t4"), (11, None, "t9")]),
+        1,
+        grouped=True,
     )
     assert sorted(
         (r["space"], bytes(r["a"]).decode(), sorted(bytes(t).decode() for t in r["tags"]), *[None if r[c] is None else bytes(r[c]).decode() for c in ("b", "v")])

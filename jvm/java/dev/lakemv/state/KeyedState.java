@@ -132,8 +132,9 @@ public final class KeyedState implements Serializable {
   /**
    * Every entry whose (space, a) a request names, at version `version`: the request's columns
    * (space int, a binary, tag binary: the caller's, carried through) and the entry's b and v. A
-   * request no entry matches gives one row with b and v null. A repeated request is answered once, and
-   * requests of the same (space, a) with different tags scan the store once.
+   * request no entry matches gives one row with b and v null; one whose a is null asks nothing (no
+   * row). A repeated request is answered once, and requests of the same (space, a) with different
+   * tags scan the store once.
    */
   public Dataset<Row> lookup(SparkSession spark, Dataset<Row> requests, long version) {
     return lookup(spark, requests, version, false);
@@ -347,6 +348,9 @@ public final class KeyedState implements Serializable {
       java.util.Map<Asked, List<byte[][]>> read = new java.util.HashMap<>();  // (space, a) scanned once, whatever the tags
       while (requests.hasNext()) {
         InternalRow request = requests.next();
+        if (request.isNullAt(1)) {  // asks nothing (a NULL compared where the link is not null-safe)
+          continue;
+        }
         int space = request.getInt(0);
         byte[] a = request.getBinary(1);
         byte[] tag = request.isNullAt(2) ? null : request.getBinary(2);
@@ -369,6 +373,9 @@ public final class KeyedState implements Serializable {
       java.util.Map<Asked, java.util.LinkedHashSet<Asked>> tags = new java.util.LinkedHashMap<>();
       while (requests.hasNext()) {
         InternalRow request = requests.next();
+        if (request.isNullAt(1)) {
+          continue;
+        }
         int space = request.getInt(0);
         byte[] a = request.getBinary(1);
         byte[] tag = request.isNullAt(2) ? null : request.getBinary(2);
