@@ -113,14 +113,48 @@ public final class Replan {
   public static Dataset<Row> swapAll(
       SparkSession session, List<SparkPlan> plans, List<Integer> ids, String prefix,
       Map<String, org.apache.spark.rdd.RDD<InternalRow>> shuffled, String schema) {
-    java.util.List<org.apache.spark.rdd.RDD<InternalRow>> rdds = new java.util.ArrayList<>();
-    for (int i = 0; i < plans.size(); i++) {
-      Map<String, Object> rows = new java.util.HashMap<>();
-      for (Map.Entry<String, org.apache.spark.rdd.RDD<InternalRow>> input : shuffled.entrySet()) {
-        rows.put(input.getKey(), partition(input.getValue(), ids.get(i)));
+    // each plan copied and made into its RDD on the driver (its code generated: about 10 ms a view)
+    // side by side on the driver's cores: the executors wait for the plans
+    int threads = Math.max(1, Math.min(Runtime.getRuntime().availableProcessors(), plans.size()));
+    java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
+    java.util.List<java.util.concurrent.Future<org.apache.spark.rdd.RDD<InternalRow>>> made = new java.util.ArrayList<>();
+    try {
+      for (int i = 0; i < plans.size(); i++) {
+        Map<String, Object> rows = new java.util.HashMap<>();
+        for (Map.Entry<String, org.apache.spark.rdd.RDD<InternalRow>> input : shuffled.entrySet()) {
+          rows.put(input.getKey(), partition(input.getValue(), ids.get(i)));
+        }
+        SparkPlan plan = plans.get(i);
+        java.util.Properties local = new java.util.Properties();  // a copy: each thread's RDD scopes are its own
+        java.util.Properties caller = session.sparkContext().getLocalProperties();
+        for (String name : caller.stringPropertyNames()) {
+          local.setProperty(name, caller.getProperty(name));
+        }
+        made.add(
+            pool.submit(
+                () -> {
+                  // the caller's session (its SQL conf) and job properties, as on the calling thread
+                  org.apache.spark.sql.SparkSession.setActiveSession(session);
+                  session.sparkContext().setLocalProperties(local);
+                  return swapSingle(session, plan, prefix, rows).execute();
+                }));
       }
-      rdds.add(swapSingle(session, plans.get(i), prefix, rows).execute());
+      java.util.List<org.apache.spark.rdd.RDD<InternalRow>> rdds = new java.util.ArrayList<>();
+      for (java.util.concurrent.Future<org.apache.spark.rdd.RDD<InternalRow>> one : made) {
+        rdds.add(one.get());
+      }
+      return unionOf(session, rdds, schema);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException("interrupted while the views' plans were made", e);
+    } catch (java.util.concurrent.ExecutionException e) {
+      throw e.getCause() instanceof RuntimeException thrown ? thrown : new IllegalStateException(e.getCause());
+    } finally {
+      pool.shutdownNow();
     }
+  }
+
+  private static Dataset<Row> unionOf(SparkSession session, java.util.List<org.apache.spark.rdd.RDD<InternalRow>> rdds, String schema) {
     org.apache.spark.rdd.RDD<InternalRow> all =
         session.sparkContext().union(CollectionConverters.asScala(rdds).toSeq(), scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class));
     return session.internalCreateDataFrame(all, StructType.fromDDL(schema), false);
