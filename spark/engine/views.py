@@ -286,14 +286,13 @@ class Recompute:
         counts = {int(r["space"]): int(r["count"]) for r in self.walker.store.update(entries, version).groupBy("space").count().collect()}
         return {name: counts.get(self.walker.numbers[w.digests], 0) for w in self.walker.walks.views if (name := w.view) in full}
 
-    def differing(self, full: Mapping[str, DataFrame] | DataFrame, version: int, names: Collection[str] | None = None) -> dict[str, int]:
-        """Per view of `full` (view -> all of its rows, recomputed; or all of their rows already keyed,
-        `whole_rows`' frame, of the views `names`), how many of its keys the digests at `version` hold
-        otherwise (a missing key, an extra one, another digest): 0 when the view is exact."""
-        if isinstance(full, DataFrame):
-            rows, names = full, list(names or ())
-        else:
-            rows, names = self.whole_rows(full), list(full)
+    def differing(self, full: Mapping[str, DataFrame], version: int) -> dict[str, int]:
+        """Per view of `full` (view -> all of its rows, recomputed), how many of its keys the digests at
+        `version` hold otherwise (a missing key, an extra one, another digest): 0 when the view is exact."""
+        return self.differing_rows(self.whole_rows(full), list(full), version)
+
+    def differing_rows(self, rows: DataFrame, names: Collection[str], version: int) -> dict[str, int]:
+        """`differing` of the views `names` from all of their rows already keyed (`whole_rows`' frame)."""
         found = self.diff_rows(rows, names, version)
         ids = {self.walker.ids[name]: name for name in names}
         counts = {ids[int(r["view"])]: int(r["count"]) for r in found.groupBy("view").count().collect()}

@@ -182,7 +182,7 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
     # every view's table is its full recompute after the batch, and its digests say so
     _assert_tables_are(lake, tables, after_rows)
     _assert_places(lake, tables, published.version)
-    assert recompute.differing(after_rows, published.version, list(recompute.plans)) == {name: 0 for name in recompute.plans}
+    assert recompute.differing_rows(after_rows, list(recompute.plans), published.version) == {name: 0 for name in recompute.plans}
 
 
 # a snapshot's read of alice older than the row the state holds (a re-snapshot, a replayed stretch): not written
@@ -242,7 +242,7 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
     assert (readable(expected - changed), readable(changed - expected)) == ([], [])
     assert len({v for v, _, _ in expected}) >= 20
     # the digests now are the view: nothing left to diff, and the rows the state holds are the tables'
-    assert recompute.differing(after_rows, published.version, list(recompute.plans)) == {name: 0 for name in recompute.plans}
+    assert recompute.differing_rows(after_rows, list(recompute.plans), published.version) == {name: 0 for name in recompute.plans}
     _assert_tables_are(lake, tables, after_rows)
     _assert_places(lake, tables, published.version)
     users = walker.numbers[walker._rows_space("users")]
