@@ -81,15 +81,15 @@ class ViewTables:
         full = {name: self.spark.table(table).select("*", "_file", "_pos") for name, table in chosen.items()}
         return self.recompute.seed(full, version)
 
-    def publish(self, changed: DataFrame, version: int, batch: int) -> Publication:
-        """`changed` (`Recompute.diff`'s or `diff_whole`'s rows) written into the views' tables and
-        committed, stamped with `batch`; then their digests and places written over `version` (after
-        the diff's own write, if it made one)."""
+    def publish(self, changed: DataFrame, version: int, batch: int | str, prefix: str | None = None) -> Publication:
+        """`changed` (`Recompute.diff`'s or `diff_whole`'s rows) written into the views' tables (their
+        files named from `prefix`, by default the batch's number) and committed, stamped with `batch`;
+        then their digests and places written over `version` (after the diff's own write, if it made one)."""
         spark = self.spark
         partitions = max(1, min(len(self.tables), 2 * spark.sparkContext.defaultParallelism))
         known = self.recompute.walker.keep(changed.where(F.col("view").isin(list(self.names))))
         files = self._files()
-        jwritten = files.write(known._jdf, f"lmv-{batch:08d}", partitions)
+        jwritten = files.write(known._jdf, prefix or f"lmv-{batch:08d}", partitions)
         written = DataFrame(jwritten, spark).localCheckpoint()  # the files are written once, here
         try:  # each view's snapshot stamped with the batch (`lakemv.batch` in its summary: ViewFiles.BATCH)
             made = files.commit(written._jdf, str(batch), COMMIT_THREADS)

@@ -1,0 +1,472 @@
+"""One unit of landing lines through the engine state, exactly once: parsed set-wise, MERGEd into the
+mirrors, written into the state, the views it reaches recomputed, diffed and published, and the
+ledger's row committed last - the unit's one visibility point.
+
+The steps (`EngineBatch.process`):
+
+1. parse: Spark parses the lines by each source's envelope SQL (`lakemv.core.cdc.envelopesql`, the
+   rules of `parse_envelope`) and keeps the latest change per primary key; the few lines the SQL cannot
+   vouch for are parsed by `parse_line` in the driver, so their dead letters carry the same reasons;
+2. the dead letters appended, the mirrors MERGEd (guarded by source position: a replay's MERGE is a
+   no-op), every snapshot tagged with the unit's write id;
+3. the state: the changed rows written by key and index, the keys they reach, the rows those read,
+   every reached view recomputed by its kept plan and diffed against its digests - or, for a backlog,
+   every view recomputed whole over the mirrors (`Ways.batch`);
+4. the changed view rows published (a `RowDelta` a view, stamped with the unit's write id), then the
+   ledger's row.
+
+The state's versions are lakemv's sequence of units (`UnitVersions`, a small file beside the state): a
+unit starts from the version the unit before it ended at, and a replayed unit starts from the same one,
+so it rewrites the same versions. A replay first takes back what its first attempt published to the
+views' tables and the ledger does not hold (each such table rolled back to the snapshot before it):
+readers pinned to the ledger's batch never saw it, and the state it is redone from is the one before it.
+
+Not yet carried here (each a clear `EngineUnsupported`, never a dropped change): event sources, Debezium's
+placeholders for unavailable values, incremental snapshots' reads, TRUNCATE, and new fields of a source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from functools import reduce
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakemv.catalog.declarations import SourceTable
+from lakemv.catalog.tables import BATCH_ID, DELETED, INGESTED_AT, OP, POSITION, SOURCE_TS, TableNames, live_rows_sql, mirror_arrow_schema
+from lakemv.core.batch.choice import Ways
+from lakemv.core.batch.journal import BatchRef
+from lakemv.core.batch.plan import now_micros
+from lakemv.core.batch.records import LedgerEntry, TableEntry, ViewEntry, dead_letters_to_arrow
+from lakemv.core.batch.result import BatchResult, ViewResult
+from lakemv.core.cdc.changeset import ChangeSet, changes_to_arrow, decode_lines, parse_line
+from lakemv.core.cdc.envelope import Change
+from lakemv.core.cdc.envelopesql import CLEAN, SEQ, parse_sql
+from lakemv.core.errors import LakemvError
+from lakemv.core.planner import ViewPlan
+from lakemv.core.sql.quote import spark_string
+from lakemv.spark.bulk import Lines
+from lakemv.spark.commits import WriteUnit, append_once, committed, tagged
+from lakemv.spark.engine.publish import ViewTables
+from lakemv.spark.engine.views import Recompute
+from lakemv.spark.mirror import merge_sql
+
+_TABLE = "_lmv_table"
+STAMP = "lakemv.batch"  # the snapshot summary's key a view's commit is stamped with (ViewFiles.BATCH)
+
+
+class EngineUnsupported(LakemvError):
+    """A unit holds what the engine state does not carry yet; nothing of the unit was written."""
+
+
+@dataclass
+class Begun:
+    """Where a unit's state versions start, and whether it is a replay."""
+
+    base: int
+    replay: bool
+    undo: str | None = None  # a unit whose published views the ledger may not hold: taken back first
+
+
+class UnitVersions:
+    """The state's versions each unit writes, kept in a small JSON file beside the state: the last unit
+    begun (its write id, the version it started from, and the version it ended at once its state writes
+    are done). Written by replacing the file, so a crash leaves the old or the new record."""
+
+    def __init__(self, path: Path, initial: int):
+        self.path, self.initial = path, initial
+
+    def _read(self) -> dict | None:
+        return json.loads(self.path.read_text()) if self.path.exists() else None
+
+    def _write(self, record: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps(record))
+        os.replace(partial, self.path)
+
+    def current(self) -> int:
+        """The version the state is at after the last unit that ended."""
+        record = self._read()
+        if record is None:
+            return self.initial
+        return record["end"] if record["end"] is not None else record["base"]
+
+    def begin(self, write_id: str) -> Begun:
+        """The unit `write_id` starts: from where its earlier attempt started, else from where the last
+        unit ended (a unit that never ended is redone from its own start: its writes are taken back)."""
+        record = self._read()
+        if record is not None and record["write_id"] == write_id:
+            return Begun(record["base"], True, write_id)
+        if record is None:
+            begun = Begun(self.initial, False)
+        elif record["end"] is None:
+            begun = Begun(record["base"], False, record["write_id"])
+        else:
+            begun = Begun(record["end"], False)
+        self._write({"write_id": write_id, "base": begun.base, "end": None})
+        return begun
+
+    def end(self, write_id: str, version: int) -> None:
+        """The unit's state writes are done, at `version` (before its ledger row: a replay redoes them)."""
+        record = self._read()
+        assert record is not None and record["write_id"] == write_id, "a unit ends only after it began"
+        self._write({**record, "end": version})
+
+
+@dataclass
+class Parsed:
+    """A unit's lines parsed: per table its latest change per primary key (kept in Spark), and what the
+    driver heard of the lines it parsed itself."""
+
+    changes: dict[str, DataFrame]
+    tables: dict[str, TableEntry]
+    result: ChangeSet
+    clean: int  # lines Spark parsed
+    fallback: int  # lines parsed in the driver
+
+
+def _unsupported(result: ChangeSet, python: Mapping[str, list[tuple[int, Change]]], sources: Mapping[str, SourceTable]) -> list[str]:
+    """What of a unit the engine state does not carry yet."""
+    found = []
+    for table, changes in sorted(python.items()):
+        if sources[table].is_events:
+            found.append(f"events of the event source {table!r}")
+        if any(c.unavailable for _, c in changes):
+            found.append(f"values Debezium sent as unavailable in {table!r}")
+        if any(c.follows for _, c in changes):
+            found.append(f"an incremental snapshot's reads of {table!r}")
+    found += [f"a TRUNCATE of {table!r}" for table in sorted(result.truncates)]
+    found += [f"new fields of {table!r} ({', '.join(sorted(fields))})" for table, fields in sorted(result.new_fields.items())]
+    return found
+
+
+def parse(lines: Lines, sources: Mapping[str, SourceTable], batch_id: int, ingested_at: int, max_line_chars: int | None, keep: Callable) -> Parsed:
+    """The unit's lines as each table's latest change per primary key (the mirror's columns), in Spark.
+    `keep` persists a frame until the unit ends (`Walker.keep`)."""
+    spark = lines.frame.sparkSession
+    numbered = keep(
+        lines.frame.select("value", "file")
+        .withColumn(SEQ, F.monotonically_increasing_id())
+        .withColumn(_TABLE, F.regexp_extract("file", r"([^/]+)/[^/]+$", 1))
+    )
+    parsed: dict[str, DataFrame] = {}
+    for table, source in sources.items():
+        if source.is_events:
+            continue
+        relation = f"_lmv_engine_{table}"
+        numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(relation)
+        parsed[table] = keep(spark.sql(parse_sql(source, relation, max_line_chars)))
+    # the lines the SQL cannot vouch for (and those of no declared table), parsed by the driver's rules
+    rest = reduce(
+        DataFrame.unionByName,
+        [frame.where(~F.col(CLEAN)).select("value", "file", SEQ) for frame in parsed.values()],
+        numbered.where(~F.col(_TABLE).isin(list(parsed))).select("value", "file", SEQ),
+    )
+    raw = rest.select(F.col("value").cast("binary").alias("value"), "file", SEQ).toArrow()
+    result = ChangeSet()
+    python: dict[str, list[tuple[int, Change]]] = {}
+    texts = decode_lines(raw.column("value").to_pylist())
+    for text, file, seq in zip(texts, raw.column("file").to_pylist(), raw.column(SEQ).to_pylist(), strict=True):
+        change = parse_line(text, file, sources, result, max_line_chars)
+        if change is not None:
+            python.setdefault(change.table, []).append((seq, change))
+    unsupported = _unsupported(result, python, sources)
+    if unsupported:
+        raise EngineUnsupported("the engine state does not carry yet: " + "; ".join(unsupported))
+    changes: dict[str, DataFrame] = {}
+    for table, frame in parsed.items():
+        source = sources[table]
+        columns = [*source.column_names, POSITION, OP, DELETED, SOURCE_TS]
+        rows = frame.where(F.col(CLEAN)).select(*columns, SEQ)
+        if table in python:
+            extra = changes_to_arrow(source, [c for _, c in python[table]], batch_id, ingested_at)
+            extra = extra.append_column(SEQ, pa.array([s for s, _ in python[table]], type=pa.int64()))
+            rows = rows.unionByName(spark.createDataFrame(extra.select([*columns, SEQ])).select(*[F.col(c).cast(rows.schema[c].dataType) for c in rows.columns]))
+        # the latest change per key: the highest position, the later line on a tie; and how many lines
+        latest = rows.groupBy(*[F.col(k).alias(f"_lmv_k_{k}") for k in source.primary_key]).agg(
+            F.max(F.struct(POSITION, SEQ, *[c for c in columns if c != POSITION])).alias("m"), F.count(F.lit(1)).alias("_lmv_lines")
+        )
+        changes[table] = latest.select(*[F.col(f"m.{c}").alias(c) for c in columns], "_lmv_lines")
+    stats = reduce(
+        DataFrame.unionByName,
+        [
+            frame.groupBy(F.lit(table).alias("t")).agg(
+                F.count(F.lit(1)).alias("rows"), F.sum("_lmv_lines").alias("lines"), F.max(POSITION).alias("pos"), F.max(SOURCE_TS).alias("ts")
+            )
+            for table, frame in changes.items()
+        ],
+    ).collect() if changes else []
+    tables = {
+        r["t"]: TableEntry(int(r["rows"]), r["pos"], None if r["ts"] is None else int(r["ts"].timestamp() * 1_000_000)) for r in stats if r["rows"]
+    }
+    changes = {t: keep(frame.drop("_lmv_lines")) for t, frame in changes.items() if t in tables}
+    clean = sum(int(r["lines"] or 0) for r in stats) - sum(len(v) for v in python.values())
+    for table in parsed:
+        spark.catalog.dropTempView(f"_lmv_engine_{table}")
+    return Parsed(changes, tables, result, clean, raw.num_rows)
+
+
+@dataclass
+class Unit:
+    """What the last unit did beyond its `BatchResult`: the way it took and its counts (the bench reads them)."""
+
+    details: dict = field(default_factory=dict)
+
+
+class EngineBatch:
+    """Units of landing lines applied through the engine state (see the module docstring).
+
+    Made over a built engine: the state `walker` writes (its rows and indexes), the views' kept plans
+    (`recompute`), their tables with their digests and places seeded (`tables`), the ways chosen per
+    batch and view (`ways`), `entries` the state holds (about), and `versions` (the state's version
+    after the seeding, kept beside the state from then on)."""
+
+    def __init__(
+        self,
+        names: TableNames,
+        sources: Mapping[str, SourceTable],
+        recompute: Recompute,
+        tables: ViewTables,
+        ways: Ways,
+        entries: int,
+        versions: UnitVersions,
+        max_line_chars: int | None = None,
+        way: str = "auto",
+    ):
+        self.names, self.sources = names, dict(sources)
+        self.recompute, self.tables, self.ways, self.entries, self.versions = recompute, tables, ways, entries, versions
+        self.walker = recompute.walker
+        self.spark: SparkSession = recompute.spark
+        self.max_line_chars = max_line_chars
+        self.way = way  # "auto": each batch's way chosen by its changed rows; "whole" or "incremental": pinned
+        self.walked = {s.name for s in self.walker.walks.spaces if s.kind == "rows"}  # the tables the state keeps
+        self.last = Unit()
+
+    @classmethod
+    def build(
+        cls,
+        spark: SparkSession,
+        names: TableNames,
+        sources: Mapping[str, SourceTable],
+        plans: Sequence[ViewPlan],
+        location: Path,
+        partitions: int,
+        tables: Mapping[str, str] | None = None,
+        **kwargs: object,
+    ) -> EngineBatch:
+        """An engine built from the mirrors as they are (made when missing): the state written at `location`
+        (a folder not used before) by one sorted load of their live rows, every view's table (`tables`:
+        view -> table, by default its name in the views' namespace) made by Spark's full recompute over
+        them, its digests and places seeded from it."""
+        from lakemv.core.sql.viewsql import recompute_sql
+        from lakemv.spark.engine.keyed import KeyedStore
+        from lakemv.spark.engine.walk import Walker
+        from lakemv.spark.mirror import ensure_mirror, ensure_namespaces, ensure_view_namespace
+        from lakemv.spark.tables import ensure_dead_letters, ensure_ledger
+
+        if location.exists() and any(location.iterdir()):
+            raise EngineUnsupported(f"the engine state is built into a new folder; {location} holds files already")
+        ensure_namespaces(spark, names)
+        ensure_view_namespace(spark, names)
+        ensure_ledger(spark, names)
+        ensure_dead_letters(spark, names)
+        for source in sources.values():
+            if not source.is_events:
+                ensure_mirror(spark, names, source)
+        walker = Walker.of(KeyedStore(spark, str(location / "store"), partitions), plans, sources)
+        recompute = Recompute(walker)
+        live = {
+            t: spark.table(names.mirror(t)).where(~F.col(DELETED)).select(*source.column_names, POSITION).persist()
+            for t, source in sources.items()
+            if t in walker.tables() and not source.is_events
+        }
+        try:
+            table_rows = {t: frame.count() for t, frame in live.items()}
+            entries = walker.load(live, 0)
+        finally:
+            for frame in live.values():
+                frame.unpersist()
+        view_tables = ViewTables(recompute, tables or {name: names.view(name) for name in recompute.plans})
+        mirrors = {t: f"_lmv_mirror_{t}" for t in live}
+        for t in live:
+            spark.sql(live_rows_sql(names, sources[t])).createOrReplaceTempView(mirrors[t])
+        view_tables.create({name: spark.sql(recompute_sql(plan, mirrors)) for name, plan in recompute.plans.items()})
+        view_rows = view_tables.seed(1)
+        return cls(names, sources, recompute, view_tables, recompute.ways(table_rows, view_rows), entries, UnitVersions(location / "units.json", 2), **kwargs)  # type: ignore[arg-type]
+
+    # ---- replays --------------------------------------------------------------------------------
+    def _take_back(self, write_id: str) -> list[str]:
+        """Every view table whose current snapshot `write_id` published, rolled back to the one before it
+        (the ledger does not hold the unit); the views taken back."""
+        catalog = self.names.catalog
+        undone = []
+        for name, table in sorted(self.tables.tables.items()):
+            row = self.spark.sql(
+                f"SELECT snapshot_id, parent_id, summary[{spark_string(STAMP)}] AS stamp FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"
+            ).first()
+            if row is not None and row["stamp"] == write_id and row["parent_id"] is not None:
+                self.spark.sql(f"CALL {catalog}.system.rollback_to_snapshot({spark_string(table.split('.', 1)[1])}, {int(row['parent_id'])})")
+                undone.append(name)
+        if undone:
+            self.tables._handle = None  # the tables are loaded again, at the snapshots now current
+        return undone
+
+    # ---- a unit ---------------------------------------------------------------------------------
+    def process(self, ref: BatchRef, lines: Lines, step: Callable[[str], AbstractContextManager] | None = None) -> BatchResult:
+        """Apply one unit of lines, exactly once however often it is replayed. `step(name)` wraps each
+        step (a timer, a job description); by default each step's seconds go into the result's `steps`."""
+        started, started_at = time.perf_counter(), now_micros()
+        seconds: dict[str, float] = {}
+        timed = step or (lambda name: _lap(seconds, name))
+        details: dict = {}
+        self.last = Unit(details)
+        begun = self.versions.begin(ref.write_id)
+        unit = WriteUnit(ref.write_id, replay=begun.replay, batch_id=ref.batch)
+        if begun.replay and committed(self.spark, self.names.ledger, ref.write_id):  # it ended: the next unit starts where it did
+            return BatchResult(ref.batch, 0, 0, chunk=ref.chunk, replayed=True, already_committed=True, seconds=time.perf_counter() - started)
+        if begun.undo is not None and not committed(self.spark, self.names.ledger, begun.undo):
+            details["taken_back"] = self._take_back(begun.undo)
+        walker = self.walker
+        try:
+            with tagged(self.spark, ref.write_id):
+                with timed("parse"):
+                    parsed = parse(lines, self.sources, ref.batch, started_at, self.max_line_chars, walker.keep)
+                    changed = {t: e.changes for t, e in parsed.tables.items()}
+                    details["changed_rows"] = changed
+                letters = parsed.result.dead_letters
+                if letters:
+                    rows = dead_letters_to_arrow(letters, ref.batch, started_at)
+                    append_once(self.spark, self.names.dead_letters, unit, lambda: self.spark.createDataFrame(rows).writeTo(self.names.dead_letters).append())
+                with timed("mirrors"):
+                    self._merge(parsed.changes, ref.batch, started_at)
+                views, version = self._views(ref, parsed, begun.base, timed, details)
+                self.versions.end(ref.write_id, version)
+                result = BatchResult(
+                    batch_id=ref.batch,
+                    lines=parsed.clean + parsed.fallback,
+                    events=parsed.clean + parsed.result.events,
+                    merged=changed,
+                    dead_letters=len(letters),
+                    letters=Counter(letter.table or "" for letter in letters),
+                    skipped=sum(parsed.result.skipped.values()),
+                    skip_reasons=dict(parsed.result.skipped),
+                    views=views,
+                    chunk=ref.chunk,
+                    replayed=begun.replay,
+                    set_wise=True,
+                )
+                with timed("ledger"):
+                    entry = LedgerEntry(
+                        stream_id=ref.stream, batch_id=ref.batch, chunk=ref.chunk, lines=result.lines, events=result.events,
+                        dead_letters=result.dead_letters, skipped=result.skipped, tables=parsed.tables,
+                        views={v.view: ViewEntry(v.keys or 0, v.upserts, v.deletes, v.way, v.reason, round(v.seconds, 3)) for v in views.values()},
+                        late={}, conflicts_retried=unit.retries.count, replayed=begun.replay, started_at_micros=started_at, finished_at_micros=now_micros(),
+                    )  # fmt: skip
+                    row = entry.to_arrow()
+                    append_once(self.spark, self.names.ledger, unit, lambda: self.spark.createDataFrame(row).writeTo(self.names.ledger).append())
+        finally:
+            walker.release()
+        self.entries += sum(changed.values())
+        return BatchResult(**{**result.__dict__, "seconds": time.perf_counter() - started, "steps": {k: round(v, 3) for k, v in seconds.items()}})
+
+    def _merge(self, changes: Mapping[str, DataFrame], batch_id: int, ingested_at: int) -> None:
+        """Each table's changes MERGEd into its mirror (the tables side by side, a thread each)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        spark = self.spark
+        properties = spark.sparkContext.getLocalProperty("spark.job.description")
+
+        def one(table: str) -> None:
+            spark.sparkContext.setJobDescription(properties)
+            source = self.sources[table]
+            stamped = {INGESTED_AT: F.timestamp_micros(F.lit(ingested_at)), BATCH_ID: F.lit(batch_id).cast("bigint")}
+            columns = [stamped.get(f.name, F.col(f.name)).alias(f.name) for f in mirror_arrow_schema(source)]
+            relation = f"_lmv_engine_changes_{table}"
+            changes[table].select(*columns).createOrReplaceTempView(relation)
+            try:
+                spark.sql(merge_sql(self.names.mirror(table), relation, source))
+            finally:
+                spark.catalog.dropTempView(relation)
+
+        if changes:
+            with ThreadPoolExecutor(len(changes)) as pool:
+                list(pool.map(one, sorted(changes)))
+
+    def _live(self) -> dict[str, str]:
+        """Temp views of every mirror's live rows (table -> name), for the views recomputed whole."""
+        for table, source in self.sources.items():
+            if not source.is_events:
+                self.spark.sql(live_rows_sql(self.names, source)).createOrReplaceTempView(f"_lmv_live_{table}")
+        return {t: f"_lmv_live_{t}" for t, s in self.sources.items() if not s.is_events}
+
+    def _views(self, ref: BatchRef, parsed: Parsed, version: int, timed: Callable, details: dict) -> tuple[dict[str, ViewResult], int]:
+        """The state and the views after the unit's changes; each view's result and the state's version."""
+        walker, recompute = self.walker, self.recompute
+        changes = {t: frame for t, frame in parsed.changes.items() if t in self.walked}
+        changed = {t: parsed.tables[t].changes for t in changes}
+        if not changes:
+            return {}, version
+        way = self.ways.batch(changed, self.entries)
+        whole_batch = way.plan == "whole" if self.way == "auto" else self.way == "whole"
+        details["way"] = way.reason
+        with timed("apply"):
+            images, version = walker.apply(changes, version)
+        reached: dict[str, int] = {}
+        if whole_batch:
+            names = sorted(self.ways.ahead(changed))
+            details["whole"] = names
+            with timed("recompute"):
+                rows = recompute.whole(self._live(), names)
+            with timed("diff"):
+                diffed = walker.keep(recompute.diff_whole(rows, names, version))
+                details["changed"] = diffed.count()
+            publish_version = version
+        else:
+            with timed("reach"):
+                keys = walker.reach_packed(images, version)
+                reached = recompute.counts(keys) if keys is not None else {}
+                details["keys"] = reached
+            if keys is None:
+                return {}, version
+            whole = sorted(name for name, choice in self.ways.choose(reached).items() if choice.plan == "whole")
+            details["whole"] = whole
+            with timed("gather"):
+                gathered = walker.keep(walker.gather_grouped(recompute.gathering(keys, whole), version))
+                found = recompute.counts(gathered)
+                self.ways.observe(reached, found)
+                details["gathered"] = found
+            with timed("recompute"):
+                rows = recompute.run(gathered, keys, whole, self._live() if whole else None)
+            with timed("diff"):
+                diffed = walker.keep(recompute.diff(rows, keys, version))
+                details["changed"] = diffed.count()
+            publish_version = version + 1  # the incremental diff wrote the digests
+        with timed("publish"):
+            published = self.tables.publish(diffed, publish_version, ref.write_id, f"lmv-{ref.batch:012d}-{ref.chunk}-{uuid.uuid4().hex[:8]}")
+            details["published"] = {"written": sum(published.written.values()), "removed": sum(published.removed.values()), "commits": len(published.snapshots)}
+        plan = "whole" if whole_batch else "incremental"
+        views = {
+            name: ViewResult(name, reached.get(name), published.written.get(name, 0), published.removed.get(name, 0), plan=plan, reason=way.reason)
+            for name in sorted(set(published.written) | set(published.removed) | set(reached))
+        }
+        return views, published.version
+
+
+@contextmanager
+def _lap(seconds: dict[str, float], name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
