@@ -134,6 +134,7 @@ class Parsed:
     result: ChangeSet
     clean: int  # lines Spark parsed
     fallback: int  # lines parsed in the driver
+    views: list[str] = field(default_factory=list)  # the temp views of its lines (`parse`)
 
 
 def _unsupported(result: ChangeSet, python: Mapping[str, list[tuple[int, Change]]], sources: Mapping[str, SourceTable]) -> list[str]:
@@ -151,9 +152,13 @@ def _unsupported(result: ChangeSet, python: Mapping[str, list[tuple[int, Change]
     return found
 
 
-def parse(lines: Lines, sources: Mapping[str, SourceTable], batch_id: int, ingested_at: int, max_line_chars: int | None, keep: Callable) -> Parsed:
+def parse(
+    lines: Lines, sources: Mapping[str, SourceTable], batch_id: int, ingested_at: int, max_line_chars: int | None, keep: Callable, relation: str = "_lmv_engine"
+) -> Parsed:
     """The unit's lines as each table's latest change per primary key (the mirror's columns), in Spark.
-    `keep` persists a frame until the unit ends (`Walker.keep`)."""
+    `keep` persists a frame until the unit ends (`Walker.keep`). Each table's lines are a temp view
+    named from `relation`, for the caller to drop once what was kept is released: dropping (or
+    replacing) a temp view uncaches every plan that reads it."""
     spark = lines.frame.sparkSession
     numbered = keep(
         lines.frame.select("value", "file")
@@ -164,9 +169,12 @@ def parse(lines: Lines, sources: Mapping[str, SourceTable], batch_id: int, inges
     for table, source in sources.items():
         if source.is_events:
             continue
-        relation = f"_lmv_engine_{table}"
-        numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(relation)
-        parsed[table] = keep(spark.sql(parse_sql(source, relation, max_line_chars)))
+        numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(f"{relation}_{table}")
+        frame = spark.sql(parse_sql(source, f"{relation}_{table}", max_line_chars))
+        # computed now, its plan a scan of what was computed (every plan over the envelope SQL's is large:
+        # each step over it cost seconds of planning); a clean line's text is not kept
+        kept = [*source.column_names, POSITION, OP, DELETED, SOURCE_TS, SEQ, CLEAN]
+        parsed[table] = frame.select(*kept, *[F.when(~F.col(CLEAN), F.col(c)).alias(c) for c in ("value", "file")]).localCheckpoint()
     # the lines the SQL cannot vouch for (and those of no declared table), parsed by the driver's rules
     rest = reduce(
         DataFrame.unionByName,
@@ -197,7 +205,8 @@ def parse(lines: Lines, sources: Mapping[str, SourceTable], batch_id: int, inges
         latest = rows.groupBy(*[F.col(k).alias(f"_lmv_k_{k}") for k in source.primary_key]).agg(
             F.max(F.struct(POSITION, SEQ, *[c for c in columns if c != POSITION])).alias("m"), F.count(F.lit(1)).alias("_lmv_lines")
         )
-        changes[table] = latest.select(*[F.col(f"m.{c}").alias(c) for c in columns], "_lmv_lines")
+        # computed now, its plan a scan of what was computed: every plan over it stays small
+        changes[table] = latest.select(*[F.col(f"m.{c}").alias(c) for c in columns], "_lmv_lines").localCheckpoint()
     stats = reduce(
         DataFrame.unionByName,
         [
@@ -210,11 +219,9 @@ def parse(lines: Lines, sources: Mapping[str, SourceTable], batch_id: int, inges
     tables = {
         r["t"]: TableEntry(int(r["rows"]), r["pos"], None if r["ts"] is None else int(r["ts"].timestamp() * 1_000_000)) for r in stats if r["rows"]
     }
-    changes = {t: keep(frame.drop("_lmv_lines")) for t, frame in changes.items() if t in tables}
+    changes = {t: frame for t, frame in changes.items() if t in tables}  # (`_lmv_lines` stays: dropping it would plan them anew)
     clean = sum(int(r["lines"] or 0) for r in stats) - sum(len(v) for v in python.values())
-    for table in parsed:
-        spark.catalog.dropTempView(f"_lmv_engine_{table}")
-    return Parsed(changes, tables, result, clean, raw.num_rows)
+    return Parsed(changes, tables, result, clean, raw.num_rows, [f"{relation}_{t}" for t in parsed])
 
 
 @dataclass
@@ -338,10 +345,11 @@ class EngineBatch:
         if begun.undo is not None and not committed(self.spark, self.names.ledger, begun.undo):
             details["taken_back"] = self._take_back(begun.undo)
         walker = self.walker
+        relation = f"_lmv_engine_{ref.batch}_{ref.chunk}"
         try:
             with tagged(self.spark, ref.write_id):
                 with timed("parse"):
-                    parsed = parse(lines, self.sources, ref.batch, started_at, self.max_line_chars, walker.keep)
+                    parsed = parse(lines, self.sources, ref.batch, started_at, self.max_line_chars, walker.keep, relation)
                     changed = {t: e.changes for t, e in parsed.tables.items()}
                     details["changed_rows"] = changed
                 letters = parsed.result.dead_letters
@@ -377,6 +385,8 @@ class EngineBatch:
                     append_once(self.spark, self.names.ledger, unit, lambda: self.spark.createDataFrame(row).writeTo(self.names.ledger).append())
         finally:
             walker.release()
+            for table in self.sources:  # after the release: nothing cached reads them any more
+                self.spark.catalog.dropTempView(f"{relation}_{table}")
         self.entries += sum(changed.values())
         return BatchResult(**{**result.__dict__, "seconds": time.perf_counter() - started, "steps": {k: round(v, 3) for k, v in seconds.items()}})
 
