@@ -1,11 +1,12 @@
 """The engine state's batch path as built (lakemv.spark.engine), on the spike's micro-benchmark: N users'
 snapshot bulk-loaded into the state and into Iceberg mirrors, every view's Iceberg table made by Spark's
-full recompute and its digests and row places seeded from it, then 1k-change batches through the built steps - the changes MERGEd into the mirrors
-(the tables concurrently), the rows written by key and index, the keys they reach, each view's way
+full recompute and its digests and row places seeded from it, then 1k-change batches, each a unit of
+landing lines through the product's path (`lakemv.spark.engine.batch.EngineBatch`: the envelope SQL's
+parse, the changes MERGEd into the mirrors (the tables concurrently), the rows written by key and index, the keys they reach, each view's way
 (gathered, or recomputed whole over the mirrors when its keys stand for most of its tables), the rows
 the gathered views read, every view recomputed and diffed, the changed rows published into the views'
-tables (`publish`: one job writes every view's files, a RowDelta a view, the digests and places) - timed
-step by step (wall, driver-Python CPU, JVM CPU). Run once with `--views 1` and once with `--views 100`:
+tables (`publish`: one job writes every view's files, a RowDelta a view, the digests and places), the
+ledger's row) - timed step by step (wall, driver-Python CPU, JVM CPU). Run once with `--views 1` and once with `--views 100`:
 one more view costs (median 100-view batch - median 1-view batch) / 99. With `--batches 12` or more the
 results also give the median of the later half of the batches (`settled_median_batch_seconds`): a
 stream's batches once the JVM's just-in-time compilers have settled, which takes minutes.
@@ -33,7 +34,6 @@ import os
 import random
 import shutil
 import statistics
-from functools import reduce
 from datetime import datetime
 from pathlib import Path
 
@@ -88,8 +88,8 @@ def latest(spark, source, folder: Path):
 
 
 class Mirrors:
-    """The tables' mirrors in Iceberg (the whole views read them): loaded from the snapshot, each batch's
-    changes MERGEd into them, the tables concurrently (one thread a table)."""
+    """The tables' mirrors in Iceberg (the whole views read them), loaded from the snapshot (each batch's
+    changes are MERGEd into them by the engine's unit)."""
 
     def __init__(self, spark, settings, sources):
         from lakemv.catalog.tables import TableNames
@@ -119,20 +119,6 @@ class Mirrors:
     def load(self, tables) -> None:
         for table, frame in tables.items():
             self._rows(table, frame).writeTo(self.names.mirror(table)).append()
-
-    def merge(self, changes, label: str) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from lakemv.spark.mirror import merge_sql
-
-        def one(table: str) -> None:
-            self.spark.sparkContext.setJobDescription(label)
-            view = f"_lmv_changes_{table}"
-            self._rows(table, changes[table]).createOrReplaceTempView(view)
-            self.spark.sql(merge_sql(self.names.mirror(table), view, self.sources[table]))
-
-        with ThreadPoolExecutor(len(changes)) as pool:
-            list(pool.map(one, changes))
 
     def live(self) -> dict[str, str]:
         """Temp views of every mirror's live rows (table -> name)."""
@@ -211,7 +197,6 @@ def main() -> None:
     from lakemv.spark.engine.views import Recompute
     from lakemv.spark.engine.walk import Walker
     from lakemv.spark.session import get_spark
-    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
     from pyspark.storagelevel import StorageLevel
 
@@ -243,8 +228,17 @@ def main() -> None:
         view_tables.create({name: spark.sql(recompute_sql(plan, live)) for name, plan in recompute.plans.items()})
         view_rows = view_tables.seed(1)
         results["view_rows"] = sum(view_rows.values())
+    from lakemv.core.batch.journal import BatchRef
+    from lakemv.spark.bulk import Lines
+    from lakemv.spark.engine.batch import EngineBatch, UnitVersions
+    from lakemv.spark.tables import ensure_dead_letters, ensure_ledger
+
+    ensure_ledger(spark, mirrors.names)
+    ensure_dead_letters(spark, mirrors.names)
     ways = recompute.ways(table_rows, view_rows)
-    version = 2
+    engine = EngineBatch(
+        mirrors.names, sources, recompute, view_tables, ways, results["state_entries"], UnitVersions(args.root / "units.json", 2), way=args.way
+    )
     schemas = {name: connect_schema(source) for name, source in sources.items()}
     rng = random.Random(5)
     batches = []
@@ -262,61 +256,24 @@ def main() -> None:
             count += len(table_events)
         label = f"batch_{n}"
         compiled = codegen.METRIC_COMPILATION_TIME().getCount()
-        with Timer(results, label, count):
-            with step(f"{label}.parse"):
-                changes = {t: walker.keep(latest(spark, sources[t], landing / t)) for t in TABLES if (landing / t).exists()}
-                counted = reduce(DataFrame.unionByName, [frame.select(F.lit(t).alias("t")) for t, frame in changes.items()]).groupBy("t").count()
-                changed = {r["t"]: int(r["count"]) for r in counted.collect()}
-                way = ways.batch(changed, results["state_entries"])  # whole: no keys reached (a backlog)
-                whole_batch = way.plan == "whole" if args.way == "auto" else args.way == "whole"
-                results[f"{label}.changed_rows"] = changed
-                results[f"{label}.way"] = way.reason
-            with step(f"{label}.mirrors"):
-                mirrors.merge(changes, f"{label}.mirrors")
-                live = mirrors.live()
-            with step(f"{label}.apply"):
-                images, version = walker.apply(changes, version)
-            if whole_batch:
-                names = sorted(ways.ahead(changed))
-                results[f"{label}.whole"] = names if args.per_view else len(names)
-                with step(f"{label}.recompute", len(names)):
-                    rows = recompute.whole(live, names)
-                    results[f"{label}.recomputed"] = per_view(recompute.counts(rows), args.per_view)
-                with step(f"{label}.diff", len(names)):
-                    diffed = walker.keep(recompute.diff_whole(rows, names, version))
-                    results[f"{label}.changed"] = diffed.count()
-            else:
-                with step(f"{label}.reach"):
-                    keys = walker.reach_packed(images, version)
-                    reached = recompute.counts(keys)
-                    results[f"{label}.keys"] = per_view(reached, args.per_view)
-                with step(f"{label}.choose"):
-                    whole = sorted(name for name, choice in ways.choose(reached).items() if choice.plan == "whole")
-                    results[f"{label}.whole"] = whole
-                with step(f"{label}.gather"):
-                    gathered = walker.keep(walker.gather_grouped(recompute.gathering(keys, whole), version))
-                    found = recompute.counts(gathered)
-                    ways.observe(reached, found)
-                    results[f"{label}.gathered"] = per_view(found, args.per_view)
-                with step(f"{label}.recompute", len(plans)):
-                    rows = recompute.run(gathered, keys, whole, live)  # computed: a local checkpoint
-                    results[f"{label}.recomputed"] = per_view(recompute.counts(rows), args.per_view)
-                with step(f"{label}.diff", len(plans)):
-                    diffed = walker.keep(recompute.diff(rows, keys, version))
-                    results[f"{label}.changed"] = diffed.count()
-            with step(f"{label}.publish", len(plans)):  # the views' files, their commits, the digests and places
-                published = view_tables.publish(diffed, version if whole_batch else version + 1, n + 1)  # the incremental diff wrote the digests
-                results[f"{label}.published"] = {
-                    "written": sum(published.written.values()),
-                    "removed": sum(published.removed.values()),
-                    "commits": len(published.snapshots),
-                }
-            version = published.version
-            walker.release()
+        lines = Lines(spark.read.text(str(landing / "*" / "*.json")).select("value", F.input_file_name().alias("file")))
+        with Timer(results, label, count):  # the unit through the product's path: parse, mirrors, state, views, ledger
+            done = engine.process(BatchRef("bench", n), lines, step=lambda name, label=label: step(f"{label}.{name}"))
+        details = engine.last.details
+        results[f"{label}.events"] = done.events
+        results[f"{label}.changed_rows"] = details.get("changed_rows")
+        results[f"{label}.way"] = details.get("way")
+        results[f"{label}.whole"] = details.get("whole") if args.per_view else len(details.get("whole") or [])
+        for key in ("keys", "gathered"):
+            if key in details:
+                results[f"{label}.{key}"] = per_view(details[key], args.per_view)
+        results[f"{label}.changed"] = details.get("changed")
+        results[f"{label}.published"] = details.get("published")
         # generated classes Janino compiled (a plan whose code is new: each new class is JIT-compiled again)
         results[f"{label}.codegen_compiled"] = codegen.METRIC_COMPILATION_TIME().getCount() - compiled
         if n:
             batches.append(results[label]["seconds"])
+    version = engine.versions.current()
     if recording is not None:
         recording.stop()
         recording.dump(spark.sparkContext._jvm.java.io.File(str(args.flight_recording.resolve())).toPath())  # type: ignore[union-attr]

@@ -153,7 +153,13 @@ def _unsupported(result: ChangeSet, python: Mapping[str, list[tuple[int, Change]
 
 
 def parse(
-    lines: Lines, sources: Mapping[str, SourceTable], batch_id: int, ingested_at: int, max_line_chars: int | None, keep: Callable, relation: str = "_lmv_engine"
+    lines: Lines,
+    sources: Mapping[str, SourceTable],
+    batch_id: int,
+    ingested_at: int,
+    max_line_chars: int | None,
+    keep: Callable,
+    relation: str = "_lmv_engine",
 ) -> Parsed:
     """The unit's lines as each table's latest change per primary key (the mirror's columns), in Spark.
     `keep` persists a frame until the unit ends (`Walker.keep`). Each table's lines are a temp view
@@ -200,22 +206,28 @@ def parse(
         if table in python:
             extra = changes_to_arrow(source, [c for _, c in python[table]], batch_id, ingested_at)
             extra = extra.append_column(SEQ, pa.array([s for s, _ in python[table]], type=pa.int64()))
-            rows = rows.unionByName(spark.createDataFrame(extra.select([*columns, SEQ])).select(*[F.col(c).cast(rows.schema[c].dataType) for c in rows.columns]))
+            rows = rows.unionByName(
+                spark.createDataFrame(extra.select([*columns, SEQ])).select(*[F.col(c).cast(rows.schema[c].dataType) for c in rows.columns])
+            )
         # the latest change per key: the highest position, the later line on a tie; and how many lines
         latest = rows.groupBy(*[F.col(k).alias(f"_lmv_k_{k}") for k in source.primary_key]).agg(
             F.max(F.struct(POSITION, SEQ, *[c for c in columns if c != POSITION])).alias("m"), F.count(F.lit(1)).alias("_lmv_lines")
         )
         # computed now, its plan a scan of what was computed: every plan over it stays small
         changes[table] = latest.select(*[F.col(f"m.{c}").alias(c) for c in columns], "_lmv_lines").localCheckpoint()
-    stats = reduce(
-        DataFrame.unionByName,
-        [
-            frame.groupBy(F.lit(table).alias("t")).agg(
-                F.count(F.lit(1)).alias("rows"), F.sum("_lmv_lines").alias("lines"), F.max(POSITION).alias("pos"), F.max(SOURCE_TS).alias("ts")
-            )
-            for table, frame in changes.items()
-        ],
-    ).collect() if changes else []
+    stats = (
+        reduce(
+            DataFrame.unionByName,
+            [
+                frame.groupBy(F.lit(table).alias("t")).agg(
+                    F.count(F.lit(1)).alias("rows"), F.sum("_lmv_lines").alias("lines"), F.max(POSITION).alias("pos"), F.max(SOURCE_TS).alias("ts")
+                )
+                for table, frame in changes.items()
+            ],
+        ).collect()
+        if changes
+        else []
+    )
     tables = {
         r["t"]: TableEntry(int(r["rows"]), r["pos"], None if r["ts"] is None else int(r["ts"].timestamp() * 1_000_000)) for r in stats if r["rows"]
     }
@@ -310,7 +322,9 @@ class EngineBatch:
             spark.sql(live_rows_sql(names, sources[t])).createOrReplaceTempView(mirrors[t])
         view_tables.create({name: spark.sql(recompute_sql(plan, mirrors)) for name, plan in recompute.plans.items()})
         view_rows = view_tables.seed(1)
-        return cls(names, sources, recompute, view_tables, recompute.ways(table_rows, view_rows), entries, UnitVersions(location / "units.json", 2), **kwargs)  # type: ignore[arg-type]
+        return cls(
+            names, sources, recompute, view_tables, recompute.ways(table_rows, view_rows), entries, UnitVersions(location / "units.json", 2), **kwargs
+        )  # type: ignore[arg-type]
 
     # ---- replays --------------------------------------------------------------------------------
     def _take_back(self, write_id: str) -> list[str]:
@@ -355,7 +369,9 @@ class EngineBatch:
                 letters = parsed.result.dead_letters
                 if letters:
                     rows = dead_letters_to_arrow(letters, ref.batch, started_at)
-                    append_once(self.spark, self.names.dead_letters, unit, lambda: self.spark.createDataFrame(rows).writeTo(self.names.dead_letters).append())
+                    append_once(
+                        self.spark, self.names.dead_letters, unit, lambda: self.spark.createDataFrame(rows).writeTo(self.names.dead_letters).append()
+                    )
                 with timed("mirrors"):
                     self._merge(parsed.changes, ref.batch, started_at)
                 views, version = self._views(ref, parsed, begun.base, timed, details)
@@ -464,7 +480,11 @@ class EngineBatch:
             publish_version = version + 1  # the incremental diff wrote the digests
         with timed("publish"):
             published = self.tables.publish(diffed, publish_version, ref.write_id, f"lmv-{ref.batch:012d}-{ref.chunk}-{uuid.uuid4().hex[:8]}")
-            details["published"] = {"written": sum(published.written.values()), "removed": sum(published.removed.values()), "commits": len(published.snapshots)}
+            details["published"] = {
+                "written": sum(published.written.values()),
+                "removed": sum(published.removed.values()),
+                "commits": len(published.snapshots),
+            }
         plan = "whole" if whole_batch else "incremental"
         views = {
             name: ViewResult(name, reached.get(name), published.written.get(name, 0), published.removed.get(name, 0), plan=plan, reason=way.reason)

@@ -64,7 +64,9 @@ def _differing(lake, engine: EngineBatch) -> dict[str, int]:
 def _ledger(lake, write_id: str) -> int:
     stream, rest = write_id.split(":")
     batch, chunk = rest.split(".")
-    return lake.spark.sql(f"SELECT count(*) FROM {lake.names.ledger} WHERE stream_id = '{stream}' AND batch_id = {batch} AND chunk = {chunk}").first()[0]
+    return lake.spark.sql(
+        f"SELECT count(*) FROM {lake.names.ledger} WHERE stream_id = '{stream}' AND batch_id = {batch} AND chunk = {chunk}"
+    ).first()[0]
 
 
 @pytest.fixture(scope="module")
