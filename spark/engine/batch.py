@@ -60,6 +60,7 @@ from lakemv.spark.commits import WriteUnit, append_once, committed, tagged
 from lakemv.spark.engine.publish import ViewTables
 from lakemv.spark.engine.views import Recompute
 from lakemv.spark.mirror import merge_sql
+from lakemv.spark.parallel import concurrently
 
 _TABLE = "_lmv_table"
 STAMP = "lakemv.batch"  # the snapshot summary's key a view's commit is stamped with (ViewFiles.BATCH)
@@ -134,7 +135,6 @@ class Parsed:
     result: ChangeSet
     clean: int  # lines Spark parsed
     fallback: int  # lines parsed in the driver
-    views: list[str] = field(default_factory=list)  # the temp views of its lines (`parse`)
 
 
 def _unsupported(result: ChangeSet, python: Mapping[str, list[tuple[int, Change]]], sources: Mapping[str, SourceTable]) -> list[str]:
@@ -171,16 +171,20 @@ def parse(
         .withColumn(SEQ, F.monotonically_increasing_id())
         .withColumn(_TABLE, F.regexp_extract("file", r"([^/]+)/[^/]+$", 1))
     )
-    parsed: dict[str, DataFrame] = {}
     for table, source in sources.items():
-        if source.is_events:
-            continue
-        numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(f"{relation}_{table}")
+        if not source.is_events:
+            numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(f"{relation}_{table}")
+
+    def parsed_of(table: str) -> DataFrame:
+        source = sources[table]
         frame = spark.sql(parse_sql(source, f"{relation}_{table}", max_line_chars))
         # computed now, its plan a scan of what was computed (every plan over the envelope SQL's is large:
         # each step over it cost seconds of planning); a clean line's text is not kept
         kept = [*source.column_names, POSITION, OP, DELETED, SOURCE_TS, SEQ, CLEAN]
-        parsed[table] = frame.select(*kept, *[F.when(~F.col(CLEAN), F.col(c)).alias(c) for c in ("value", "file")]).localCheckpoint()
+        return frame.select(*kept, *[F.when(~F.col(CLEAN), F.col(c)).alias(c) for c in ("value", "file")]).localCheckpoint()
+
+    declared = sorted(t for t, s in sources.items() if not s.is_events)
+    parsed = dict(zip(declared, concurrently(spark, parsed_of, declared), strict=True))  # the tables' jobs side by side
     # the lines the SQL cannot vouch for (and those of no declared table), parsed by the driver's rules
     rest = reduce(
         DataFrame.unionByName,
@@ -198,11 +202,11 @@ def parse(
     unsupported = _unsupported(result, python, sources)
     if unsupported:
         raise EngineUnsupported("the engine state does not carry yet: " + "; ".join(unsupported))
-    changes: dict[str, DataFrame] = {}
-    for table, frame in parsed.items():
+
+    def latest_of(table: str) -> DataFrame:
         source = sources[table]
         columns = [*source.column_names, POSITION, OP, DELETED, SOURCE_TS]
-        rows = frame.where(F.col(CLEAN)).select(*columns, SEQ)
+        rows = parsed[table].where(F.col(CLEAN)).select(*columns, SEQ)
         if table in python:
             extra = changes_to_arrow(source, [c for _, c in python[table]], batch_id, ingested_at)
             extra = extra.append_column(SEQ, pa.array([s for s, _ in python[table]], type=pa.int64()))
@@ -214,7 +218,9 @@ def parse(
             F.max(F.struct(POSITION, SEQ, *[c for c in columns if c != POSITION])).alias("m"), F.count(F.lit(1)).alias("_lmv_lines")
         )
         # computed now, its plan a scan of what was computed: every plan over it stays small
-        changes[table] = latest.select(*[F.col(f"m.{c}").alias(c) for c in columns], "_lmv_lines").localCheckpoint()
+        return latest.select(*[F.col(f"m.{c}").alias(c) for c in columns], "_lmv_lines").localCheckpoint()
+
+    changes = dict(zip(declared, concurrently(spark, latest_of, declared), strict=True))
     stats = (
         reduce(
             DataFrame.unionByName,
@@ -233,7 +239,7 @@ def parse(
     }
     changes = {t: frame for t, frame in changes.items() if t in tables}  # (`_lmv_lines` stays: dropping it would plan them anew)
     clean = sum(int(r["lines"] or 0) for r in stats) - sum(len(v) for v in python.values())
-    return Parsed(changes, tables, result, clean, raw.num_rows, [f"{relation}_{t}" for t in parsed])
+    return Parsed(changes, tables, result, clean, raw.num_rows)
 
 
 @dataclass
@@ -408,13 +414,9 @@ class EngineBatch:
 
     def _merge(self, changes: Mapping[str, DataFrame], batch_id: int, ingested_at: int) -> None:
         """Each table's changes MERGEd into its mirror (the tables side by side, a thread each)."""
-        from concurrent.futures import ThreadPoolExecutor
-
         spark = self.spark
-        properties = spark.sparkContext.getLocalProperty("spark.job.description")
 
         def one(table: str) -> None:
-            spark.sparkContext.setJobDescription(properties)
             source = self.sources[table]
             stamped = {INGESTED_AT: F.timestamp_micros(F.lit(ingested_at)), BATCH_ID: F.lit(batch_id).cast("bigint")}
             columns = [stamped.get(f.name, F.col(f.name)).alias(f.name) for f in mirror_arrow_schema(source)]
@@ -425,9 +427,7 @@ class EngineBatch:
             finally:
                 spark.catalog.dropTempView(relation)
 
-        if changes:
-            with ThreadPoolExecutor(len(changes)) as pool:
-                list(pool.map(one, sorted(changes)))
+        concurrently(spark, one, sorted(changes))
 
     def _live(self) -> dict[str, str]:
         """Temp views of every mirror's live rows (table -> name), for the views recomputed whole."""
