@@ -116,6 +116,13 @@ class LakeSettings(BaseSettings):
         description="Keep the local indexed state (lakemv.core.state) next to the checkpoint: batches look rows up "
         "there instead of scanning the Iceberg tables.",
     )
+    engine_state: bool = Field(
+        default=False,
+        description="Keep the views by the engine state (issue 68, being built): Spark's state stores on the executors "
+        "(lakemv.spark.engine), every unit of landing files parsed set-wise, its views published and its ledger row "
+        "committed last. Carries views over the declared tables (not over event sources or other views) from landing "
+        "files (not Kafka) yet; once it carries every shape it replaces the local state.",
+    )
     direct_writes: bool = Field(
         default=True, description="Commit a batch's small writes as Parquet files through Iceberg's API (appends, and "
         "position deletes of the rows they replace, whose places the local state keeps) instead of Spark MERGEs "

@@ -35,39 +35,29 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from functools import reduce
 from pathlib import Path
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakemv.catalog.declarations import SourceTable
-from lakemv.catalog.tables import BATCH_ID, DELETED, INGESTED_AT, OP, POSITION, SOURCE_TS, TableNames, live_rows_sql, mirror_arrow_schema
+from lakemv.catalog.tables import BATCH_ID, DELETED, INGESTED_AT, POSITION, TableNames, live_rows_sql, mirror_arrow_schema
 from lakemv.core.batch.choice import Ways
 from lakemv.core.batch.journal import BatchRef
 from lakemv.core.batch.plan import now_micros
-from lakemv.core.batch.records import LedgerEntry, TableEntry, ViewEntry, dead_letters_to_arrow
+from lakemv.core.batch.records import LedgerEntry, ViewEntry, dead_letters_to_arrow
 from lakemv.core.batch.result import BatchResult, ViewResult
-from lakemv.core.cdc.changeset import ChangeSet, changes_to_arrow, decode_lines, parse_line
-from lakemv.core.cdc.envelope import Change
-from lakemv.core.cdc.envelopesql import CLEAN, SEQ, parse_sql
-from lakemv.core.errors import LakemvError
 from lakemv.core.planner import ViewPlan
 from lakemv.core.sql.quote import spark_string
 from lakemv.spark.bulk import Lines
+from lakemv.spark.engine.parse import EngineUnsupported, Parsed, parse
 from lakemv.spark.commits import WriteUnit, append_once, committed, tagged
 from lakemv.spark.engine.publish import ViewTables
 from lakemv.spark.engine.views import Recompute
 from lakemv.spark.mirror import merge_sql
 from lakemv.spark.parallel import concurrently
 
-_TABLE = "_lmv_table"
 STAMP = "lakemv.batch"  # the snapshot summary's key a view's commit is stamped with (ViewFiles.BATCH)
-
-
-class EngineUnsupported(LakemvError):
-    """A unit holds what the engine state does not carry yet; nothing of the unit was written."""
 
 
 @dataclass
@@ -126,123 +116,6 @@ class UnitVersions:
 
 
 @dataclass
-class Parsed:
-    """A unit's lines parsed: per table its latest change per primary key (kept in Spark), and what the
-    driver heard of the lines it parsed itself."""
-
-    changes: dict[str, DataFrame]
-    tables: dict[str, TableEntry]
-    result: ChangeSet
-    clean: int  # lines Spark parsed
-    fallback: int  # lines parsed in the driver
-
-
-def _unsupported(result: ChangeSet, python: Mapping[str, list[tuple[int, Change]]], sources: Mapping[str, SourceTable]) -> list[str]:
-    """What of a unit the engine state does not carry yet."""
-    found = []
-    for table, changes in sorted(python.items()):
-        if sources[table].is_events:
-            found.append(f"events of the event source {table!r}")
-        if any(c.unavailable for _, c in changes):
-            found.append(f"values Debezium sent as unavailable in {table!r}")
-        if any(c.follows for _, c in changes):
-            found.append(f"an incremental snapshot's reads of {table!r}")
-    found += [f"a TRUNCATE of {table!r}" for table in sorted(result.truncates)]
-    found += [f"new fields of {table!r} ({', '.join(sorted(fields))})" for table, fields in sorted(result.new_fields.items())]
-    return found
-
-
-def parse(
-    lines: Lines,
-    sources: Mapping[str, SourceTable],
-    batch_id: int,
-    ingested_at: int,
-    max_line_chars: int | None,
-    keep: Callable,
-    relation: str = "_lmv_engine",
-) -> Parsed:
-    """The unit's lines as each table's latest change per primary key (the mirror's columns), in Spark.
-    `keep` persists a frame until the unit ends (`Walker.keep`). Each table's lines are a temp view
-    named from `relation`, for the caller to drop once what was kept is released: dropping (or
-    replacing) a temp view uncaches every plan that reads it."""
-    spark = lines.frame.sparkSession
-    numbered = keep(
-        lines.frame.select("value", "file")
-        .withColumn(SEQ, F.monotonically_increasing_id())
-        .withColumn(_TABLE, F.regexp_extract("file", r"([^/]+)/[^/]+$", 1))
-    )
-    for table, source in sources.items():
-        if not source.is_events:
-            numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(f"{relation}_{table}")
-
-    def parsed_of(table: str) -> DataFrame:
-        source = sources[table]
-        frame = spark.sql(parse_sql(source, f"{relation}_{table}", max_line_chars))
-        # computed now, its plan a scan of what was computed (every plan over the envelope SQL's is large:
-        # each step over it cost seconds of planning); a clean line's text is not kept
-        kept = [*source.column_names, POSITION, OP, DELETED, SOURCE_TS, SEQ, CLEAN]
-        return frame.select(*kept, *[F.when(~F.col(CLEAN), F.col(c)).alias(c) for c in ("value", "file")]).localCheckpoint()
-
-    declared = sorted(t for t, s in sources.items() if not s.is_events)
-    parsed = dict(zip(declared, concurrently(spark, parsed_of, declared), strict=True))  # the tables' jobs side by side
-    # the lines the SQL cannot vouch for (and those of no declared table), parsed by the driver's rules
-    rest = reduce(
-        DataFrame.unionByName,
-        [frame.where(~F.col(CLEAN)).select("value", "file", SEQ) for frame in parsed.values()],
-        numbered.where(~F.col(_TABLE).isin(list(parsed))).select("value", "file", SEQ),
-    )
-    raw = rest.select(F.col("value").cast("binary").alias("value"), "file", SEQ).toArrow()
-    result = ChangeSet()
-    python: dict[str, list[tuple[int, Change]]] = {}
-    texts = decode_lines(raw.column("value").to_pylist())
-    for text, file, seq in zip(texts, raw.column("file").to_pylist(), raw.column(SEQ).to_pylist(), strict=True):
-        change = parse_line(text, file, sources, result, max_line_chars)
-        if change is not None:
-            python.setdefault(change.table, []).append((seq, change))
-    unsupported = _unsupported(result, python, sources)
-    if unsupported:
-        raise EngineUnsupported("the engine state does not carry yet: " + "; ".join(unsupported))
-
-    def latest_of(table: str) -> DataFrame:
-        source = sources[table]
-        columns = [*source.column_names, POSITION, OP, DELETED, SOURCE_TS]
-        rows = parsed[table].where(F.col(CLEAN)).select(*columns, SEQ)
-        if table in python:
-            extra = changes_to_arrow(source, [c for _, c in python[table]], batch_id, ingested_at)
-            extra = extra.append_column(SEQ, pa.array([s for s, _ in python[table]], type=pa.int64()))
-            rows = rows.unionByName(
-                spark.createDataFrame(extra.select([*columns, SEQ])).select(*[F.col(c).cast(rows.schema[c].dataType) for c in rows.columns])
-            )
-        # the latest change per key: the highest position, the later line on a tie; and how many lines
-        latest = rows.groupBy(*[F.col(k).alias(f"_lmv_k_{k}") for k in source.primary_key]).agg(
-            F.max(F.struct(POSITION, SEQ, *[c for c in columns if c != POSITION])).alias("m"), F.count(F.lit(1)).alias("_lmv_lines")
-        )
-        # computed now, its plan a scan of what was computed: every plan over it stays small
-        return latest.select(*[F.col(f"m.{c}").alias(c) for c in columns], "_lmv_lines").localCheckpoint()
-
-    changes = dict(zip(declared, concurrently(spark, latest_of, declared), strict=True))
-    stats = (
-        reduce(
-            DataFrame.unionByName,
-            [
-                frame.groupBy(F.lit(table).alias("t")).agg(
-                    F.count(F.lit(1)).alias("rows"), F.sum("_lmv_lines").alias("lines"), F.max(POSITION).alias("pos"), F.max(SOURCE_TS).alias("ts")
-                )
-                for table, frame in changes.items()
-            ],
-        ).collect()
-        if changes
-        else []
-    )
-    tables = {
-        r["t"]: TableEntry(int(r["rows"]), r["pos"], None if r["ts"] is None else int(r["ts"].timestamp() * 1_000_000)) for r in stats if r["rows"]
-    }
-    changes = {t: frame for t, frame in changes.items() if t in tables}  # (`_lmv_lines` stays: dropping it would plan them anew)
-    clean = sum(int(r["lines"] or 0) for r in stats) - sum(len(v) for v in python.values())
-    return Parsed(changes, tables, result, clean, raw.num_rows)
-
-
-@dataclass
 class Unit:
     """What the last unit did beyond its `BatchResult`: the way it took and its counts (the bench reads them)."""
 
@@ -276,6 +149,7 @@ class EngineBatch:
         self.max_line_chars = max_line_chars
         self.way = way  # "auto": each batch's way chosen by its changed rows; "whole" or "incremental": pinned
         self.walked = {s.name for s in self.walker.walks.spaces if s.kind == "rows"}  # the tables the state keeps
+        self.view_rows: dict[str, int] = {}  # each view's rows when the engine was made (built or opened)
         self.last = Unit()
 
     @classmethod
@@ -328,9 +202,11 @@ class EngineBatch:
             spark.sql(live_rows_sql(names, sources[t])).createOrReplaceTempView(mirrors[t])
         view_tables.create({name: spark.sql(recompute_sql(plan, mirrors)) for name, plan in recompute.plans.items()})
         view_rows = view_tables.seed(1)
-        return cls(
+        engine = cls(
             names, sources, recompute, view_tables, recompute.ways(table_rows, view_rows), entries, UnitVersions(location / "units.json", 2), **kwargs
         )  # type: ignore[arg-type]
+        engine.view_rows = {name: view_rows.get(name, 0) for name in recompute.plans}
+        return engine
 
     # ---- replays --------------------------------------------------------------------------------
     def _take_back(self, write_id: str) -> list[str]:
@@ -369,7 +245,7 @@ class EngineBatch:
         try:
             with tagged(self.spark, ref.write_id):
                 with timed("parse"):
-                    parsed = parse(lines, self.sources, ref.batch, started_at, self.max_line_chars, walker.keep, relation)
+                    parsed = parse(lines, self.sources, ref.batch, started_at, self.max_line_chars, walker.keep, relation, self.spark)
                     changed = {t: e.changes for t, e in parsed.tables.items()}
                     details["changed_rows"] = changed
                 letters = parsed.result.dead_letters
@@ -408,7 +284,7 @@ class EngineBatch:
         finally:
             walker.release()
             for table in self.sources:  # after the release: nothing cached reads them any more
-                self.spark.catalog.dropTempView(f"{relation}_{table}")
+                lines.frame.sparkSession.catalog.dropTempView(f"{relation}_{table}")
         self.entries += sum(changed.values())
         return BatchResult(**{**result.__dict__, "seconds": time.perf_counter() - started, "steps": {k: round(v, 3) for k, v in seconds.items()}})
 

@@ -94,7 +94,7 @@ class FileSource:
     def units(self, frame: DataFrame, batch_id: int) -> list[Unit]:
         planned = planned_files(self.checkpoint, batch_id)
         set_wise = self.settings.set_wise_bytes
-        if set_wise is not None and landing_bytes(planned) >= set_wise:  # a snapshot or a backlog: Spark parses it
+        if self.settings.engine_state or (set_wise is not None and landing_bytes(planned) >= set_wise):  # a snapshot, a backlog, the engine's
             read = {row[0] for row in frame.select("file").distinct().collect()}
             return [Unit(Lines(frame), file_skips(planned, read))]
         table = frame.select(F.col("value").cast("binary").alias("value"), "file").toArrow()  # bytes: any line decodes

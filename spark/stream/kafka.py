@@ -23,6 +23,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 from lakemv.catalog.brokers import check_bootstrap
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import LakeSettings
+from lakemv.core.errors import ConfigError
 from lakemv.catalog.streams import KafkaTopics, kafka_checkpoint
 from lakemv.core.batch.result import BatchResult, IngestResult, ViewResult
 from lakemv.core.batch.units import KafkaCutter, Unit
@@ -40,6 +41,8 @@ class KafkaSource:
     def __init__(
         self, settings: LakeSettings, sources: Mapping[str, SourceTable], bootstrap: str, on_gate: Callable[[GateReport], None] | None = None
     ):
+        if settings.engine_state:
+            raise ConfigError("the engine state (LAKEMV_ENGINE_STATE) reads landing files only yet, not Kafka", "LAKEMV_ENGINE_STATE")
         self.settings = settings
         self.bootstrap = bootstrap
         self.topics = KafkaTopics.of(settings, sources)

@@ -36,6 +36,7 @@ from lakemv.core.runtime import lifecycle
 from lakemv.core.runtime.collector import paused
 from lakemv.core.state.store import Store
 from lakemv.spark.batch.runner import BatchProcessor
+from lakemv.spark.engine.processor import EngineProcessor
 from lakemv.spark.directwrite import DirectWriter
 from lakemv.spark.sinks.products import Delivery, Products
 
@@ -83,8 +84,11 @@ class Hooks:
 
 def new_processor(
     spark: SparkSession, settings: LakeSettings, sources: Mapping[str, SourceTable], views: Sequence[ViewPlan], checkpoint: Location | Path
-) -> BatchProcessor:
-    """The processor of one stream: its journal lives in its checkpoint, its local state on the driver's disk."""
+) -> BatchProcessor | EngineProcessor:
+    """The processor of one stream: its journal lives in its checkpoint, its local state on the driver's
+    disk; with `engine_state`, the engine state's processor (lakemv.spark.engine.processor)."""
+    if settings.engine_state:
+        return EngineProcessor(spark, settings, sources, views, checkpoint)
     checkpoint = as_location(checkpoint)
     return BatchProcessor(
         spark,
@@ -157,7 +161,7 @@ def run_stream(
     each_batch: Callable[[DataFrame, int], None],
     checkpoint: Location,
     name: str,
-    processor: BatchProcessor,
+    processor: BatchProcessor | EngineProcessor,
     products: Products,
     *,
     once: bool,
