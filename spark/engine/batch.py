@@ -48,6 +48,7 @@ from lakemv.core.batch.plan import now_micros
 from lakemv.core.batch.records import LedgerEntry, ViewEntry, dead_letters_to_arrow
 from lakemv.core.batch.result import BatchResult, ViewResult
 from lakemv.core.planner import ViewPlan
+from lakemv.core.runtime.faults import crash_point
 from lakemv.core.sql.quote import spark_string
 from lakemv.spark.bulk import Lines
 from lakemv.spark.engine.parse import EngineUnsupported, Parsed, parse
@@ -116,7 +117,7 @@ class UnitVersions:
 
 
 @dataclass
-class Unit:
+class Details:
     """What the last unit did beyond its `BatchResult`: the way it took and its counts (the bench reads them)."""
 
     details: dict = field(default_factory=dict)
@@ -150,7 +151,8 @@ class EngineBatch:
         self.way = way  # "auto": each batch's way chosen by its changed rows; "whole" or "incremental": pinned
         self.walked = {s.name for s in self.walker.walks.spaces if s.kind == "rows"}  # the tables the state keeps
         self.view_rows: dict[str, int] = {}  # each view's rows when the engine was made (built or opened)
-        self.last = Unit()
+        self.fresh = True  # no unit processed yet: the first may be a replay the state kept no record of
+        self.last = Details()
 
     @classmethod
     def build(
@@ -233,10 +235,13 @@ class EngineBatch:
         seconds: dict[str, float] = {}
         timed = step or (lambda name: _lap(seconds, name))
         details: dict = {}
-        self.last = Unit(details)
+        self.last = Details(details)
         begun = self.versions.begin(ref.write_id)
-        unit = WriteUnit(ref.write_id, replay=begun.replay, batch_id=ref.batch)
-        if begun.replay and committed(self.spark, self.names.ledger, ref.write_id):  # it ended: the next unit starts where it did
+        # the first unit of an engine just made may replay one whose record went with a lost state
+        replay, self.fresh = begun.replay or self.fresh, False
+        unit = WriteUnit(ref.write_id, replay=replay, batch_id=ref.batch)
+        if replay and committed(self.spark, self.names.ledger, ref.write_id):  # it ended: the next unit starts where it did
+            self.versions.end(ref.write_id, begun.base if not begun.replay else self.versions.current())
             return BatchResult(ref.batch, 0, 0, chunk=ref.chunk, replayed=True, already_committed=True, seconds=time.perf_counter() - started)
         if begun.undo is not None and not committed(self.spark, self.names.ledger, begun.undo):
             details["taken_back"] = self._take_back(begun.undo)
@@ -248,16 +253,20 @@ class EngineBatch:
                     parsed = parse(lines, self.sources, ref.batch, started_at, self.max_line_chars, walker.keep, relation, self.spark)
                     changed = {t: e.changes for t, e in parsed.tables.items()}
                     details["changed_rows"] = changed
+                crash_point("parsed", ref.batch)
                 letters = parsed.result.dead_letters
                 if letters:
                     rows = dead_letters_to_arrow(letters, ref.batch, started_at)
                     append_once(
                         self.spark, self.names.dead_letters, unit, lambda: self.spark.createDataFrame(rows).writeTo(self.names.dead_letters).append()
                     )
+                    crash_point("dead_letters", ref.batch)
                 with timed("mirrors"):
                     self._merge(parsed.changes, ref.batch, started_at)
+                crash_point("mirrors", ref.batch)
                 views, version = self._views(ref, parsed, begun.base, timed, details)
                 self.versions.end(ref.write_id, version)
+                crash_point("state:end", ref.batch)
                 result = BatchResult(
                     batch_id=ref.batch,
                     lines=parsed.clean + parsed.fallback,
@@ -281,11 +290,13 @@ class EngineBatch:
                     )  # fmt: skip
                     row = entry.to_arrow()
                     append_once(self.spark, self.names.ledger, unit, lambda: self.spark.createDataFrame(row).writeTo(self.names.ledger).append())
+                    crash_point("ledger", ref.batch)
         finally:
             walker.release()
             for table in self.sources:  # after the release: nothing cached reads them any more
                 lines.frame.sparkSession.catalog.dropTempView(f"{relation}_{table}")
         self.entries += sum(changed.values())
+        crash_point("batch_end", ref.batch)
         return BatchResult(**{**result.__dict__, "seconds": time.perf_counter() - started, "steps": {k: round(v, 3) for k, v in seconds.items()}})
 
     def _merge(self, changes: Mapping[str, DataFrame], batch_id: int, ingested_at: int) -> None:
@@ -324,6 +335,7 @@ class EngineBatch:
         details["way"] = way.reason
         with timed("apply"):
             images, version = walker.apply(changes, version)
+        crash_point("state:rows", ref.batch)
         reached: dict[str, int] = {}
         if whole_batch:
             names = sorted(self.ways.ahead(changed))
@@ -333,6 +345,7 @@ class EngineBatch:
             with timed("diff"):
                 diffed = walker.keep(recompute.diff_whole(rows, names, version))
                 details["changed"] = diffed.count()
+            crash_point("state:diff", ref.batch)
             publish_version = version
         else:
             with timed("reach"):
@@ -353,9 +366,11 @@ class EngineBatch:
             with timed("diff"):
                 diffed = walker.keep(recompute.diff(rows, keys, version))
                 details["changed"] = diffed.count()
+            crash_point("state:diff", ref.batch)
             publish_version = version + 1  # the incremental diff wrote the digests
         with timed("publish"):
-            published = self.tables.publish(diffed, publish_version, ref.write_id, f"lmv-{ref.batch:012d}-{ref.chunk}-{uuid.uuid4().hex[:8]}")
+            prefix = f"lmv-{ref.batch:012d}-{ref.chunk}-{uuid.uuid4().hex[:8]}"
+            published = self.tables.publish(diffed, publish_version, ref.write_id, prefix, lambda: crash_point("views", ref.batch))
             details["published"] = {
                 "written": sum(published.written.values()),
                 "removed": sum(published.removed.values()),

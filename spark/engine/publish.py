@@ -20,7 +20,7 @@ DuckDB, pyiceberg) and compaction folds them away.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from py4j.protocol import Py4JJavaError
@@ -81,10 +81,13 @@ class ViewTables:
         full = {name: self.spark.table(table).select("*", "_file", "_pos") for name, table in chosen.items()}
         return self.recompute.seed(full, version)
 
-    def publish(self, changed: DataFrame, version: int, batch: int | str, prefix: str | None = None) -> Publication:
+    def publish(
+        self, changed: DataFrame, version: int, batch: int | str, prefix: str | None = None, committed: Callable[[], None] | None = None
+    ) -> Publication:
         """`changed` (`Recompute.diff`'s or `diff_whole`'s rows) written into the views' tables (their
         files named from `prefix`, by default the batch's number) and committed, stamped with `batch`;
-        then their digests and places written over `version` (after the diff's own write, if it made one)."""
+        then their digests and places written over `version` (after the diff's own write, if it made one);
+        `committed` is called between the commits and that write (a crash point)."""
         spark = self.spark
         partitions = max(1, min(len(self.tables), 2 * spark.sparkContext.defaultParallelism))
         known = self.recompute.walker.keep(changed.where(F.col("view").isin(list(self.names))))
@@ -98,6 +101,8 @@ class ViewTables:
             if thrown.getClass().getName() != "dev.lakemv.iceberg.ViewFiles$Rewritten":
                 raise
             raise TablesRewritten(sorted(self.names[int(v)] for v in thrown.views()), bool(thrown.othersCommitted())) from None
+        if committed is not None:
+            committed()
         digests = self.recompute._digests()
         rows = written.where(F.col("meta").isNull())
         entries = rows.select(

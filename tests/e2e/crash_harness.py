@@ -72,6 +72,10 @@ BACKLOG_SCHEDULE = (
     ("state:user_profile", 3), ("ledger", 3),
 )  # fmt: skip
 BACKLOG_ROUNDS = 4
+# Every crash point of a unit through the engine state (LAKEMV_ENGINE_STATE), in order: the state's
+# rows written, the diff's digests written, the views' tables committed (the state's places not yet
+# written), the unit's state writes done (its ledger row not yet committed).
+ENGINE_POINTS = ("parsed", "dead_letters", "mirrors", "state:rows", "state:diff", "views", "state:end", "ledger", "batch_end")
 BACKLOG_DEFERRED = ("repo_summary",)
 LOSE_STATE_EVERY = 4  # after every 4th kill the crashed run also loses its local state (deleted)
 MODELS = {
@@ -112,7 +116,7 @@ class Place:
         if self.local_dir is not None:
             folders = list((self.local_dir / "state").glob("*"))
         else:
-            folders = list(Path(self.warehouse).glob("_checkpoints/*/lakemv-state"))
+            folders = [*Path(self.warehouse).glob("_checkpoints/*/lakemv-state"), *Path(self.warehouse).glob("_checkpoints/*/lakemv-engine")]
         for folder in folders:
             shutil.rmtree(folder)
         return len(folders)
@@ -147,6 +151,8 @@ def _rank(point: str) -> tuple[int, str, int]:
     """Where a point comes in a unit: parse, journal, dead letters, mirrors, the store, then each
     view's keys in name order (LAKEMV_VIEW_WORKERS=1), every view's feed rows in one commit, each
     view's writes in name order, then the ledger."""
+    if point in ENGINE_POINTS[2:-2]:  # a unit of the engine state: its own steps, in ENGINE_POINTS' order
+        return 4, "", ENGINE_POINTS.index(point)
     step, _, name = point.partition(":")
     fixed = {"parsed": 0, "journaled": 1, "dead_letters": 2, "mirror": 3, "feeds": 6, "ledger": 8, "batch_end": 9}
     if point == "state:mirrors":
@@ -324,8 +330,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def read_lake(warehouse: Path | LakeSettings, sources: SourceRegistry, views: Sequence[str] = VIEWS) -> dict[str, list[dict[str, Any]]]:
-    """Every table a crash could corrupt, as rows without run-dependent columns (times, stream ids)."""
+def read_lake(
+    warehouse: Path | LakeSettings, sources: SourceRegistry, views: Sequence[str] = VIEWS, feeds: bool = True
+) -> dict[str, list[dict[str, Any]]]:
+    """Every table a crash could corrupt, as rows without run-dependent columns (times, stream ids);
+    `feeds`: the views' change feeds too (the engine state writes none yet)."""
     settings = warehouse if isinstance(warehouse, LakeSettings) else LakeSettings(warehouse=warehouse)
     con = connect_duckdb(threads=2, settings=settings)
     tables: dict[str, tuple[str, ...]] = {}
@@ -352,15 +361,17 @@ def read_lake(warehouse: Path | LakeSettings, sources: SourceRegistry, views: Se
         names = [d[0] for d in relation.description]
         lake[label] = [dict(zip(names, (_plain(v) for v in row), strict=True)) for row in relation.fetchall()]
     con.close()
-    feeds = lake_connection(settings, {})  # each view's feed: its rows of the one feeds table, as lakemv's DuckDB reads them
+    if not feeds:
+        return lake
+    feed_con = lake_connection(settings, {})  # each view's feed: its rows of the one feeds table, as lakemv's DuckDB reads them
     try:
         for view in views:
             # in the order the feed recorded them (an idle unit's batch id is a time: it says nothing of order)
-            relation = feeds.execute(f'SELECT * EXCLUDE (changed_at) FROM "{view}__changes" ORDER BY changed_at, batch_id, source_position')
+            relation = feed_con.execute(f'SELECT * EXCLUDE (changed_at) FROM "{view}__changes" ORDER BY changed_at, batch_id, source_position')
             names = [d[0] for d in relation.description]
             lake[f"views.{view}__changes"] = [dict(zip(names, (_plain(v) for v in row), strict=True)) for row in relation.fetchall()]
     finally:
-        feeds.close()
+        feed_con.close()
     return lake
 
 
@@ -430,6 +441,7 @@ def run_trial(
     backlog: bool = False,
     schedule: Sequence[tuple[str, int]] | None = None,
     lose_state_every: int = LOSE_STATE_EVERY,
+    engine: bool = False,
 ) -> Trial:
     """Reference run and crashed run of one generated input; raises AssertionError on any difference.
     `points`: where to kill (every point by default); `set_wise`: every batch parsed by Spark;
@@ -440,7 +452,7 @@ def run_trial(
     drains the landing files as one backlog, its views held until its last batch (lakemv.core.batch.deferral),
     so a view's steps are reached in the last batch only; `schedule`: (point, batch) pairs instead of
     every point spread over the batches; `lose_state_every`: the crashed run also loses its local state
-    after every that many kills."""
+    after every that many kills; `engine`: both lakes kept by the engine state (LAKEMV_ENGINE_STATE)."""
     started = time.monotonic()
     generated = root / "generated"
     extra: dict[str, str] = {}
@@ -451,6 +463,8 @@ def run_trial(
     else:
         sources = sources or load_sources(LakeSettings().sources_dirs)
         state, per_round = prepare_landing(generated, seed, users, rounds, sources)
+    if engine:
+        extra = {**extra, "LAKEMV_ENGINE_STATE": "true"}
     trial = Trial(seed, _ordered_schedule(list(schedule) if schedule is not None else schedule_for(seed, rounds, points)))
     if deferred:
         extra_crashed = {"LAKEMV_VIEWS_DIR": str(budgeted_views(root / "views-with-budgets", deferred))}
@@ -475,7 +489,7 @@ def run_trial(
                         trial.states_lost += place.lose_state()
         trial.runs += 1
         assert ingest(place.warehouse, landing, ingest_env(per_round, {**extra, **place.env}, set_wise, backlog), log=log) is None
-        lakes[name] = read_lake(place.settings, sources, (*VIEWS, *EVENT_VIEWS) if events else VIEWS)
+        lakes[name] = read_lake(place.settings, sources, (*VIEWS, *EVENT_VIEWS) if events else VIEWS, feeds=not engine)
     context = f"seed {seed}"
     # A backlog's views hold its keys. A restarted run maintains what they held at its first chance,
     # which may be a unit between batches before the stream's first (lakemv.spark.views.indexed
@@ -499,13 +513,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=0, help="feed the event views this many generated page views instead")
     parser.add_argument("--cluster", type=Path, help="crash on the scale-out stack `lakemv cluster up --dir CLUSTER` runs")
     parser.add_argument("--backlog", action="store_true", help="drain the input as one backlog of set-wise units (BACKLOG_SCHEDULE)")
+    parser.add_argument("--engine", action="store_true", help="the lakes kept by the engine state, killed at every one of ENGINE_POINTS")
     args = parser.parse_args(argv)
     total_kills = 0
     for seed in args.seeds:
         root = args.root / f"seed-{seed}"
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        points = EVENT_POINTS if args.events else POINTS
+        points = EVENT_POINTS if args.events else ENGINE_POINTS if args.engine else POINTS
         place = None
         if args.cluster is not None:
             from lakemv.ops.cluster import ClusterConfig
@@ -514,6 +529,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             place = Place(f"{config.warehouse}/crash-{seed}-{int(time.time())}", config.settings_env(), root / "driver")
         if args.backlog:
             mode = {"set_wise": True, "deferred": BACKLOG_DEFERRED, "backlog": True, "schedule": BACKLOG_SCHEDULE}
+        elif args.engine:
+            mode = {"engine": True}
         else:
             mode = {"set_wise": args.set_wise}
         rounds = args.rounds or (BACKLOG_ROUNDS if args.backlog else 5)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.crash_harness import BACKLOG_DEFERRED, BACKLOG_ROUNDS, BACKLOG_SCHEDULE, POINTS, run_trial
+from tests.e2e.crash_harness import BACKLOG_DEFERRED, BACKLOG_ROUNDS, BACKLOG_SCHEDULE, ENGINE_POINTS, POINTS, run_trial
 
 # A kill at each kind of step of a batch (`python -m tests.e2e.crash_harness` kills at every one of
 # POINTS, for every table and view). The trials below kill at the rest: once the batch is journaled, in
@@ -76,3 +76,21 @@ def test_event_views_recover_to_the_crash_free_result(tmp_path):
     assert trial.compared["views.search_clicks__changes"] > 0 and trial.compared["views.page_views_hourly"] > 0
     assert trial.compared["dead_letters"] > 0  # bad lines and late events
     assert trial.states_lost
+
+
+# The engine state (LAKEMV_ENGINE_STATE): a kill once the unit is parsed, once its rows are in the state,
+# once the views' tables are committed (their rows' places not yet in the state: the replay takes the
+# commits back) and once its state writes are done (its ledger row not yet), the state lost after the
+# second kill (the next run builds it from the mirrors). `python -m tests.e2e.crash_harness --engine`
+# kills at every one of ENGINE_POINTS.
+ENGINE_KILLS = ("parsed", "state:rows", "views", "state:end")
+assert set(ENGINE_KILLS) <= set(ENGINE_POINTS)
+
+
+@pytest.mark.slow(240)
+def test_the_engine_state_recovers_to_the_crash_free_result(tmp_path, sources):
+    trial = run_trial(tmp_path, seed=4, users=60, rounds=5, sources=sources, points=ENGINE_KILLS, engine=True, lose_state_every=2)
+    assert not trial.not_reached, f"crash points never reached (the schedule proves nothing there): {trial.not_reached}"
+    assert sorted(k.split("@")[0] for k in trial.kills) == sorted(ENGINE_KILLS)
+    assert trial.compared["views.user_profile"] > 0 and trial.compared["dead_letters"] > 0
+    assert trial.states_lost > 0
