@@ -242,6 +242,7 @@ class EngineBatch:
         unit = WriteUnit(ref.write_id, replay=replay, batch_id=ref.batch)
         if replay and committed(self.spark, self.names.ledger, ref.write_id):  # it ended: the next unit starts where it did
             self.versions.end(ref.write_id, begun.base if not begun.replay else self.versions.current())
+            crash_point("batch_end", ref.batch)
             return BatchResult(ref.batch, 0, 0, chunk=ref.chunk, replayed=True, already_committed=True, seconds=time.perf_counter() - started)
         if begun.undo is not None and not committed(self.spark, self.names.ledger, begun.undo):
             details["taken_back"] = self._take_back(begun.undo)
