@@ -122,11 +122,9 @@ class Mirrors:
 
     def live(self) -> dict[str, str]:
         """Temp views of every mirror's live rows (table -> name)."""
-        from lakemv.catalog.tables import live_rows_sql
+        from lakemv.spark.engine.batch import live_views
 
-        for table, source in self.sources.items():
-            self.spark.sql(live_rows_sql(self.names, source)).createOrReplaceTempView(f"live_{table}")
-        return {t: f"live_{t}" for t in self.sources}
+        return live_views(self.spark, self.names, self.sources, "live_")
 
 
 def duckdb_full(settings, sources, plans) -> int:

@@ -91,12 +91,12 @@ def bulk_changeset(
         rest = stray
         for frame in parsed.values():
             rest = rest.unionByName(frame.where(~F.col(CLEAN)).select("value", "file", SEQ))
-        fallback = _raw(rest)
+        fallback = raw_lines(rest)
         result.line_by_line = fallback.num_rows
         result.set_wise = numbered.count() - fallback.num_rows
         result.events += result.set_wise  # every clean line is an event; parse_line counts the rest
         python: dict[str, list[tuple[int, Change]]] = {}
-        _parse_lines(fallback, sources, result, max_line_chars, watermarks, python)
+        parse_lines(fallback, sources, result, max_line_chars, watermarks, python)
         if any(c.follows for changes in python.values() for _, c in changes):
             python = _place_reads(python, [parsed[t].where(F.col(CLEAN)).select(POSITION, SEQ) for t in parsed], applied)
         # A table with values Debezium did not send is parsed in the driver whole: those values are
@@ -105,11 +105,11 @@ def bulk_changeset(
             {t for t, changes in python.items() if not sources[t].is_events and any(c.unavailable for _, c in changes)} | set(result.truncates)
         )  # and a TRUNCATE, which deletes what the unit's earlier lines made too
         for table in whole:
-            clean = _raw(parsed[table].where(F.col(CLEAN)).select("value", "file", SEQ))
+            clean = raw_lines(parsed[table].where(F.col(CLEAN)).select("value", "file", SEQ))
             result.set_wise -= clean.num_rows
             result.line_by_line += clean.num_rows
             result.events -= clean.num_rows
-            _parse_lines(clean, sources, result, max_line_chars, watermarks, python)
+            parse_lines(clean, sources, result, max_line_chars, watermarks, python)
             changes = keep_unavailable(sources[table], [c for _, c in sorted(python.pop(table, []), key=lambda p: p[0])], result, lookup)
             changes = expand_truncates(changes, result.truncates.get(table), live_keys)
             result.rows[table] = changes_to_arrow(sources[table], dedupe(sources[table], changes, result), batch_id, ingested_at_micros)
@@ -142,13 +142,13 @@ def bulk_changeset(
         numbered.unpersist()
 
 
-def _raw(frame: DataFrame) -> pa.Table:
+def raw_lines(frame: DataFrame) -> pa.Table:
     """Lines for the driver with their bytes as they are (`value` as binary: a line that is not UTF-8
     must reach `parse_line` to be a dead letter, not fail the conversion)."""
     return frame.select(F.col("value").cast("binary").alias("value"), "file", SEQ).toArrow()
 
 
-def _parse_lines(
+def parse_lines(
     lines: pa.Table,
     sources: Mapping[str, SourceTable],
     result: ChangeSet,

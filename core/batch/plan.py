@@ -100,10 +100,18 @@ def absent_notes(absent: Mapping[str, Counter[str]], readers: Callable[[str, str
 
 
 def ledger_entry(
-    ref: BatchRef, result: BatchResult, plans: Mapping[str, TablePlan], conflicts_retried: int, started_at: int, finished_at: int
+    ref: BatchRef,
+    result: BatchResult,
+    plans: Mapping[str, TablePlan],
+    conflicts_retried: int,
+    started_at: int,
+    finished_at: int,
+    tables: Mapping[str, TableEntry] | None = None,
 ) -> LedgerEntry:
-    """The ledger row of a finished unit."""
-    tables = {t: TableEntry(p.rows.num_rows, column_max(p.rows, POSITION), column_max(p.rows, SOURCE_TS)) for t, p in plans.items()}
+    """The ledger row of a finished unit; what it applied to each mirror from its `plans`, or `tables`
+    when the caller counted them (the engine state's unit, whose rows stay in Spark)."""
+    if tables is None:
+        tables = {t: TableEntry(p.rows.num_rows, column_max(p.rows, POSITION), column_max(p.rows, SOURCE_TS)) for t, p in plans.items()}
     views = {  # those it maintained
         v.view: ViewEntry(v.keys or 0, v.upserts, v.deletes, v.way, v.reason, round(v.seconds, 3)) for v in result.views.values() if not v.deferred
     }

@@ -30,8 +30,6 @@ from lakemv.core.types import DRIVER_ONLY_LOGICAL, LOGICAL, TYPES
 
 CLEAN = "_lmv_clean"
 SEQ = "_lmv_seq"  # the line's place in the unit: on equal positions the later line wins
-# A line holding Debezium's placeholder for an unavailable value, in any spelling, is the driver's
-# (lakemv.core.cdc.unavailable); so is one that is not UTF-8 (its dead letter says where).
 # The one ISO-8601 form accepted set-wise: date, T or space, time, 1-9 fraction digits, Z or +hh:mm.
 _ISO = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})?$"
 _MICROS_PER = {"micros": 1, "millis": 1000}
@@ -155,9 +153,10 @@ def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None) ->
     )
     checks = " AND ".join(check for _, check in typed.values() if check != "true") or "true"
     too_long = f"length(value) > {max_line_chars}" if max_line_chars is not None else "false"
-    # Debezium's placeholder as an image value (or an array's first element) in any spelling: the line
-    # is the driver's. Read off the parsed image, not searched for in the line (a regex over every line
-    # was the set-wise parse's largest cost); a placeholder elsewhere is never read.
+    # Debezium's placeholder for an unavailable value as an image value (or an array's first element), in
+    # any spelling: the line is the driver's (lakemv.core.cdc.unavailable), as is one that is not UTF-8 (its
+    # dead letter says where). Read off the parsed image, not searched for in the line (a regex over every
+    # line was the set-wise parse's largest cost); a placeholder elsewhere is never read.
     spellings = ", ".join(f"'{spelling}'" for spelling in sorted(SPELLINGS))
     placeholder = " OR ".join(
         f"coalesce(try_variant_get(image, '$.{c.name}{at}', 'string') IN ({spellings}), false)" for c in source.columns for at in ("", "[0]")

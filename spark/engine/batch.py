@@ -44,8 +44,8 @@ from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.tables import BATCH_ID, DELETED, INGESTED_AT, POSITION, TableNames, live_rows_sql, mirror_arrow_schema
 from lakemv.core.batch.choice import Ways
 from lakemv.core.batch.journal import BatchRef
-from lakemv.core.batch.plan import now_micros
-from lakemv.core.batch.records import LedgerEntry, ViewEntry, dead_letters_to_arrow
+from lakemv.core.batch.plan import ledger_entry, now_micros
+from lakemv.core.batch.records import dead_letters_to_arrow
 from lakemv.core.batch.result import BatchResult, ViewResult
 from lakemv.core.planner import ViewPlan
 from lakemv.core.runtime.faults import crash_point
@@ -129,7 +129,7 @@ class EngineBatch:
     Made over a built engine: the state `walker` writes (its rows and indexes), the views' kept plans
     (`recompute`), their tables with their digests and places seeded (`tables`), the ways chosen per
     batch and view (`ways`), `entries` the state holds (about), and `versions` (the state's version
-    after the seeding, kept beside the state from then on)."""
+    after the seeding, kept beside the state from then on); `view_rows`: each view's rows then."""
 
     def __init__(
         self,
@@ -142,6 +142,7 @@ class EngineBatch:
         versions: UnitVersions,
         max_line_chars: int | None = None,
         way: str = "auto",
+        view_rows: Mapping[str, int] | None = None,
     ):
         self.names, self.sources = names, dict(sources)
         self.recompute, self.tables, self.ways, self.entries, self.versions = recompute, tables, ways, entries, versions
@@ -150,7 +151,7 @@ class EngineBatch:
         self.max_line_chars = max_line_chars
         self.way = way  # "auto": each batch's way chosen by its changed rows; "whole" or "incremental": pinned
         self.walked = {s.name for s in self.walker.walks.spaces if s.kind == "rows"}  # the tables the state keeps
-        self.view_rows: dict[str, int] = {}  # each view's rows when the engine was made (built or opened)
+        self.view_rows = dict(view_rows or {})  # each view's rows when the engine was made (built or opened)
         self.fresh = True  # no unit processed yet: the first may be a replay the state kept no record of
         self.last = Details()
 
@@ -199,16 +200,12 @@ class EngineBatch:
             for frame in live.values():
                 frame.unpersist()
         view_tables = ViewTables(recompute, tables or {name: names.view(name) for name in recompute.plans})
-        mirrors = {t: f"_lmv_mirror_{t}" for t in live}
-        for t in live:
-            spark.sql(live_rows_sql(names, sources[t])).createOrReplaceTempView(mirrors[t])
+        mirrors = live_views(spark, names, sources)
         view_tables.create({name: spark.sql(recompute_sql(plan, mirrors)) for name, plan in recompute.plans.items()})
         view_rows = view_tables.seed(1)
-        engine = cls(
-            names, sources, recompute, view_tables, recompute.ways(table_rows, view_rows), entries, UnitVersions(location / "units.json", 2), **kwargs
-        )  # type: ignore[arg-type]
-        engine.view_rows = {name: view_rows.get(name, 0) for name in recompute.plans}
-        return engine
+        view_rows = {name: view_rows.get(name, 0) for name in recompute.plans}
+        ways = recompute.ways(table_rows, view_rows)
+        return cls(names, sources, recompute, view_tables, ways, entries, UnitVersions(location / "units.json", 2), view_rows=view_rows, **kwargs)  # type: ignore[arg-type]
 
     # ---- replays --------------------------------------------------------------------------------
     def _take_back(self, write_id: str) -> list[str]:
@@ -224,7 +221,7 @@ class EngineBatch:
                 self.spark.sql(f"CALL {catalog}.system.rollback_to_snapshot({spark_string(table.split('.', 1)[1])}, {int(row['parent_id'])})")
                 undone.append(name)
         if undone:
-            self.tables._handle = None  # the tables are loaded again, at the snapshots now current
+            self.tables.reload()
         return undone
 
     # ---- a unit ---------------------------------------------------------------------------------
@@ -241,7 +238,7 @@ class EngineBatch:
         replay, self.fresh = begun.replay or self.fresh, False
         unit = WriteUnit(ref.write_id, replay=replay, batch_id=ref.batch)
         if replay and committed(self.spark, self.names.ledger, ref.write_id):  # it ended: the next unit starts where it did
-            self.versions.end(ref.write_id, begun.base if not begun.replay else self.versions.current())
+            self.versions.end(ref.write_id, self.versions.current())
             crash_point("batch_end", ref.batch)
             return BatchResult(ref.batch, 0, 0, chunk=ref.chunk, replayed=True, already_committed=True, seconds=time.perf_counter() - started)
         if begun.undo is not None and not committed(self.spark, self.names.ledger, begun.undo):
@@ -283,13 +280,7 @@ class EngineBatch:
                     set_wise=True,
                 )
                 with timed("ledger"):
-                    entry = LedgerEntry(
-                        stream_id=ref.stream, batch_id=ref.batch, chunk=ref.chunk, lines=result.lines, events=result.events,
-                        dead_letters=result.dead_letters, skipped=result.skipped, tables=parsed.tables,
-                        views={v.view: ViewEntry(v.keys or 0, v.upserts, v.deletes, v.way, v.reason, round(v.seconds, 3)) for v in views.values()},
-                        late={}, conflicts_retried=unit.retries.count, replayed=begun.replay, started_at_micros=started_at, finished_at_micros=now_micros(),
-                    )  # fmt: skip
-                    row = entry.to_arrow()
+                    row = ledger_entry(ref, result, {}, unit.retries.count, started_at, now_micros(), parsed.tables).to_arrow()
                     append_once(self.spark, self.names.ledger, unit, lambda: self.spark.createDataFrame(row).writeTo(self.names.ledger).append())
                     crash_point("ledger", ref.batch)
         finally:
@@ -317,13 +308,6 @@ class EngineBatch:
 
         concurrently(spark, one, sorted(changes))
 
-    def _live(self) -> dict[str, str]:
-        """Temp views of every mirror's live rows (table -> name), for the views recomputed whole."""
-        for table, source in self.sources.items():
-            if not source.is_events:
-                self.spark.sql(live_rows_sql(self.names, source)).createOrReplaceTempView(f"_lmv_live_{table}")
-        return {t: f"_lmv_live_{t}" for t, s in self.sources.items() if not s.is_events}
-
     def _views(self, ref: BatchRef, parsed: Parsed, version: int, timed: Callable, details: dict) -> tuple[dict[str, ViewResult], int]:
         """The state and the views after the unit's changes; each view's result and the state's version."""
         walker, recompute = self.walker, self.recompute
@@ -342,7 +326,7 @@ class EngineBatch:
             names = sorted(self.ways.ahead(changed))
             details["whole"] = names
             with timed("recompute"):
-                rows = recompute.whole(self._live(), names)
+                rows = recompute.whole(live_views(self.spark, self.names, self.sources), names)
             with timed("diff"):
                 diffed = walker.keep(recompute.diff_whole(rows, names, version))
                 details["changed"] = diffed.count()
@@ -363,7 +347,7 @@ class EngineBatch:
                 self.ways.observe(reached, found)
                 details["gathered"] = found
             with timed("recompute"):
-                rows = recompute.run(gathered, keys, whole, self._live() if whole else None)
+                rows = recompute.run(gathered, keys, whole, live_views(self.spark, self.names, self.sources) if whole else None)
             with timed("diff"):
                 diffed = walker.keep(recompute.diff(rows, keys, version))
                 details["changed"] = diffed.count()
@@ -383,6 +367,15 @@ class EngineBatch:
             for name in sorted(set(published.written) | set(published.removed) | set(reached))
         }
         return views, published.version
+
+
+def live_views(spark: SparkSession, names: TableNames, sources: Mapping[str, SourceTable], prefix: str = "_lmv_live_") -> dict[str, str]:
+    """Temp views of every mirror's live rows, named `prefix` and the table (table -> name): what a view
+    recomputed whole reads."""
+    for table, source in sources.items():
+        if not source.is_events:
+            spark.sql(live_rows_sql(names, source)).createOrReplaceTempView(f"{prefix}{table}")
+    return {t: f"{prefix}{t}" for t, s in sources.items() if not s.is_events}
 
 
 @contextmanager

@@ -18,11 +18,11 @@ from pyspark.sql import functions as F
 from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.tables import DELETED, OP, POSITION, SOURCE_TS
 from lakemv.core.batch.records import TableEntry
-from lakemv.core.cdc.changeset import ChangeSet, changes_to_arrow, decode_lines, parse_line
+from lakemv.core.cdc.changeset import ChangeSet, changes_to_arrow
 from lakemv.core.cdc.envelope import Change
 from lakemv.core.cdc.envelopesql import CLEAN, SEQ, parse_sql
 from lakemv.core.errors import LakemvError
-from lakemv.spark.bulk import Lines
+from lakemv.spark.bulk import Lines, parse_lines, raw_lines
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.kept import replan_class
 
@@ -103,14 +103,10 @@ def parse(
         [frame.where(~F.col(CLEAN)).select("value", "file", SEQ) for frame in parsed.values()],
         numbered.where(~F.col(_TABLE).isin(list(parsed))).select("value", "file", SEQ),
     )
-    raw = rest.select(F.col("value").cast("binary").alias("value"), "file", SEQ).toArrow()
+    raw = raw_lines(rest)
     result = ChangeSet()
     python: dict[str, list[tuple[int, Change]]] = {}
-    texts = decode_lines(raw.column("value").to_pylist())
-    for text, file, seq in zip(texts, raw.column("file").to_pylist(), raw.column(SEQ).to_pylist(), strict=True):
-        change = parse_line(text, file, sources, result, max_line_chars)
-        if change is not None:
-            python.setdefault(change.table, []).append((seq, change))
+    parse_lines(raw, sources, result, max_line_chars, None, python)
     unsupported = _unsupported(result, python, sources)
     if unsupported:
         raise EngineUnsupported("the engine state does not carry yet: " + "; ".join(unsupported))

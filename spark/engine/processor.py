@@ -80,9 +80,8 @@ def open_engine(
         table_rows = {t: spark.table(names.mirror(t)).where(~F.col(DELETED)).count() for t in walker.tables()}
         view_rows = {name: spark.table(table).count() for name, table in tables.tables.items()}
         ways = recompute.ways(table_rows, view_rows)
-        engine = EngineBatch(names, sources, recompute, tables, ways, sum(table_rows.values()), UnitVersions(state / "units.json", 2), max_line_chars)
-        engine.view_rows = view_rows
-        return engine, False
+        versions = UnitVersions(state / "units.json", 2)
+        return EngineBatch(names, sources, recompute, tables, ways, sum(table_rows.values()), versions, max_line_chars, view_rows=view_rows), False
     state = f"state-{uuid.uuid4().hex[:12]}"
     engine = EngineBatch.build(spark, names, sources, plans, folder / state, partitions, max_line_chars=max_line_chars)
     spaces = [[space.model_dump(mode="json"), number] for space, number in engine.walker.numbers.items()]

@@ -63,6 +63,10 @@ class ViewTables:
             self._handle = jvm.dev.lakemv.iceberg.ViewFiles.open(self.spark._jsparkSession, names)
         return self._handle
 
+    def reload(self) -> None:
+        """The tables are loaded again at their next batch (at the snapshots then current)."""
+        self._handle = None
+
     def create(self, full: Mapping[str, DataFrame]) -> None:
         """Each view's table made (or replaced) from all of its rows (`full`: view -> its rows)."""
         for name, rows in full.items():
@@ -70,12 +74,12 @@ class ViewTables:
             for key, value in TABLE_PROPERTIES.items():
                 writer = writer.tableProperty(key, value)
             writer.createOrReplace()
-        self._handle = None  # made anew: loaded again at the next batch
+        self.reload()  # made anew
 
     def seed(self, version: int, names: Collection[str] | None = None) -> dict[str, int]:
         """The digests and places of the views `names` (default: all), read from their tables, written
         over `version`; each view's rows. After `TablesRewritten`, seeding the views it names mends them."""
-        self._handle = None  # the places are read now: a commit validates from the snapshots they were read at
+        self.reload()  # the places are read now: a commit validates from the snapshots they were read at
         self._files()
         chosen = self.tables if names is None else {name: self.tables[name] for name in names}
         full = {name: self.spark.table(table).select("*", "_file", "_pos") for name, table in chosen.items()}
