@@ -12,7 +12,7 @@ demo: setup
 # handed out one by one in the order tests/conftest.py gives (the slowest first).
 TEST_WORKERS ?= 2
 test: setup
-	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=10
+	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30
 
 # The fast tier: no JVM, no Prefect server.
 test-unit: setup
