@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -33,7 +35,7 @@ from lakemv.core.cdc.changeset import (
     parse_line,
 )
 from lakemv.core.cdc.envelope import Change
-from lakemv.core.cdc.envelopesql import CLEAN, SEQ, parse_sql
+from lakemv.core.cdc.envelopesql import CLEAN, CLOSES, SEQ, beginning, parse_sql
 from lakemv.core.cdc.unavailable import Lookup
 
 _TABLE = "_lmv_table"
@@ -69,6 +71,8 @@ def bulk_changeset(
     Event sources' lines are parsed in the driver (`lakemv.core.cdc.events`), as in a small unit.
     """
     spark = lines.frame.sparkSession
+    register_reader(spark)
+    known = beginnings(lines, sources)
     relation = f"_lmv_bulk_{batch_id}"
     # Line numbers from Spark's partition order, the same on a replay of the same files; the lines
     # are read once for every table.
@@ -86,7 +90,7 @@ def bulk_changeset(
                 continue
             # A view of its own per table: replacing a temp view uncaches every plan that read it.
             numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(f"{relation}_{table}")
-            parsed[table] = spark.sql(parse_sql(source, f"{relation}_{table}", max_line_chars)).persist()
+            parsed[table] = spark.sql(parse_sql(source, f"{relation}_{table}", max_line_chars, known[table])).persist()
         stray = numbered.where(~F.col(_TABLE).isin(list(parsed))).select("value", "file", SEQ)
         rest = stray
         for frame in parsed.values():
@@ -121,7 +125,10 @@ def bulk_changeset(
             source = sources[table]
             columns = list(mirror_arrow_schema(source).names)
             clean = frame.where(F.col(CLEAN)).select(
-                *[F.lit(None).cast("timestamp").alias(c) if c == INGESTED_AT else F.lit(None).cast("bigint").alias(c) if c == BATCH_ID else c for c in columns],
+                *[
+                    F.lit(None).cast("timestamp").alias(c) if c == INGESTED_AT else F.lit(None).cast("bigint").alias(c) if c == BATCH_ID else c
+                    for c in columns
+                ],
                 SEQ,
             )
             if table in python:
@@ -130,7 +137,11 @@ def bulk_changeset(
                 clean = clean.unionByName(spark.createDataFrame(extra))
             rows = _latest(clean, source).toArrow()
             if rows.num_rows:
-                rows = rows.set_column(rows.schema.get_field_index(INGESTED_AT), INGESTED_AT, pa.array([ingested_at_micros] * rows.num_rows, pa.timestamp("us", tz="UTC")))
+                rows = rows.set_column(
+                    rows.schema.get_field_index(INGESTED_AT),
+                    INGESTED_AT,
+                    pa.array([ingested_at_micros] * rows.num_rows, pa.timestamp("us", tz="UTC")),
+                )
                 rows = rows.set_column(rows.schema.get_field_index(BATCH_ID), BATCH_ID, pa.array([batch_id] * rows.num_rows, pa.int64()))
                 result.rows[table] = rows.select(columns).cast(mirror_arrow_schema(source))
         return result
@@ -140,6 +151,49 @@ def bulk_changeset(
         for frame in parsed.values():
             frame.unpersist()
         numbered.unpersist()
+
+
+# Per table (and the encodings its temporal columns declare), the beginnings of wrapped lines this process
+# has vouched for (`lakemv.core.cdc.envelopesql.beginning`), the newest last: a Connect schema changes rarely.
+_BEGINNINGS: dict[tuple, list[str]] = {}
+_KEEP = 4
+
+
+def _declared(table: str, source: SourceTable) -> tuple:
+    return (table, *((c.name, c.type, c.wire_encoding) for c in source.columns if c.type in ("timestamp", "date")))
+
+
+def beginnings(lines: Lines, sources: Mapping[str, SourceTable]) -> dict[str, list[str]]:
+    """Per table, the vouched beginnings of its wrapped lines: those earlier units found, and the first
+    line of one of this unit's files in each table's folder (local files; no job runs)."""
+    try:
+        files = list(lines.frame.inputFiles())
+    except Exception:  # noqa: BLE001 - a frame with no files behind it (a test's local rows): nothing to read
+        files = []
+    read: set[str] = set()
+    for uri in files:
+        parsed = urlparse(uri)
+        path = Path(unquote(parsed.path))
+        table = path.parent.name
+        if parsed.scheme not in ("", "file") or table in read or table not in sources or sources[table].is_events:
+            continue
+        read.add(table)
+        try:
+            with path.open("rb") as handle:
+                first = handle.readline(1 << 20).decode().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError):
+            continue
+        found = beginning(first, sources[table])
+        known = _BEGINNINGS.setdefault(_declared(table, sources[table]), [])
+        if found is not None and found not in known:
+            known.append(found)
+            del known[:-_KEEP]
+    return {table: list(_BEGINNINGS.get(_declared(table, source), ())) for table, source in sources.items()}
+
+
+def register_reader(spark: SparkSession) -> None:
+    """The JVM function the envelope SQL calls (`lakemv.core.cdc.envelopesql.CLOSES`), in `spark`'s session."""
+    spark.udf.registerJavaFunction(CLOSES, "dev.lakemv.spark.JsonCloses", "boolean")
 
 
 def raw_lines(frame: DataFrame) -> pa.Table:
@@ -172,7 +226,9 @@ def _place_reads(
     for frame in clean:
         table = frame.toArrow()
         positions += zip(table.column(SEQ).to_pylist(), table.column(POSITION).to_pylist(), strict=True)
-    entries = sorted([(seq, 0, pos, None) for seq, pos in positions] + [(seq, 1, None, (t, c)) for t, cs in python.items() for seq, c in cs], key=lambda e: e[:2])
+    entries = sorted(
+        [(seq, 0, pos, None) for seq, pos in positions] + [(seq, 1, None, (t, c)) for t, cs in python.items() for seq, c in cs], key=lambda e: e[:2]
+    )
     placer = ReadPlacer(applied)
     placed: dict[str, list[tuple[int, Change]]] = {}
     for seq, _, position, item in entries:

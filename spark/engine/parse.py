@@ -22,7 +22,7 @@ from lakemv.core.cdc.changeset import ChangeSet, changes_to_arrow
 from lakemv.core.cdc.envelope import Change
 from lakemv.core.cdc.envelopesql import CLEAN, SEQ, parse_sql
 from lakemv.core.errors import LakemvError
-from lakemv.spark.bulk import Lines, parse_lines, raw_lines
+from lakemv.spark.bulk import Lines, beginnings, parse_lines, raw_lines, register_reader
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.kept import replan_class
 
@@ -76,6 +76,8 @@ def parse(
     replacing) a temp view uncaches every plan that reads it. The lines are parsed in their own session
     (a streaming batch's frame lives in one of its own); the changes are frames of `into` (default: that one)."""
     spark = lines.frame.sparkSession
+    register_reader(spark)
+    known = beginnings(lines, sources)
     into = into or spark
     replan = replan_class(into)
     numbered = keep(
@@ -89,7 +91,7 @@ def parse(
 
     def parsed_of(table: str) -> DataFrame:
         source = sources[table]
-        frame = spark.sql(parse_sql(source, f"{relation}_{table}", max_line_chars))
+        frame = spark.sql(parse_sql(source, f"{relation}_{table}", max_line_chars, known[table]))
         # computed now, its plan a scan of what was computed (every plan over the envelope SQL's is large:
         # each step over it cost seconds of planning); a clean line's text is not kept
         kept = [*source.column_names, POSITION, OP, DELETED, SOURCE_TS, SEQ, CLEAN]

@@ -125,6 +125,29 @@ def test_edge_values_spark_vouches_for_parse_the_same(spark, sources):
     assert assert_same_parse(spark, sources, lines) == len(lines)
 
 
+def test_what_sparks_json_reader_would_let_through_is_the_drivers(spark, sources):
+    """Spark's JSON reader reads the first value of a text and ignores the rest, takes single quotes and
+    NaN, and cannot tell a JSON null from an absent field: each such line is the driver's, and comes
+    out as the driver says (most of them dead letters)."""
+    good = {"op": "c", "after": {"id": 1, "email": "a@x", "username": "a", "registered_at": 0}, "source": {"lsn": 1, "ts_ms": 0}}
+    text = json.dumps(good)
+    wrapped = {"schema": connect_schema(sources["users"]), "payload": {**good, "source": {"lsn": 2, "ts_ms": 0}}}
+    odd = [
+        text + '{"op":"d"}',  # two objects on one line
+        text + " x",
+        text + '],"z":[1',
+        text.replace('"', "'"),  # single quotes
+        text.replace('"ts_ms": 0', '"ts_ms": 0, "xmin": NaN'),  # NaN where nothing reads it
+        json.dumps({"schema": None, "payload": None, **good}),  # a wrapper whose payload is null
+        json.dumps({"payload": None, **good}),  # a top-level payload key: the driver's to decide
+        json.dumps({**wrapped, "schema": None}),
+        json.dumps({**good, "source": {"lsn": "3", "ts_ms": 0}}),  # a position of the wrong type
+        json.dumps({**good, "after": {**good["after"], "id": 1, "email": "b@x"}}).replace('"id": 1', '"id": 1, "id": 2'),
+    ]
+    lines = [(line, at("users")) for line in [text, json.dumps(wrapped), "  " + text + " \t", *odd]]
+    assert assert_same_parse(spark, sources, lines) == 3  # only the three plain lines are Spark's
+
+
 # JSON values that probe each rule: types, ranges, the strict ISO form and what falls outside it.
 _SCALARS = st.one_of(
     st.none(),
@@ -201,3 +224,41 @@ def test_a_connect_schema_that_says_another_encoding_is_decoded_as_it_says(spark
                    "name": "lake2", "created_at": 1_709_294_400_000_123}}}  # fmt: skip
     lines = [(json.dumps(agreeing), "file:///landing/repos/a.json"), (json.dumps(disagreeing), "file:///landing/repos/a.json")]
     assert assert_same_parse(spark, sources, lines) == 1  # the second is the driver's: micros, as its schema says
+
+
+def test_lines_that_begin_as_a_vouched_wrapped_line_have_only_their_payload_read(spark, sources, tmp_path):
+    """A wrapped line whose `{"schema":...,"payload":` is a beginning the unit vouched for (its file's first
+    line) has only its payload read; what follows the payload must be the wrapper's one `}`."""
+    from pyspark.sql import functions as F
+
+    from lakemv.spark.bulk import Lines, beginnings
+
+    schema = connect_schema(sources["users"])
+
+    def payload(i: int, **extra: Any) -> dict:
+        after = {"id": i, "email": f"u{i}@x", "username": f"u{i}", "registered_at": 1_700_000_000_000_000 + i}
+        return {"op": "c", "before": None, "after": after, "source": {"lsn": 10 + i, "ts_ms": 1_700_000_000_000}, "ts_ms": 1_700_000_000_001, **extra}
+
+    def wrapped(i: int) -> str:
+        return json.dumps({"schema": schema, "payload": payload(i)}, separators=(",", ":"))
+
+    head = wrapped(0)[: wrapped(0).index(',"payload":') + len(',"payload":')]
+    body = json.dumps(payload(7), separators=(",", ":"))
+    lines = [wrapped(i) for i in range(6)] + [
+        head + body + ',"payload":' + json.dumps(payload(8)) + "}",  # a second payload: the driver reads the last
+        head + body + ',"schema":{"fields":[]}}',  # a second schema
+        head + "null}",  # a tombstone
+        head + body + "}}",
+        head + body,
+        head + body + "} x",
+        head + body.replace('"ts_ms":1700000000001', '"ts_ms":"5"') + "}",
+        head + body + "}  ",
+        head + json.dumps(payload(9, op="d", before={"id": 9, "email": "u9@x"})) + "}",
+    ]
+    folder = tmp_path / "landing" / "users"
+    folder.mkdir(parents=True)
+    (folder / "part-0.json").write_text("\n".join(lines) + "\n")
+    frame = spark.read.text(str(folder)).select("value", F.input_file_name().alias("file"))
+    assert beginnings(Lines(frame), sources)["users"] == [head]
+    read = [(r["value"], r["file"]) for r in frame.collect()]
+    assert assert_same_parse(spark, sources, read, frame=Lines(frame)) == 8  # the six, the spaced one and the delete
