@@ -43,9 +43,11 @@ _TABLE = "_lmv_table"
 
 @dataclass(frozen=True)
 class Lines:
-    """A unit's landing lines still in Spark: a DataFrame of `value` and `file`."""
+    """A unit's landing lines still in Spark: a DataFrame of `value` and `file`, and the files it reads
+    where the caller knows them (a streaming batch's frame does not say)."""
 
     frame: DataFrame
+    files: tuple[str, ...] = ()
 
 
 def lines_frame(spark: SparkSession, lines: list[tuple[str, str]]) -> Lines:
@@ -163,15 +165,21 @@ def _declared(table: str, source: SourceTable) -> tuple:
     return (table, *((c.name, c.type, c.wire_encoding) for c in source.columns if c.type in ("timestamp", "date")))
 
 
+def unit_files(lines: Lines) -> list[str]:
+    """The files a unit's lines come from, where known (the caller's list, or the frame's own reader)."""
+    return list(lines.files) or list(lines.frame.inputFiles())
+
+
+def folder_of(uri: str) -> str:
+    """The landing folder (its table's name) of a file's URI or path."""
+    return Path(unquote(urlparse(uri).path)).parent.name
+
+
 def beginnings(lines: Lines, sources: Mapping[str, SourceTable]) -> dict[str, list[str]]:
     """Per table, the vouched beginnings of its wrapped lines: those earlier units found, and the first
     line of one of this unit's files in each table's folder (local files; no job runs)."""
-    try:
-        files = list(lines.frame.inputFiles())
-    except Exception:  # noqa: BLE001 - a frame with no files behind it (a test's local rows): nothing to read
-        files = []
     read: set[str] = set()
-    for uri in files:
+    for uri in unit_files(lines):
         parsed = urlparse(uri)
         path = Path(unquote(parsed.path))
         table = path.parent.name

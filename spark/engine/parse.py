@@ -22,7 +22,7 @@ from lakemv.core.cdc.changeset import ChangeSet, changes_to_arrow
 from lakemv.core.cdc.envelope import Change
 from lakemv.core.cdc.envelopesql import CLEAN, SEQ, parse_sql
 from lakemv.core.errors import LakemvError
-from lakemv.spark.bulk import Lines, beginnings, parse_lines, raw_lines, register_reader
+from lakemv.spark.bulk import Lines, beginnings, folder_of, parse_lines, raw_lines, register_reader, unit_files
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.kept import replan_class
 
@@ -80,14 +80,32 @@ def parse(
     known = beginnings(lines, sources)
     into = into or spark
     replan = replan_class(into)
-    numbered = keep(
-        lines.frame.select("value", "file")
-        .withColumn(SEQ, F.monotonically_increasing_id())
-        .withColumn(_TABLE, F.regexp_extract("file", r"([^/]+)/[^/]+$", 1))
-    )
-    for table, source in sources.items():
-        if not source.is_events:
+    declared = sorted(t for t, s in sources.items() if not s.is_events)
+    files = unit_files(lines)
+    if files:
+        # each table's lines read from its own files: every table's SQL reads its lines once, none cached
+        by_folder: dict[str, list[str]] = {}
+        for uri in files:
+            by_folder.setdefault(folder_of(uri), []).append(uri)
+
+        def read(paths: list[str]) -> DataFrame:
+            reader = spark.read.options(ignoreMissingFiles="true", __globPaths__="false")
+            return reader.text(paths).selectExpr("value", "_metadata.file_path AS file").withColumn(SEQ, F.monotonically_increasing_id())
+
+        declared = [t for t in declared if t in by_folder]
+        for table in declared:
+            read(by_folder[table]).createOrReplaceTempView(f"{relation}_{table}")
+        strays = [uri for folder, uris in by_folder.items() if folder not in declared for uri in uris]
+        stray = read(strays) if strays else None
+    else:
+        numbered = keep(
+            lines.frame.select("value", "file")
+            .withColumn(SEQ, F.monotonically_increasing_id())
+            .withColumn(_TABLE, F.regexp_extract("file", r"([^/]+)/[^/]+$", 1))
+        )
+        for table in declared:
             numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(f"{relation}_{table}")
+        stray = numbered.where(~F.col(_TABLE).isin(declared)).select("value", "file", SEQ)
 
     def parsed_of(table: str) -> DataFrame:
         source = sources[table]
@@ -97,13 +115,13 @@ def parse(
         kept = [*source.column_names, POSITION, OP, DELETED, SOURCE_TS, SEQ, CLEAN]
         return frame.select(*kept, *[F.when(~F.col(CLEAN), F.col(c)).alias(c) for c in ("value", "file")]).localCheckpoint()
 
-    declared = sorted(t for t, s in sources.items() if not s.is_events)
     parsed = dict(zip(declared, concurrently(spark, parsed_of, declared), strict=True))  # the tables' jobs side by side
     # the lines the SQL cannot vouch for (and those of no declared table), parsed by the driver's rules
+    unclean = [frame.where(~F.col(CLEAN)).select("value", "file", SEQ) for frame in parsed.values()]
     rest = reduce(
         DataFrame.unionByName,
-        [frame.where(~F.col(CLEAN)).select("value", "file", SEQ) for frame in parsed.values()],
-        numbered.where(~F.col(_TABLE).isin(list(parsed))).select("value", "file", SEQ),
+        unclean + ([stray] if stray is not None else []),
+        spark.createDataFrame([], "value STRING, file STRING, " + SEQ + " BIGINT"),
     )
     raw = raw_lines(rest)
     result = ChangeSet()

@@ -96,7 +96,7 @@ class FileSource:
         set_wise = self.settings.set_wise_bytes
         if self.settings.engine_state or (set_wise is not None and landing_bytes(planned) >= set_wise):  # a snapshot, a backlog, the engine's
             read = {row[0] for row in frame.select("file").distinct().collect()}
-            return [Unit(Lines(frame), file_skips(planned, read))]
+            return [Unit(Lines(frame, tuple(planned)), file_skips(planned, read))]
         table = frame.select(F.col("value").cast("binary").alias("value"), "file").toArrow()  # bytes: any line decodes
         files = table.column("file").to_pylist()
         return file_units(table.column("value").to_pylist(), files, self.settings.max_events_per_batch, file_skips(planned, set(files)))
