@@ -159,6 +159,7 @@ def bulk_changeset(
 # has vouched for (`lakemv.core.cdc.envelopesql.beginning`), the newest last: a Connect schema changes rarely.
 _BEGINNINGS: dict[tuple, list[str]] = {}
 _KEEP = 4
+_SAMPLED = 16  # lines of a file looked at for a wrapped one
 
 
 def _declared(table: str, source: SourceTable) -> tuple:
@@ -177,7 +178,7 @@ def folder_of(uri: str) -> str:
 
 def beginnings(lines: Lines, sources: Mapping[str, SourceTable]) -> dict[str, list[str]]:
     """Per table, the vouched beginnings of its wrapped lines: those earlier units found, and the first
-    line of one of this unit's files in each table's folder (local files; no job runs)."""
+    wrapped line among the first few of one of this unit's files in each table's folder (local files; no job runs)."""
     read: set[str] = set()
     for uri in unit_files(lines):
         parsed = urlparse(uri)
@@ -186,12 +187,15 @@ def beginnings(lines: Lines, sources: Mapping[str, SourceTable]) -> dict[str, li
         if parsed.scheme not in ("", "file") or table in read or table not in sources or sources[table].is_events:
             continue
         read.add(table)
+        found = None
         try:
-            with path.open("rb") as handle:
-                first = handle.readline(1 << 20).decode().rstrip("\r\n")
+            with path.open("rb") as handle:  # the first wrapped line among the file's first few
+                for _ in range(_SAMPLED):
+                    line = handle.readline(1 << 20)
+                    if not line or (found := beginning(line.decode().rstrip("\r\n"), sources[table])) is not None:
+                        break
         except (OSError, UnicodeDecodeError):
             continue
-        found = beginning(first, sources[table])
         known = _BEGINNINGS.setdefault(_declared(table, sources[table]), [])
         if found is not None and found not in known:
             known.append(found)

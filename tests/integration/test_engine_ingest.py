@@ -40,6 +40,7 @@ def _differing(lake, sources, plans) -> dict[str, int]:
     return found
 
 
+@pytest.mark.slow(60)
 def test_ingest_keeps_views_by_the_engine_state_across_restarts(lake, tmp_path):
     settings = lake.settings.model_copy(update={"engine_state": True})
     sources = load_sources(LakeSettings().sources_dirs)
@@ -79,6 +80,7 @@ def test_ingest_keeps_views_by_the_engine_state_across_restarts(lake, tmp_path):
     assert third.batches and _differing(lake, sources, more) == {}
 
 
+@pytest.mark.slow(30)
 def test_the_engine_state_refuses_what_it_does_not_carry_yet(lake, tmp_path):
     settings = lake.settings.model_copy(update={"engine_state": True})
     sources = load_sources(LakeSettings().sources_dirs)

@@ -69,6 +69,10 @@ def _ledger(lake, write_id: str) -> int:
     ).first()[0]
 
 
+# The units build on each other in one lake (the module's fixture): one worker runs them all, early.
+pytestmark = pytest.mark.xdist_group("engine_unit")
+
+
 @pytest.fixture(scope="module")
 def engine_lake(spark, tmp_path_factory):
     """The lake, the engine built over its empty mirrors, and the workload the units come from."""
@@ -101,6 +105,7 @@ def _round(lake, workload, root: Path, unit: int, changes: int, extra: dict[str,
     return folder
 
 
+@pytest.mark.slow(70)
 def test_units_keep_every_view_exact_once(engine_lake):
     lake, engine, workload, root, events = engine_lake
     spark = lake.spark
@@ -130,6 +135,7 @@ def test_units_keep_every_view_exact_once(engine_lake):
     assert _ledger(lake, BatchRef(STREAM, 1).write_id) == 1
 
 
+@pytest.mark.slow(30)
 @pytest.mark.parametrize(("unit", "way", "step"), [(2, "incremental", "ledger"), (3, "whole", "publish")])
 def test_a_unit_crashed_before_its_ledger_row_is_redone(engine_lake, unit, way, step):
     """A crash after the views' commits (`ledger`) or before them (`publish`, the diff's digests
