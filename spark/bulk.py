@@ -74,7 +74,7 @@ def bulk_changeset(
     """
     spark = lines.frame.sparkSession
     register_reader(spark)
-    known = beginnings(lines, sources)
+    known = beginnings(unit_files(lines), sources)
     relation = f"_lmv_bulk_{batch_id}"
     # Line numbers from Spark's partition order, the same on a replay of the same files; the lines
     # are read once for every table.
@@ -176,11 +176,11 @@ def folder_of(uri: str) -> str:
     return Path(unquote(urlparse(uri).path)).parent.name
 
 
-def beginnings(lines: Lines, sources: Mapping[str, SourceTable]) -> dict[str, list[str]]:
+def beginnings(files: list[str], sources: Mapping[str, SourceTable]) -> dict[str, list[str]]:
     """Per table, the vouched beginnings of its wrapped lines: those earlier units found, and the first
-    wrapped line among the first few of one of this unit's files in each table's folder (local files; no job runs)."""
+    wrapped line among the first few of one of `files` (a unit's) in each table's folder (local files; no job runs)."""
     read: set[str] = set()
-    for uri in unit_files(lines):
+    for uri in files:
         parsed = urlparse(uri)
         path = Path(unquote(parsed.path))
         table = path.parent.name

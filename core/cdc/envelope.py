@@ -225,19 +225,25 @@ def _read_known(text: str, table: str) -> tuple[dict[str, Any], Any] | Skip | No
     return payload, known[1]
 
 
-def _remember(text: str, table: str, schema: Any) -> None:
-    """Note how a wrapped line of `table` begins, when its schema's text can be told apart."""
+def wrapped_beginning(text: str) -> tuple[str, Any] | None:
+    """A wrapped line's beginning `{"schema":<S>,"payload":` and <S> read, when <S>'s text can be told
+    apart (it is exactly one JSON value); None otherwise."""
     if not text.startswith(_HEAD):
-        return
+        return None
     end = text.find(_JOIN)
     if end < 0:
-        return
+        return None
     try:
-        if orjson.loads(text[len(_HEAD):end]) != schema:
-            return
+        return text[:end + len(_JOIN)], orjson.loads(text[len(_HEAD):end])
     except (orjson.JSONDecodeError, RecursionError):
-        return
-    _BEGINNINGS[table] = (text[:end + len(_JOIN)], schema)
+        return None
+
+
+def _remember(text: str, table: str, schema: Any) -> None:
+    """Note how a wrapped line of `table` begins, when its schema's text can be told apart."""
+    found = wrapped_beginning(text)
+    if found is not None and found[1] == schema:
+        _BEGINNINGS[table] = found
 
 
 def _unwrap(text: str | None, table: str) -> tuple[dict[str, Any], Any] | Skip:

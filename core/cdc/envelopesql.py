@@ -12,7 +12,7 @@ them into changes, skips or dead letters with their reasons, exactly as it alway
 A line is read by Spark's JSON reader (`from_json`), its envelope typed and each image as a VARIANT
 (a whole line as a VARIANT cost about 70 µs: a Debezium line is two thirds Connect schema). What the
 reader is lenient about is checked beside it: a value it could not convert marks the line (its
-corrupt-record column), text after the first object is found by `lakemv_one_json_object` (a small JVM
+corrupt-record column), text after the first value is found by `lakemv_json_closes` (a small JVM
 function), and a `schema` or `payload` that may be present as JSON null leaves the line to the driver.
 An image's JSON types are read through `schema_of_variant`, one string, e.g.
 `OBJECT<email: STRING, id: BIGINT, username: VOID>` (fields sorted, JSON null as VOID), matched
@@ -28,11 +28,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from lakemv.catalog.declarations import ENCODINGS, Column, SourceTable
 from lakemv.catalog.tables import DELETED, OP, POSITION, SOURCE_TS
 from lakemv.core.cdc.coerce import MAX_MICROS, MIN_MICROS
+from lakemv.core.cdc.envelope import wrapped_beginning
 from lakemv.core.cdc.unavailable import SPELLINGS
 from lakemv.core.sql.quote import q, spark_string
 from lakemv.core.types import DRIVER_ONLY_LOGICAL, LOGICAL, TYPES
@@ -40,7 +39,6 @@ from lakemv.core.types import DRIVER_ONLY_LOGICAL, LOGICAL, TYPES
 CLEAN = "_lmv_clean"
 SEQ = "_lmv_seq"  # the line's place in the unit: on equal positions the later line wins
 CLOSES = "lakemv_json_closes"  # SQL function (the JVM's dev.lakemv.spark.JsonCloses): one value, its closers, nothing after
-_HEAD, _JOIN = '{"schema":', ',"payload":'  # how a wrapped line begins (Kafka Connect's JSON converter)
 _BAD = "_lmv_bad"  # the JSON reader's corrupt-record column: a value it could not convert
 # Spark's JSON reader as strict as the driver's: no single quotes, no NaN or Infinity (other leniencies are off by default).
 _READER = f"map('columnNameOfCorruptRecord', '{_BAD}', 'allowSingleQuotes', 'false', 'allowNonNumericNumbers', 'false')"
@@ -186,16 +184,8 @@ def beginning(line: str, source: SourceTable) -> str | None:
     """How a wrapped line of `source` begins, `{"schema":<S>,"payload":`, when the SQL may take every line
     that begins so without reading its schema: <S> is exactly one JSON object and agrees with the
     declaration (`_agrees`). None otherwise (such lines are read whole)."""
-    if not line.startswith(_HEAD):
-        return None
-    end = line.find(_JOIN)
-    if end < 0:
-        return None
-    try:
-        schema = orjson.loads(line[len(_HEAD) : end])
-    except (orjson.JSONDecodeError, RecursionError):
-        return None
-    return line[: end + len(_JOIN)] if _agrees(schema, source) else None
+    found = wrapped_beginning(line)
+    return found[0] if found is not None and _agrees(found[1], source) else None
 
 
 def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None, beginnings: Sequence[str] = ()) -> str:

@@ -77,11 +77,11 @@ def parse(
     (a streaming batch's frame lives in one of its own); the changes are frames of `into` (default: that one)."""
     spark = lines.frame.sparkSession
     register_reader(spark)
-    known = beginnings(lines, sources)
     into = into or spark
     replan = replan_class(into)
     declared = sorted(t for t, s in sources.items() if not s.is_events)
     files = unit_files(lines)
+    known = beginnings(files, sources)
     if files:
         # each table's lines read from its own files: every table's SQL reads its lines once, none cached
         by_folder: dict[str, list[str]] = {}

@@ -231,7 +231,7 @@ def test_lines_that_begin_as_a_vouched_wrapped_line_have_only_their_payload_read
     line) has only its payload read; what follows the payload must be the wrapper's one `}`."""
     from pyspark.sql import functions as F
 
-    from lakemv.spark.bulk import Lines, beginnings
+    from lakemv.spark.bulk import Lines, beginnings, unit_files
 
     schema = connect_schema(sources["users"])
 
@@ -259,6 +259,6 @@ def test_lines_that_begin_as_a_vouched_wrapped_line_have_only_their_payload_read
     folder.mkdir(parents=True)
     (folder / "part-0.json").write_text("\n".join(lines) + "\n")
     frame = spark.read.text(str(folder)).select("value", F.input_file_name().alias("file"))
-    assert beginnings(Lines(frame), sources)["users"] == [head]
+    assert beginnings(unit_files(Lines(frame)), sources)["users"] == [head]
     read = [(r["value"], r["file"]) for r in frame.collect()]
     assert assert_same_parse(spark, sources, read, frame=Lines(frame)) == 8  # the six, the spaced one and the delete
