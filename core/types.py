@@ -29,17 +29,19 @@ class TypeFacts:
     arrow: pa.DataType | None  # None: a decimal (its Arrow type has the declared precision)
     postgres: str  # the PostgreSQL type whose Debezium encoding is the declared default
     connect: str  # the Connect schema type Debezium sends it as, by default
-    json_kinds: tuple[str, ...] = ("NONE",)  # schema_of_variant kinds the set-wise parse accepts (NONE: the driver's)
+    # the JSON kinds the set-wise parse accepts, as lakemv_json_kinds spells them (S string, I integer, D an
+    # integer beyond 64 bits, F a number with a fraction or exponent, B boolean); empty: the driver's alone
+    json_kinds: str = ""
 
 
 TYPES: Mapping[str, TypeFacts] = {
-    "string": TypeFacts(pa.string(), "text", "string", ("STRING",)),
-    "bigint": TypeFacts(pa.int64(), "bigint", "int64", ("BIGINT",)),
-    "int": TypeFacts(pa.int32(), "integer", "int32", ("BIGINT",)),  # JSON integers are BIGINT whatever their width
-    "double": TypeFacts(pa.float64(), "double precision", "double", ("BIGINT", "DOUBLE", "FLOAT", r"DECIMAL\\([0-9]+,[0-9]+\\)")),
-    "boolean": TypeFacts(pa.bool_(), "boolean", "boolean", ("BOOLEAN",)),
-    "timestamp": TypeFacts(UTC_MICROS, "timestamp(6)", "int64", ("BIGINT", "STRING")),
-    "date": TypeFacts(pa.date32(), "date", "int32", ("BIGINT",)),
+    "string": TypeFacts(pa.string(), "text", "string", "S"),
+    "bigint": TypeFacts(pa.int64(), "bigint", "int64", "I"),
+    "int": TypeFacts(pa.int32(), "integer", "int32", "I"),
+    "double": TypeFacts(pa.float64(), "double precision", "double", "IDF"),
+    "boolean": TypeFacts(pa.bool_(), "boolean", "boolean", "B"),
+    "timestamp": TypeFacts(UTC_MICROS, "timestamp(6)", "int64", "IS"),
+    "date": TypeFacts(pa.date32(), "date", "int32", "I"),
     "time": TypeFacts(pa.string(), "time(6)", "int64"),
     "decimal": TypeFacts(None, "numeric", "bytes"),
 }

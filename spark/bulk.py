@@ -35,7 +35,7 @@ from lakemv.core.cdc.changeset import (
     parse_line,
 )
 from lakemv.core.cdc.envelope import Change
-from lakemv.core.cdc.envelopesql import CLEAN, CLOSES, SEQ, beginning, parse_sql
+from lakemv.core.cdc.envelopesql import CLEAN, CLOSES, KINDS, SEQ, beginning, parse_sql
 from lakemv.core.cdc.unavailable import Lookup
 
 _TABLE = "_lmv_table"
@@ -87,8 +87,10 @@ def bulk_changeset(
     result = ChangeSet()
     parsed: dict[str, DataFrame] = {}
     try:
+        # only the tables the unit has lines of: each table's SQL costs seconds to plan
+        present = {row[0] for row in numbered.select(_TABLE).distinct().collect()}
         for table, source in sources.items():
-            if source.is_events:
+            if source.is_events or table not in present:
                 continue
             # A view of its own per table: replacing a temp view uncaches every plan that read it.
             numbered.where(F.col(_TABLE) == table).createOrReplaceTempView(f"{relation}_{table}")
@@ -204,8 +206,9 @@ def beginnings(files: list[str], sources: Mapping[str, SourceTable]) -> dict[str
 
 
 def register_reader(spark: SparkSession) -> None:
-    """The JVM function the envelope SQL calls (`lakemv.core.cdc.envelopesql.CLOSES`), in `spark`'s session."""
+    """The JVM functions the envelope SQL calls (`lakemv.core.cdc.envelopesql.CLOSES` and `KINDS`), in `spark`'s session."""
     spark.udf.registerJavaFunction(CLOSES, "dev.lakemv.spark.JsonCloses", "boolean")
+    spark.udf.registerJavaFunction(KINDS, "dev.lakemv.spark.JsonKinds", "string")
 
 
 def raw_lines(frame: DataFrame) -> pa.Table:

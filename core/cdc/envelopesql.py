@@ -9,22 +9,22 @@ out of range, an ISO timestamp outside the strict form below, an image with fiel
 lacks or without some it declares, an over-long line. Those few go to `parse_envelope`, which turns
 them into changes, skips or dead letters with their reasons, exactly as it always did.
 
-A line is read by Spark's JSON reader (`from_json`), its envelope typed and each image as a VARIANT
+A line is read by Spark's JSON reader (`from_json`), its envelope and images typed by the declaration
 (a whole line as a VARIANT cost about 70 µs: a Debezium line is two thirds Connect schema). What the
 reader is lenient about is checked beside it: a value it could not convert marks the line (its
 corrupt-record column), text after the first value is found by `lakemv_json_closes` (a small JVM
 function), and a `schema` or `payload` that may be present as JSON null leaves the line to the driver.
-An image's JSON types are read through `schema_of_variant`, one string, e.g.
-`OBJECT<email: STRING, id: BIGINT, username: VOID>` (fields sorted, JSON null as VOID), matched
-against one pattern per table that spells every declared column with the JSON types its declared
-type accepts - so the type checks and "exactly the declared fields" are one regular expression.
-Each value is then extracted once. The SQL carries no per-unit literal (batch id, time), so Spark's
+The reader takes any JSON value as a string field's text and does not say which fields were absent or
+undeclared, so the image's JSON kinds are read beside it by `lakemv_json_kinds` (another small JVM
+function), one character a declared column, e.g. `ISN` (an integer, a string, a null; `-` absent, a
+trailing `+` when the image has an undeclared field), matched against one pattern per table that
+spells every declared column with the JSON kinds its declared type accepts - so the type checks and
+"exactly the declared fields" are one regular expression over a few characters. The SQL carries no per-unit literal (batch id, time), so Spark's
 compiled code is reused from unit to unit.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +39,7 @@ from lakemv.core.types import DRIVER_ONLY_LOGICAL, LOGICAL, TYPES
 CLEAN = "_lmv_clean"
 SEQ = "_lmv_seq"  # the line's place in the unit: on equal positions the later line wins
 CLOSES = "lakemv_json_closes"  # SQL function (the JVM's dev.lakemv.spark.JsonCloses): one value, its closers, nothing after
+KINDS = "lakemv_json_kinds"  # SQL function (the JVM's dev.lakemv.spark.JsonKinds): the JSON kinds of an object's named fields
 _BAD = "_lmv_bad"  # the JSON reader's corrupt-record column: a value it could not convert
 # Spark's JSON reader as strict as the driver's: no single quotes, no NaN or Infinity (other leniencies are off by default).
 _READER = f"map('columnNameOfCorruptRecord', '{_BAD}', 'allowSingleQuotes', 'false', 'allowNonNumericNumbers', 'false')"
@@ -51,14 +52,31 @@ _MIN_DAYS, _MAX_DAYS = -719162, 2932896
 
 
 # Types only `parse_envelope` decodes (base64 decimals, times of day): their lines are never clean here.
-_PYTHON_ONLY = tuple(name for name, facts in TYPES.items() if facts.json_kinds == ("NONE",))
+_PYTHON_ONLY = tuple(name for name, facts in TYPES.items() if not facts.json_kinds)
 
 
-def _kinds(column: Column) -> tuple[str, ...]:
-    """The JSON kinds (schema_of_variant) a declared column accepts set-wise."""
+def _kinds(column: Column) -> str:
+    """The JSON kinds (`lakemv_json_kinds`' characters) a declared column's values take set-wise."""
     if column.type == "timestamp" and column.wire_encoding == "iso":
-        return ("STRING",)
+        return "S"
     return TYPES[column.type].json_kinds
+
+
+def _class(column: Column, nullable: bool) -> str:
+    """A regular expression of one character: the kinds the column accepts (N: null), or never."""
+    return f"[{_kinds(column)}{'N' if nullable else ''}]" if _kinds(column) else "(?!)"
+
+
+# How the JSON reader types a declared column's image field (the checks and conversions are the SQL's).
+_READ_AS = {"string": "STRING", "bigint": "BIGINT", "int": "BIGINT", "double": "DOUBLE", "boolean": "BOOLEAN", "date": "BIGINT"}
+
+
+def _image_ddl(source: SourceTable, keys_only: bool = False) -> str:
+    """An image's struct type for the JSON reader (a timestamp as text: a number or ISO text). A deletion
+    reads its image's key alone: the other fields' values, read as text whatever they are, are looked at
+    only for placeholders."""
+    typed = lambda c: _READ_AS.get(c.type, "STRING") if not keys_only or c.name in source.primary_key else "STRING"  # noqa: E731
+    return "STRUCT<" + ", ".join(f"{q(c.name)}: {typed(c)}" for c in source.columns) + ">"
 
 
 # The Connect logical types each declared encoding is (lakemv.core.types.LOGICAL, inverted; isostring
@@ -77,10 +95,10 @@ def _schema_agrees(column: Column) -> str:
 
 
 def _envelope_ddl(source: SourceTable) -> str:
-    """The envelope's fields the rules read, typed for Spark's JSON reader (an image as a VARIANT)."""
+    """The envelope's fields the rules read, typed for Spark's JSON reader."""
     in_source = sorted({"ts_ms", *(p.split(".", 1)[1] for p in source.ordering if p.startswith("source."))} - {"snapshot"})
     fields = ", ".join([*(f"{q(f)}: BIGINT" for f in in_source), "snapshot: STRING"])
-    return f"op STRING, before VARIANT, after VARIANT, source STRUCT<{fields}>, ts_ms BIGINT"
+    return f"op STRING, before {_image_ddl(source, keys_only=True)}, after {_image_ddl(source)}, source STRUCT<{fields}>, ts_ms BIGINT"
 
 
 def _path(path: str) -> str:
@@ -89,12 +107,9 @@ def _path(path: str) -> str:
 
 
 def image_pattern(source: SourceTable) -> str:
-    """The regular expression `schema_of_variant` of a clean after-image matches (SQL-escaped)."""
-    fields = []
-    for column in sorted(source.columns, key=lambda c: c.name):
-        kinds = list(_kinds(column)) + ([] if column.name in source.primary_key else ["VOID"])
-        fields.append(f"{re.escape(column.name)}: ({'|'.join(kinds)})")
-    return "^OBJECT<" + ", ".join(fields) + ">$"
+    """The regular expression the `lakemv_json_kinds` of a clean after-image matches: each declared column
+    of a kind its type accepts (a key never null), no other field."""
+    return "^" + "".join(_class(c, c.name not in source.primary_key) for c in source.columns) + "$"
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -102,37 +117,35 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _value(column: Column, raw: str) -> tuple[str, str]:
-    """(typed value, extra check) for image field `raw` (a VARIANT column) whose JSON kind the image
-    pattern already checked; the extra check covers ranges and the ISO form."""
-    long = f"try_variant_get({raw}, '$', 'bigint')"
+    """(typed value, extra check) for image field `raw` as the JSON reader typed it (`_READ_AS`), its JSON
+    kind already checked by the image pattern; the extra check covers ranges and the ISO form."""
     if column.type in _PYTHON_ONLY:
         return f"CAST(NULL AS {column.spark_type})", "false"
     if column.type in ("string", "bigint", "boolean"):
-        return f"try_variant_get({raw}, '$', '{column.type}')", "true"
+        return raw, "true"
     if column.type == "int":
-        return f"try_cast({long} AS INT)", f"({long} IS NULL OR {long} BETWEEN {-(2**31)} AND {2**31 - 1})"
+        return f"try_cast({raw} AS INT)", f"({raw} IS NULL OR {raw} BETWEEN {-(2**31)} AND {2**31 - 1})"
     if column.type == "double":
-        value = f"try_variant_get({raw}, '$', 'double')"
-        return value, f"({value} IS NULL OR (NOT isnan({value}) AND abs({value}) < double('Infinity')))"
+        return raw, f"({raw} IS NULL OR (NOT isnan({raw}) AND abs({raw}) < double('Infinity')))"
     if column.type == "date":
-        return f"date_from_unix_date(try_cast({long} AS INT))", f"({long} IS NULL OR {long} BETWEEN {_MIN_DAYS} AND {_MAX_DAYS})"
-    micros = q(f"_lmv_us_{column.name}")  # computed in its own step (see `_micros`)
-    return f"timestamp_micros({micros})", f"({raw} IS NULL OR is_variant_null({raw}) OR {micros} BETWEEN {MIN_MICROS} AND {MAX_MICROS})"
+        return f"date_from_unix_date(try_cast({raw} AS INT))", f"({raw} IS NULL OR {raw} BETWEEN {_MIN_DAYS} AND {_MAX_DAYS})"
+    micros = q(f"_lmv_us_{column.name}")  # computed in its own steps (see `_iso_steps`)
+    return f"timestamp_micros({micros})", f"({raw} IS NULL OR {micros} BETWEEN {MIN_MICROS} AND {MAX_MICROS})"
 
 
-def _iso_steps(column: Column, raw: str) -> tuple[str, str, str]:
-    """Three steps of SELECT items for a timestamp field, each naming what the next one reads once:
-    its text, the text's parts (strict ISO form only), and its epoch micros - a number in the declared
-    unit (floor division, as Python's `//`) or the ISO parts (offset applied, naive means UTC)."""
+def _iso_steps(column: Column, raw: str, at: int) -> tuple[str, str, str]:
+    """Three steps of SELECT items for a timestamp field (`raw`: its text as the JSON reader gives it, a
+    number's or a string's; `at`: its place in the image's kinds), each naming what the next one reads
+    once: whether it is a JSON integer, the text's parts (strict ISO form only), and its epoch micros - a
+    number in the declared unit (floor division, as Python's `//`) or the ISO parts (offset applied,
+    naive means UTC)."""
     name = column.name
     text, match, offset, micros = (q(f"_lmv_{k}_{name}") for k in ("text", "iso", "offset", "us"))
-    first = (
-        f"schema_of_variant({raw}) = 'BIGINT' AS {q(f'_lmv_num_{name}')}, try_variant_get({raw}, '$', 'bigint') AS {q(f'_lmv_long_{name}')}, "
-        f"try_variant_get({raw}, '$', 'string') AS {text}"
-    )
+    first = f"substr(kinds, {at}, 1) = 'I' AS {q(f'_lmv_num_{name}')}, try_cast({raw} AS BIGINT) AS {q(f'_lmv_long_{name}')}, {raw} AS {text}"
+    iso_only = f"CASE WHEN NOT {q(f'_lmv_num_{name}')} THEN"  # (a number's text is not matched against the ISO form)
     second = (
-        f"{text} RLIKE '{_ISO}' AS {match}, regexp_extract({text}, '(Z|[+-][0-9]{{2}}:[0-9]{{2}})$', 1) AS {offset}, "
-        f"regexp_extract({text}, '\\\\.([0-9]+)', 1) AS {q(f'_lmv_frac_{name}')}"
+        f"{iso_only} {text} RLIKE '{_ISO}' END AS {match}, {iso_only} regexp_extract({text}, '(Z|[+-][0-9]{{2}}:[0-9]{{2}})$', 1) END AS {offset}, "
+        f"{iso_only} regexp_extract({text}, '\\\\.([0-9]+)', 1) END AS {q(f'_lmv_frac_{name}')}"
     )
     long = q(f"_lmv_long_{name}")
     encoding = column.wire_encoding
@@ -195,30 +208,30 @@ def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None, be
     (`beginning`: a wrapped line's vouched `{"schema":<S>,"payload":`) has only its payload read."""
     field = lambda c: q(f"_lmv_v_{c.name}")  # noqa: E731 - the image field of column c
     position = "coalesce(" + ", ".join(_path(p) for p in source.ordering) + ")"  # the first present (a wrong type marks the line)
-    fields = ", ".join(f"variant_get(image, '$.{c.name}') AS {field(c)}" for c in source.columns)
-    stamps = [c for c in source.columns if c.type == "timestamp"]
-    steps = [_iso_steps(c, field(c)) for c in stamps]
+    image = lambda c: (
+        f"CASE WHEN deleted THEN e.before.{q(c.name)} ELSE e.after.{q(c.name)} END" if c.name in source.primary_key else f"e.after.{q(c.name)}"
+    )  # noqa: E731
+    fields = ", ".join(f"{image(c)} AS {field(c)}" for c in source.columns)
+    at = {c.name: i for i, c in enumerate(source.columns, 1)}  # a column's place in the image's kinds
+    steps = [_iso_steps(c, field(c), at[c.name]) for c in source.columns if c.type == "timestamp"]
     texts, parts, micros = ("".join(f", {s[i]}" for s in steps) for i in range(3))
     typed = {c.name: _value(c, field(c)) for c in source.columns}
-    keys = " AND ".join(
-        f"schema_of_variant({field(source.column(k))}) RLIKE '^({'|'.join(_kinds(source.column(k)))})$' AND {typed[k][1]}" for k in source.primary_key
-    )
+    keys = " AND ".join(f"substr(kinds, {at[k]}, 1) RLIKE '^{_class(source.column(k), False)}$' AND {typed[k][1]}" for k in source.primary_key)
     checks = " AND ".join(check for _, check in typed.values() if check != "true") or "true"
     # (no line has more characters than bytes: most are measured by their bytes alone)
     too_long = f"(octet_length(value) > {max_line_chars} AND length(value) > {max_line_chars})" if max_line_chars is not None else "false"
     # Debezium's placeholder for an unavailable value as an image value (or an array's first element), in
     # any spelling: the line is the driver's (lakemv.core.cdc.unavailable), as is one that is not UTF-8 (its
     # dead letter says where). Read off the parsed image, not searched for in the line (a regex over every
-    # line was the set-wise parse's largest cost); a placeholder elsewhere is never read.
+    # line was the set-wise parse's largest cost); a placeholder elsewhere is never read. An after-image's
+    # typed columns fail the reader on a string, and its kinds hold no array: only its text columns can
+    # hold one. A deletion's image is read as text but for its key: any field can, and an array's
+    # first element is not read here (such a line is the driver's).
     spellings = ", ".join(f"'{spelling}'" for spelling in sorted(SPELLINGS))
-    in_image = " OR ".join(
-        f"coalesce(try_variant_get(image, '$.{c.name}{at}', 'string') IN ({spellings}), false)" for c in source.columns for at in ("", "[0]")
-    )
-    # (an after-image of the declared JSON types holds no array: only its text values can be placeholders)
-    texts_only = " OR ".join(
-        f"coalesce(try_variant_get({field(c)}, '$', 'string') IN ({spellings}), false)" for c in source.columns if "STRING" in _kinds(c)
-    )
-    placeholder = f"CASE WHEN deleted THEN {in_image} ELSE {texts_only or 'false'} END"
+    texts_of = lambda image, columns: " OR ".join(f"coalesce(e.{image}.{q(c.name)} IN ({spellings}), false)" for c in columns) or "false"  # noqa: E731
+    text_columns = [c for c in source.columns if _READ_AS.get(c.type, "STRING") == "STRING"]
+    before_texts = [c for c in source.columns if c.name not in source.primary_key or c in text_columns]
+    placeholder = f"CASE WHEN deleted THEN instr(kinds, 'A') > 0 OR {texts_of('before', before_texts)} ELSE {texts_of('after', text_columns)} END"
     # A Connect schema may say a field is encoded otherwise than declared (lakemv.core.cdc.envelope.field_wires):
     # a wrapped line is clean only if its schema names, for each temporal column, no logical type or
     # one that means the declared encoding; decimals and times are Python's anyway.
@@ -242,6 +255,12 @@ def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None, be
         if agreed
         else "CAST(NULL AS ARRAY<STRUCT<field: STRING, name: STRING>>)"
     )
+    # where the image is, for its kinds: in the payload read after a vouched beginning, or in the line
+    image_path = (
+        "CASE WHEN known = 0 AND wrapped THEN (CASE WHEN e.op = 'd' THEN 'payload.before' ELSE 'payload.after' END) "
+        "ELSE (CASE WHEN e.op = 'd' THEN 'before' ELSE 'after' END) END"
+    )
+    names = ",".join(c.name for c in source.columns)
     # Wrapped means both `schema` and `payload` present, as the driver reads it; the reader cannot tell a
     # JSON null from an absent field, so a line where either may be a null is the driver's.
     maybe_null = "(j.payload IS NULL AND (j.schema IS NOT NULL OR instr(value, '\"payload\"') > 0)) OR (j.payload IS NOT NULL AND j.schema IS NULL)"
@@ -260,11 +279,11 @@ WITH json AS (
 ), enveloped AS (
   SELECT value, file, {SEQ}, j, known, wrapped, readable, e, e.op AS op, e.op = 'd' AS deleted,
          {image_fields} AS image_fields,
-         CASE WHEN e.op = 'd' THEN e.before ELSE e.after END AS image,
+         CASE WHEN readable THEN {KINDS}(bin, known, {image_path}, '{names}') END AS kinds,
          {position} AS pos, coalesce(e.source.ts_ms, e.ts_ms) AS ts
   FROM unwrapped
 ), fielded AS (
-  SELECT *, schema_of_variant(image) AS image_kind, {fields} FROM enveloped
+  SELECT *, {fields} FROM enveloped
 ), texted AS (
   SELECT *{texts} FROM fielded
 ), split AS (
@@ -287,8 +306,8 @@ SELECT {columns},
          AND op IN ('c', 'r', 'u', 'd')
          AND pos >= 0
          AND (ts IS NULL OR ts BETWEEN 0 AND {MAX_MICROS // 1000})
-         AND CASE WHEN deleted THEN image_kind LIKE 'OBJECT%' AND {keys}
-                  ELSE image_kind RLIKE '{image_pattern(source)}' AND {checks} END,
+         AND kinds IS NOT NULL
+         AND CASE WHEN deleted THEN {keys} ELSE kinds RLIKE '{image_pattern(source)}' AND {checks} END,
          false) AS {q(CLEAN)}
 FROM timed
 """

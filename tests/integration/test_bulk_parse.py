@@ -148,6 +148,47 @@ def test_what_sparks_json_reader_would_let_through_is_the_drivers(spark, sources
     assert assert_same_parse(spark, sources, lines) == 3  # only the three plain lines are Spark's
 
 
+def test_what_the_readers_types_would_hide_is_the_drivers(spark, sources):
+    """The JSON reader types an image by the declaration: a string column takes any value as its text, an
+    absent field reads as null, an undeclared one is not read, a repeated key keeps its last value. The
+    image's JSON kinds (`lakemv_json_kinds`) make each such line the driver's; a key spelled with an
+    escape and a deletion's non-key fields of any type stay Spark's."""
+    after = {"id": 1, "email": "a@x", "username": "a", "registered_at": 0}
+    line = lambda **image: json.dumps({"op": "c", "after": {**after, **image}, "source": {"lsn": 1, "ts_ms": 0}})  # noqa: E731
+    delete = lambda **image: json.dumps({"op": "d", "before": {"email": "a@x", **image}, "source": {"lsn": 2, "ts_ms": 0}})  # noqa: E731
+    drop = json.loads(line())
+    del drop["after"]["username"]
+    schema = connect_schema(sources["users"])
+    odd = [
+        json.dumps(drop),  # a declared field absent
+        line(extra=1),  # an undeclared field
+        line().replace('"email": "a@x"', '"email": "a@x", "email": "b@x"'),  # a repeated key
+        line(id=1.0),
+        line().replace('"id": 1', '"id": 1e3'),
+        line(id=2**64),
+        line(username=5),  # a number in a text column
+        line(username=["a"]),
+        line(username={"a": 1}),
+        line(registered_at="1700000000000000"),  # digits in text where the encoding is a number
+        line(registered_at=True),
+        line(email=None),  # a null key
+        delete(username="__debezium_unavailable_value"),
+        delete(username=["__debezium_unavailable_value"]),
+        delete(id=[1]),
+        delete(email=5),
+        json.dumps({"schema": schema, "payload": json.loads(line()), "payload ": 1}).replace('"payload ": 1', '"payload": ' + line(email="c@x")),
+    ]
+    spark_s = [
+        line(),
+        line().replace('"id"', '"\\u0069d"'),  # a key spelled with an escape
+        delete(id="x", username=5, registered_at={"a": 1}),  # a deletion reads its key alone
+        delete(extra={"a": 1}),
+        line(username=None, registered_at=None),
+    ]
+    lines = [(text, at("users")) for text in [*spark_s, *odd]]
+    assert assert_same_parse(spark, sources, lines) == len(spark_s)
+
+
 # JSON values that probe each rule: types, ranges, the strict ISO form and what falls outside it.
 _SCALARS = st.one_of(
     st.none(),
@@ -196,9 +237,9 @@ def envelopes(draw) -> str:  # noqa: ANN001
     return json.dumps(body)
 
 
-# Each example is one Spark job: 5 examples of 10-120 lines (about 20 on average) draw about as many
-# envelopes as 15 examples of 1-40 lines (about 6) did.
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+# Each example is one Spark job (about a second now that only the tables a unit has lines of are
+# planned): 15 examples of 10-120 lines.
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.tuples(envelopes(), st.sampled_from(["users", "users", "users", "nope"])), min_size=10, max_size=120))
 def test_every_rule_gives_the_same_outcome_in_spark_and_in_the_driver(spark, sources, drawn):
     lines = [(text, at(folder)) for text, folder in drawn]
