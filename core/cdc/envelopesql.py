@@ -19,8 +19,8 @@ undeclared, so the image's JSON kinds are read beside it by `lakemv_json_kinds` 
 function), one character a declared column, e.g. `ISN` (an integer, a string, a null; `-` absent, a
 trailing `+` when the image has an undeclared field), matched against one pattern per table that
 spells every declared column with the JSON kinds its declared type accepts - so the type checks and
-"exactly the declared fields" are one regular expression over a few characters. The SQL carries no per-unit literal (batch id, time), so Spark's
-compiled code is reused from unit to unit.
+"exactly the declared fields" are one regular expression over a few characters. The SQL carries no
+per-unit literal (batch id, time), so Spark's compiled code is reused from unit to unit.
 """
 
 from __future__ import annotations
