@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation, localcontext
@@ -53,9 +54,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _describe(value: Any) -> str:
-    kind = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object", list: "array"}.get(
-        type(value), type(value).__name__
-    )
+    kind = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object", list: "array"}.get(type(value), type(value).__name__)
     text = repr(value)
     return f"{kind} {text[:40] + '...' if len(text) > 40 else text}"
 
@@ -170,6 +169,9 @@ def _date(column: Column, value: Any) -> int:
     return days
 
 
+_DOUBLE_MAX = int(sys.float_info.max)
+
+
 def coerce(column: Column, value: Any, wire: Wire | None = None) -> Any:
     """Return `value` as the Python value Arrow stores for `column`, or raise EnvelopeError.
     `wire` is the field's encoding as the message's schema gives it (None: the declaration's)."""
@@ -188,9 +190,9 @@ def coerce(column: Column, value: Any, wire: Wire | None = None) -> Any:
     if wire is not None and wire.encoding in ENCODINGS.get(kind, ()):
         encoding = wire.encoding  # type: ignore[assignment]
     if kind == "double":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _DOUBLE_MAX):
             return float(value)
-        raise _fail(column, value)
+        raise _fail(column, value)  # (an integer past a double's range, too)
     if kind == "boolean":
         if isinstance(value, bool):
             return value

@@ -151,7 +151,7 @@ def _iso_steps(column: Column, raw: str, at: int) -> tuple[str, str, str]:
     encoding = column.wire_encoding
     number = "CAST(NULL AS BIGINT)"
     if encoding == "nanos":
-        number = f"(({long} - pmod({long}, 1000)) div 1000)"
+        number = f"(({long} div 1000) - CASE WHEN {long} < 0 AND pmod({long}, 1000) <> 0 THEN 1 ELSE 0 END)"  # (no overflow at the lowest long)
     elif encoding in _MICROS_PER:
         per = _MICROS_PER[encoding]  # type: ignore[index]
         number = f"(CASE WHEN {long} BETWEEN {_ceil_div(MIN_MICROS, per)} AND {MAX_MICROS // per} THEN {long} * {per} END)"
@@ -262,8 +262,12 @@ def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None, be
     )
     names = ",".join(c.name for c in source.columns)
     # Wrapped means both `schema` and `payload` present, as the driver reads it; the reader cannot tell a
-    # JSON null from an absent field, so a line where either may be a null is the driver's.
-    maybe_null = "(j.payload IS NULL AND (j.schema IS NOT NULL OR instr(value, '\"payload\"') > 0)) OR (j.payload IS NOT NULL AND j.schema IS NULL)"
+    # JSON null from an absent field, so a line where either may be a null is the driver's (a `payload` key
+    # spelled with an escape is told by its decoded name, `lakemv_json_kinds` of the line's own fields).
+    payload_key = (
+        f"instr(value, '\"payload\"') > 0 OR (instr(value, '\\\\u') > 0 AND coalesce(substr({KINDS}(bin, 0, '', 'payload'), 1, 1), '') <> '-')"
+    )
+    maybe_null = f"(j.payload IS NULL AND (j.schema IS NOT NULL OR {payload_key})) OR (j.payload IS NOT NULL AND j.schema IS NULL)"
     return f"""
 WITH json AS (
   SELECT value, file, {SEQ}, bin, known,

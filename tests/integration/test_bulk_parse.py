@@ -177,6 +177,8 @@ def test_what_the_readers_types_would_hide_is_the_drivers(spark, sources):
         delete(id=[1]),
         delete(email=5),
         json.dumps({"schema": schema, "payload": json.loads(line()), "payload ": 1}).replace('"payload ": 1', '"payload": ' + line(email="c@x")),
+        # a null payload whose key is spelled with an escape, beside a null schema: a tombstone to the driver
+        '{"schema":null,"p\\u0061yload":null,' + line(email="d@x")[1:],
     ]
     spark_s = [
         line(),
@@ -303,3 +305,42 @@ def test_lines_that_begin_as_a_vouched_wrapped_line_have_only_their_payload_read
     assert beginnings(unit_files(Lines(frame)), sources)["users"] == [head]
     read = [(r["value"], r["file"]) for r in frame.collect()]
     assert assert_same_parse(spark, sources, read, frame=Lines(frame)) == 8  # the six, the spaced one and the delete
+
+
+def test_ints_doubles_dates_and_nanos_at_their_edges_parse_the_same(spark, sources):
+    """Types no shipped source declares, at the edges the SQL checks: an int's range, a double's
+    integers past 64 bits and values past its range, a date's range, and nanoseconds down to the lowest
+    64-bit value (floor division, as the driver's). Each edge inside is Spark's; each outside the driver's."""
+    from lakemv.catalog.declarations import SourceRegistry, SourceTable
+
+    table = SourceTable.model_validate(
+        {
+            "name": "measures",
+            "primary_key": ["id"],
+            "columns": [
+                {"name": "id", "type": "bigint"},
+                {"name": "n", "type": "int"},
+                {"name": "x", "type": "double"},
+                {"name": "d", "type": "date"},
+                {"name": "t", "type": "timestamp", "encoding": "nanos"},
+            ],
+        }
+    )
+    registry = SourceRegistry([table])
+    ids = iter(range(1, 100))
+
+    def line(**values: Any) -> str:
+        row = {"id": next(ids), "n": 1, "x": 1.5, "d": 0, "t": 0, **values}
+        return json.dumps({"op": "c", "after": row, "source": {"lsn": row["id"], "ts_ms": 0}})
+
+    inside = [
+        line(n=2**31 - 1), line(n=-(2**31)), line(n=-0), line(x=-0.0), line(x=2**64), line(x=10**30), line(x=1e300),
+        line(d=-719162), line(d=2932896), line(t=-(2**63)), line(t=-1500), line(t=1_700_000_000_123_456_789),
+        json.dumps({"op": "d", "before": {"id": 7, "n": "x", "x": {"a": 1}, "d": None}, "source": {"lsn": 99}}),
+    ]  # fmt: skip
+    outside = [
+        line(n=2**31), line(n=-(2**31) - 1), line(n=1.0), line(x=10**400), line(x="1.5"), line(d=2932897),
+        line(d=-719163), line(d="1970-01-01"), line(t=2**63), line(t="0"), line(t=1.5),
+    ]  # fmt: skip
+    lines = [(text, at("measures")) for text in [*inside, *outside]]
+    assert assert_same_parse(spark, registry, lines) == len(inside)
