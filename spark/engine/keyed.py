@@ -55,12 +55,13 @@ class KeyedStore:
             self.spark,
         )
 
-    def update(self, changes: DataFrame, version: int) -> DataFrame:
+    def update(self, changes: DataFrame, version: int, blind: bool = False) -> DataFrame:
         """Writes `changes` `(space int, a binary, b binary, v binary: null deletes)` over `version`,
-        committing `version + 1`; each change with the value it replaced (`old`). Lazy: runs when the
-        result is evaluated, once."""
+        committing `version + 1`; each change with the value it replaced (`old`). `blind`: the entries
+        replaced are not read (`old` null; no order `s`, no kept prefix `p`), for writes whose caller never
+        reads them. Lazy: runs when the result is evaluated, once."""
         return DataFrame(
-            self._state.update(self.spark._jsparkSession, changes._jdf, version),
+            self._state.update(self.spark._jsparkSession, changes._jdf, version, blind),
             self.spark,
         )
 

@@ -93,6 +93,20 @@ def test_an_update_reports_what_it_replaced_and_a_null_value_deletes(spark, stor
     assert _text(store.lookup(_asked(spark, [(1, "alice", "")]), 1).collect(), "v") == [("v1",)]  # an older version still reads
 
 
+def test_a_blind_update_writes_and_deletes_without_reading_what_it_replaces(spark, store):
+    """An index's moves never read what they replace: a blind update puts and deletes as told, gives no
+    old value, and refuses an order or a kept prefix (which would need the entry read)."""
+    from pyspark.errors import IllegalArgumentException
+
+    store.update(_changes(spark, [(1, "alice", None, "v1"), (1, "bob", None, "v1")]), 0).collect()
+    blind = store.update(_changes(spark, [(1, "alice", None, "v2"), (1, "bob", None, None), (1, "carol", None, None)]), 1, blind=True).collect()
+    assert _text(blind, "a", "v", "old") == [("alice", "v2", None), ("bob", None, None), ("carol", None, None)]
+    assert _text(store.scan(2).collect(), "a", "v") == [("alice", "v2")]
+    ordered = _changes(spark, [(1, "alice", None, "v3")]).withColumn("s", F.lit(5).cast("bigint"))
+    with pytest.raises(IllegalArgumentException, match="a blind write has no order"):
+        store.update(ordered, 2, blind=True)
+
+
 def test_a_replayed_version_is_written_again_and_what_followed_is_gone(spark, store):
     store.update(_changes(spark, [(1, "k", None, "first")]), 0).collect()
     store.update(_changes(spark, [(1, "k", None, "second")]), 1).collect()

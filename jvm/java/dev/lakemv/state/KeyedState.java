@@ -186,6 +186,19 @@ public final class KeyedState implements Serializable {
    * the entry keeps what it holds after it (a view row's digest, then its place), and gives it as v and old.
    */
   public Dataset<Row> update(SparkSession spark, Dataset<Row> changes, long version) {
+    return update(spark, changes, version, false);
+  }
+
+  /**
+   * {@link #update(SparkSession, Dataset, long)}, or with {@code blind} a write that does not read the
+   * entry it replaces: each change is put or deleted as it is (no order, no kept prefix: a frame with s
+   * or p is refused) and gives {@code old} null. For writes whose caller never reads what they replaced
+   * (an index's moves): a read of the store per change was most of a large write's time.
+   */
+  public Dataset<Row> update(SparkSession spark, Dataset<Row> changes, long version, boolean blind) {
+    if (blind && (java.util.Arrays.asList(changes.columns()).contains("s") || java.util.Arrays.asList(changes.columns()).contains("p"))) {
+      throw new IllegalArgumentException("a blind write has no order (s) and keeps no prefix (p)");
+    }
     Column order =
         java.util.Arrays.asList(changes.columns()).contains("s")
             ? functions.col("s").cast(DataTypes.LongType)
@@ -206,7 +219,7 @@ public final class KeyedState implements Serializable {
     RDD<InternalRow> written =
         new StateStoreRDD<InternalRow, InternalRow>(
             placed(asked),
-            new Write(),
+            new Write(blind),
             checkpoint,
             runId,
             operator,
@@ -416,6 +429,11 @@ public final class KeyedState implements Serializable {
   private static final class Write extends AbstractFunction2<StateStore, Iterator<InternalRow>, Iterator<InternalRow>>
       implements Serializable {
     private static final long serialVersionUID = 1L;
+    private final boolean blind;
+
+    Write(boolean blind) {
+      this.blind = blind;
+    }
 
     @Override
     public Iterator<InternalRow> apply(StateStore store, Iterator<InternalRow> changes) {
@@ -432,6 +450,15 @@ public final class KeyedState implements Serializable {
         Long order = change.isNullAt(4) ? null : change.getLong(4);
         boolean prefix = change.getBoolean(5);
         UnsafeRow key = keys.apply(new GenericInternalRow(new Object[] {space, a, b})).copy();
+        if (blind) {
+          if (v == null) {
+            store.remove(key, family);
+          } else {
+            store.put(key, values.apply(new GenericInternalRow(new Object[] {v, null})).copy(), family);
+          }
+          out.add(new GenericInternalRow(new Object[] {space, a, b, v, null}));
+          continue;
+        }
         UnsafeRow old = store.get(key, family);
         byte[] was = old == null ? null : old.getBinary(0);
         if (prefix && v != null && was != null && begins(was, v)) {
