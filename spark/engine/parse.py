@@ -23,6 +23,7 @@ from lakemv.core.cdc.envelope import Change
 from lakemv.core.cdc.envelopesql import CLEAN, SEQ, parse_sql
 from lakemv.core.errors import LakemvError
 from lakemv.spark.bulk import Lines, beginnings, folder_of, parse_lines, raw_lines, register_reader, unit_files
+from lakemv.spark.frames import local_frame
 from lakemv.spark.parallel import concurrently
 from lakemv.spark.views.kept import replan_class
 
@@ -121,7 +122,7 @@ def parse(
     rest = reduce(
         DataFrame.unionByName,
         unclean + ([stray] if stray is not None else []),
-        spark.createDataFrame([], "value STRING, file STRING, " + SEQ + " BIGINT"),
+        local_frame(spark, [], "value STRING, file STRING, " + SEQ + " BIGINT"),
     )
     raw = raw_lines(rest)
     result = ChangeSet()

@@ -35,6 +35,7 @@ from lakemv.core.batch.choice import Ways
 from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.planner.sqltools import spark_tree
 from lakemv.core.sql.viewsql import recompute_sql, rows_sql
+from lakemv.spark.frames import local_frame
 from lakemv.spark.engine.encoding import JSON, RAW, literal_array, packed_texts, row_of, texts_of, untag, untag_each
 from lakemv.spark.engine.walk import Walker
 from lakemv.spark.views.kept import MARK, planning_session, replan_class
@@ -195,7 +196,7 @@ class Recompute:
         if frames:
             parts.append(self._union(frames).join(keys.select("view", "k"), ["view", "k"], "left_semi"))
         if not parts:
-            return self.spark.createDataFrame([], ROWS)
+            return local_frame(self.spark, [], ROWS)
         # A stage over the views' plans side by side sends each of its tasks the lineage of them all, and
         # each task deserializes it (at 100 views, a stage of a task a view took 3.5-4 s): they run in as
         # many tasks as there are cores, once, and what reads the rows reads the checkpoint
@@ -212,7 +213,7 @@ class Recompute:
     def whole_rows(self, frames: Mapping[str, DataFrame]) -> DataFrame:
         """`(view, k, d, row)` of every view's rows (`frames`: view -> its rows), one plan for all views."""
         if not frames:
-            return self.spark.createDataFrame([], ROWS)
+            return local_frame(self.spark, [], ROWS)
         keyed = []
         for name, frame in frames.items():
             made = self._keyed(self.plans[name], frame)
@@ -227,7 +228,7 @@ class Recompute:
         walker = self.walker
         spaces = {walker.numbers[w.digests]: walker.ids[w.view] for w in walker.walks.views if w.view in set(names)}
         if not spaces:
-            return self.spark.createDataFrame([], "space INT, " + CHANGED)
+            return local_frame(self.spark, [], "space INT, " + CHANGED)
         stored = walker.store.scan(version).where(F.col("space").isin(list(spaces))).select("space", F.col("a").alias("k"), F.col("v").alias("old"))
         view_of = F.element_at(F.create_map(*[F.lit(x) for pair in spaces.items() for x in pair]), F.col("space"))
         joined = recomputed.withColumn("space", self._digests()).join(stored, ["space", "k"], "full_outer")

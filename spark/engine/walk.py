@@ -40,6 +40,7 @@ from lakemv.spark.engine.encoding import (
     untag_each,
 )
 from lakemv.spark.engine.keyed import KeyedStore
+from lakemv.spark.frames import local_frame
 
 
 class Walker:
@@ -101,7 +102,10 @@ class Walker:
                 down.append((view, parent, child, *self._ask_row(self.walks.asks[i])))
         hop = "space INT, fields ARRAY<STRING>, types ARRAY<STRING>, strict ARRAY<BOOLEAN>"
         anchor = "ARRAY<STRUCT<occ: INT, space: INT, pos: ARRAY<INT>, types: ARRAY<STRING>, strict: ARRAY<BOOLEAN>>>"
-        create = self.spark.createDataFrame
+
+        def create(rows: list, ddl: str) -> DataFrame:
+            return local_frame(self.spark, rows, ddl)
+
         tables = self.tables()
         indexes = []
         for space in self.walks.spaces:
@@ -307,7 +311,7 @@ class Walker:
         readers = [(tables.index(self.plans[w.view].occurrence(occ).table), self.ids[w.view], occ) for w in self._walked() for occ in w.up]
         if not readers:
             return None
-        readers_frame = F.broadcast(self.spark.createDataFrame(readers, "table INT, view INT, occ INT"))
+        readers_frame = F.broadcast(local_frame(self.spark, readers, "table INT, view INT, occ INT"))
         # a changed row is parsed once, not once for each occurrence that reads it
         frontier = images.withColumn("m", F.expr(parsed("v"))).join(readers_frame, "table").select("view", "occ", F.lit(0).alias("step"), "v", "m")
         up = self._moves["up"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from lakemv.spark.frames import local_frame
 from lakemv.catalog.settings import LakeSettings
 from lakemv.core.errors import TablesRewritten
 from lakemv.core.sql.viewsql import recompute_sql
@@ -106,17 +107,17 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
 
     def full(tables: dict[str, list[tuple]], label: str) -> dict:
         for table, rows in tables.items():
-            spark.createDataFrame(rows, _ddl(sources[table])).createOrReplaceTempView(f"{label}_{table}")
+            local_frame(spark, rows, _ddl(sources[table])).createOrReplaceTempView(f"{label}_{table}")
         live = {t: f"{label}_{t}" for t in sources}
         return {name: spark.sql(recompute_sql(plan, live)) for name, plan in recompute.plans.items()}
 
     before = full(ROWS, "before")
-    walker.load({t: spark.createDataFrame(rows, _ddl(sources[t])) for t, rows in ROWS.items()}, 0)
+    walker.load({t: local_frame(spark, rows, _ddl(sources[t])) for t, rows in ROWS.items()}, 0)
     tables = _view_tables(lake, recompute, before)
 
     changes = {}
     for table, row, deleted in BATCH:
-        frame = spark.createDataFrame([row], _ddl(sources[table])).withColumn("_lmv_deleted", F.lit(deleted))
+        frame = local_frame(spark, [row], _ddl(sources[table])).withColumn("_lmv_deleted", F.lit(deleted))
         changes[table] = changes[table].unionByName(frame) if table in changes else frame
     images, version = walker.apply(changes, 2)
     assert version == 4
@@ -202,12 +203,12 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
     def keyed(tables: dict[str, list[tuple]], label: str) -> tuple[dict, dict, DataFrame]:
         """Every view's rows over `tables` by key (in one job), the relations they read, the rows keyed."""
         for table, rows in tables.items():
-            spark.createDataFrame(rows, _ddl(sources[table])).createOrReplaceTempView(f"{label}_{table}")
+            local_frame(spark, rows, _ddl(sources[table])).createOrReplaceTempView(f"{label}_{table}")
         live = {t: f"{label}_{t}" for t in sources}
         union = recompute.whole_rows({name: spark.sql(recompute_sql(plan, live)) for name, plan in recompute.plans.items()}).localCheckpoint()
         return {(r["view"], bytes(r["k"])): bytes(r["d"]) for r in union.collect()}, live, union
 
-    positioned = {t: spark.createDataFrame(rows, _ddl(sources[t])).withColumn("_lmv_position", F.lit(10).cast("bigint")) for t, rows in ROWS.items()}
+    positioned = {t: local_frame(spark, rows, _ddl(sources[t])).withColumn("_lmv_position", F.lit(10).cast("bigint")) for t, rows in ROWS.items()}
     walker.load(positioned, 0)
     old, before, _ = keyed(ROWS, "before")
     tables = _view_tables(lake, recompute, {name: spark.sql(recompute_sql(plan, before)) for name, plan in recompute.plans.items()})
@@ -215,7 +216,7 @@ def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_th
     changes = {}
     for table, row, deleted, position in [(t, r, d, 20) for t, r, d in BATCH] + [(*STALE, False, 5)]:
         frame = (
-            spark.createDataFrame([row], _ddl(sources[table]))
+            local_frame(spark, [row], _ddl(sources[table]))
             .withColumn("_lmv_deleted", F.lit(deleted))
             .withColumn("_lmv_position", F.lit(position).cast("bigint"))
         )

@@ -10,6 +10,7 @@ import decimal
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from lakemv.spark.frames import local_frame
 from lakemv.spark.engine.views import _text
 from lakemv.spark.engine.encoding import JSON, RAW, literal_array, packed_texts, texts_of
 
@@ -31,7 +32,7 @@ COLUMNS = [
 def test_a_key_read_off_the_columns_packs_as_its_json_does(spark):
     width = max(len(values) for _, _, values in COLUMNS)
     rows = [tuple(values[i % len(values)] for _, _, values in COLUMNS) for i in range(width)]
-    frame = spark.createDataFrame(rows, ", ".join(f"{name} {kind}" for name, kind, _ in COLUMNS))
+    frame = local_frame(spark, rows, ", ".join(f"{name} {kind}" for name, kind, _ in COLUMNS))
     options = ", ".join(f"'{k}', \"{v}\"" for k, v in JSON.items())
     framed = frame.selectExpr("struct(*) AS r").selectExpr("r", f"to_json(r, map({options})) AS row")
     kinds = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
@@ -64,7 +65,7 @@ def test_a_row_packed_as_json_reads_back_as_the_row(spark):
     source = SourceTable(name="every_type", primary_key=("s",), columns=tuple(Column(name=name, type=kind.lower()) for name, kind, _ in declared))
     width = max(len(values) for _, _, values in declared)
     rows = [tuple(values[i % len(values)] for _, _, values in declared) for i in range(width)]
-    frame = spark.createDataFrame(rows, row_schema(source)[len("STRUCT<") : -1].replace("`: ", "` "))
+    frame = local_frame(spark, rows, row_schema(source)[len("STRUCT<") : -1].replace("`: ", "` "))
     packed = frame.selectExpr("struct(*) AS r").select(F.to_json("r", JSON).cast("binary").alias("v"))
     back = packed.select(row_of(source, F.col("v")).alias("r")).select("r.*")
     assert_df_equality(back, frame, ignore_row_order=True, ignore_nullable=True, allow_nan_equality=True)

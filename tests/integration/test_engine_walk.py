@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from functools import reduce
 
 import pytest
+from lakemv.spark.frames import local_frame
 from lakemv.catalog.settings import LakeSettings
 from lakemv.core.planner import over, plan_view
 from lakemv.core.planner.definitions import load_views
@@ -86,7 +87,7 @@ def engine(spark, sources, tmp_path_factory):
     every = every_shape(sources)
     routes = {p.name: route(p) for p in every}
     walker = Walker.of(KeyedStore(spark, str(tmp_path_factory.mktemp("engine") / "state"), partitions=3), every, sources)
-    frames = {t: spark.createDataFrame(rows, ", ".join(f"`{c.name}` {c.spark_type}" for c in sources[t].columns)) for t, rows in ROWS.items()}
+    frames = {t: local_frame(spark, rows, ", ".join(f"`{c.name}` {c.spark_type}" for c in sources[t].columns)) for t, rows in ROWS.items()}
     loaded = walker.load(frames, 0)
     return walker, every, routes, loaded
 
@@ -105,7 +106,7 @@ def test_reached_keys_and_gathered_rows_equal_the_driver_walks(engine, spark, so
     walker, every, routes, _ = engine
     parts = mirror_parts(sources, list(routes.values()))
     oracle = Rows(parts, ROWS)
-    images = {t: spark.createDataFrame(rows, ", ".join(f"`{c.name}` {c.spark_type}" for c in sources[t].columns)) for t, rows in CHANGED.items()}
+    images = {t: local_frame(spark, rows, ", ".join(f"`{c.name}` {c.spark_type}" for c in sources[t].columns)) for t, rows in CHANGED.items()}
     reached = walker.reach(images, 1)
     ids = walker.ids
     expected_keys, evaluated = {}, []
@@ -118,7 +119,7 @@ def test_reached_keys_and_gathered_rows_equal_the_driver_walks(engine, spark, so
         if anchor_rows:  # keys that are expressions: the driver path has Spark evaluate them over the anchor rows it reached
             for anchor, rows in anchor_rows.items():
                 source = sources[plan.occurrence(anchor).table]
-                frame = spark.createDataFrame(rows, ", ".join(f"`{c.name}` {c.spark_type}" for c in source.columns))
+                frame = local_frame(spark, rows, ", ".join(f"`{c.name}` {c.spark_type}" for c in source.columns))
                 row = F.struct(*[F.col(c.name) for c in source.columns]).alias(ROW)
                 values = F.struct(*[F.expr(over(k.expr, ROW)).alias(k.name) for k in plan.keys_at(anchor)])
                 evaluated.append(frame.select(row).select(F.lit(ids[plan.name]).alias("view"), F.to_json(values, JSON).alias("k")))

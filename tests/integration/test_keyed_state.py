@@ -4,12 +4,13 @@ fails here, not in a batch, when Spark changes under it."""
 from __future__ import annotations
 
 import pytest
+from lakemv.spark.frames import local_frame
 from lakemv.spark.engine.keyed import KeyedStore
 from pyspark.sql import functions as F
 
 
 def _changes(spark, rows):
-    return spark.createDataFrame(rows, "space INT, a STRING, b STRING, v STRING").select(
+    return local_frame(spark, rows, "space INT, a STRING, b STRING, v STRING").select(
         "space",
         F.col("a").cast("binary").alias("a"),
         F.coalesce(F.col("b"), F.lit("")).cast("binary").alias("b"),
@@ -18,7 +19,7 @@ def _changes(spark, rows):
 
 
 def _asked(spark, rows):
-    return spark.createDataFrame(rows, "space INT, a STRING, tag STRING").select(
+    return local_frame(spark, rows, "space INT, a STRING, tag STRING").select(
         "space",
         F.col("a").cast("binary").alias("a"),
         F.col("tag").cast("binary").alias("tag"),
@@ -171,7 +172,7 @@ def test_an_ordered_change_older_than_its_entry_is_not_written_and_a_delete_leav
     a snapshot's read of a row changed since, or a replayed stretch of the stream, leaves the newer row."""
 
     def ordered(rows):
-        return spark.createDataFrame(rows, "a STRING, v STRING, s BIGINT").select(
+        return local_frame(spark, rows, "a STRING, v STRING, s BIGINT").select(
             F.lit(1).alias("space"),
             F.col("a").cast("binary").alias("a"),
             F.lit(b"").cast("binary").alias("b"),
@@ -203,7 +204,7 @@ def test_a_change_marked_p_whose_value_begins_the_entry_keeps_the_entry(spark, s
     and the old value (with its place) comes back for the row's delete."""
 
     def marked(rows, p=True):
-        return spark.createDataFrame(rows, "a STRING, v STRING").select(
+        return local_frame(spark, rows, "a STRING, v STRING").select(
             F.lit(1).alias("space"),
             F.col("a").cast("binary").alias("a"),
             F.lit(b"").cast("binary").alias("b"),
