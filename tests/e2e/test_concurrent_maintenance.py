@@ -33,7 +33,7 @@ from tests.e2e.crash_harness import MODELS, assert_views_match_model, read_lake
 ROUNDS = 12
 
 
-@pytest.mark.slow(290)
+@pytest.mark.slow(120)
 def test_compaction_and_ingest_commit_concurrently_without_losing_a_change(tmp_path, spark, sources):
     staging, landing, warehouse = tmp_path / "staging", tmp_path / "landing", tmp_path / "wh"
     workload, events, _ = generate_files(WorkloadConfig(users=200, seed=5, rounds=ROUNDS), sources, staging)

@@ -27,7 +27,7 @@ KIND_POINTS = (
 assert set(KIND_POINTS) <= set(POINTS)
 
 
-@pytest.mark.slow(200)
+@pytest.mark.slow(290)
 def test_a_kill_at_each_kind_of_step_recovers_to_the_crash_free_result(tmp_path, sources):
     trial = run_trial(tmp_path, seed=2, users=80, rounds=5, sources=sources, points=KIND_POINTS)
     assert not trial.not_reached, f"crash points never reached (the schedule proves nothing there): {trial.not_reached}"
@@ -48,7 +48,7 @@ BACKLOG_KILLS = (("deferred:user_profile", 1), ("view:user_profile", 3), ("state
 assert set(BACKLOG_KILLS) <= set(BACKLOG_SCHEDULE)
 
 
-@pytest.mark.slow(110)
+@pytest.mark.slow(140)
 def test_a_backlog_and_a_waiting_view_recover_to_the_crash_free_result(tmp_path, sources):
     trial = run_trial(
         tmp_path, seed=5, users=60, rounds=BACKLOG_ROUNDS, sources=sources, deferred=BACKLOG_DEFERRED, backlog=True,
@@ -68,7 +68,7 @@ def test_a_backlog_and_a_waiting_view_recover_to_the_crash_free_result(tmp_path,
 EVENT_KILLS = (("journaled", 1), ("keys:page_views_hourly", 2), ("state:search_clicks", 2))
 
 
-@pytest.mark.slow(120)
+@pytest.mark.slow(155)
 def test_event_views_recover_to_the_crash_free_result(tmp_path):
     trial = run_trial(tmp_path, seed=3, rounds=4, events=200, schedule=EVENT_KILLS, lose_state_every=len(EVENT_KILLS))
     assert not trial.not_reached, trial.not_reached
@@ -86,7 +86,7 @@ ENGINE_KILLS = ("state:rows", "views")
 assert set(ENGINE_KILLS) <= set(ENGINE_POINTS)
 
 
-@pytest.mark.slow(160)
+@pytest.mark.slow(260)
 def test_the_engine_state_recovers_to_the_crash_free_result(tmp_path, sources):
     trial = run_trial(tmp_path, seed=4, users=40, rounds=3, sources=sources, points=ENGINE_KILLS, engine=True, lose_state_every=1)
     assert not trial.not_reached, f"crash points never reached (the schedule proves nothing there): {trial.not_reached}"

@@ -47,7 +47,7 @@ def _probe_every_snapshot(settings) -> set[tuple]:
         con.close()
 
 
-@pytest.mark.slow(170)
+@pytest.mark.slow(190)
 def test_backfill_compaction_and_queries_while_ingest_commits(tmp_path, sources, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("LAKEMV_CATALOG_NAME", f"l_{uuid.uuid4().hex[:8]}")  # this process's flows and the ingest
     for key, value in (("LAKEMV_SPARK_MASTER", "local[2]"), ("LAKEMV_DRIVER_MEMORY", "2g"), ("LAKEMV_SHUFFLE_PARTITIONS", "2")):

@@ -336,7 +336,7 @@ def _incremental_reads(bootstrap: str, topic: str) -> int:
     )  # fmt: skip
 
 
-@pytest.mark.slow(150)
+@pytest.mark.slow(65)
 def test_debezium_as_postgresql_really_sends_it(stack: Stack, tmp_path: Path, sources):
     """What Debezium's PostgreSQL connector sends besides plain changes, on the real stack: a column
     added, retyped and dropped on a live table, a TRUNCATE, a logical decoding message, heartbeats,

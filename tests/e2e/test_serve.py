@@ -104,7 +104,7 @@ SELECT r.owner, count(*) AS repos FROM repos r GROUP BY r.owner
 # Short intervals: every ingest run is a process that starts Spark, so the runs scheduled while the test
 # waits for the first compaction are what it costs (with a first compaction after 40 s: 190 s alone).
 # UI_SCREENSHOTS=<folder> keeps the browser's screenshots there (docs/operations.md shows them).
-@pytest.mark.slow(110)
+@pytest.mark.slow(280)
 def test_serve_runs_the_deployments_on_schedule(tmp_path, sources):
     staging, landing, warehouse = tmp_path / "staging", tmp_path / "landing", tmp_path / "wh"
     # (a source clock that ends about now, as a live database's does: the views' lags are minutes, not years)

@@ -90,7 +90,7 @@ def signal_group_and_check(process: subprocess.Popen, mark: str, number: signal.
     return took
 
 
-@pytest.mark.slow(150)
+@pytest.mark.slow(90)
 def test_ingest_stops_mid_batch_on_a_group_signal_and_the_next_run_equals_a_crash_free_one(tmp_path, sources):
     """SIGTERM, as a supervisor sends it (Ctrl-C's SIGINT takes the same way out: the idle test below)."""
     number = signal.SIGTERM

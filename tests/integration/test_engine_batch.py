@@ -99,7 +99,7 @@ def _assert_places(lake, tables: ViewTables, version: int) -> None:
     assert kept == live, (sorted(kept - live)[:3], sorted(live - kept)[:3])
 
 
-@pytest.mark.slow(60)
+@pytest.mark.slow(120)
 def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, lake, sources, tmp_path):
     every = every_shape(sources)
     walker = Walker.of(KeyedStore(spark, str(tmp_path / "state"), partitions=3), every, sources)
@@ -190,7 +190,7 @@ def test_a_batch_changes_exactly_the_rows_two_full_recomputes_tell_apart(spark, 
 STALE = ("users", (1, "a@x", "alice-long-ago", T))
 
 
-@pytest.mark.slow(60)
+@pytest.mark.slow(130)
 def test_a_batch_that_reaches_no_keys_recomputes_every_view_whole_and_changes_the_same_rows(spark, lake, sources, tmp_path):
     """A backlog's way (`Ways.batch` chose it): every view recomputed whole over the tables after the batch
     and diffed against all of its digests (a scan), with no key reached: the same changed rows as two full

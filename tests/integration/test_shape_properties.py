@@ -49,7 +49,7 @@ EXAMPLES = int(os.environ.get("LAKEMV_SHAPE_EXAMPLES", "1"))
 PROPERTY_SHAPES = tuple(SHAPES) if EXAMPLES > 1 or os.environ.get("LAKEMV_ALL_SHAPES") else KIND_SHAPES
 
 
-@pytest.mark.slow(120)
+@pytest.mark.slow(70)
 @examples(EXAMPLES)
 @given(history=histories(unique_usernames=True, later_batches=2), mode=st.sampled_from(["scan", "indexed", "direct"]))
 def test_every_shape_equals_its_recomputes_after_every_random_batch(spark, tmp_path, sources, history, mode):

@@ -35,7 +35,7 @@ DAGS = {
 }  # fmt: skip
 
 
-@pytest.mark.slow(180)
+@pytest.mark.slow(300)
 def test_tpch_views_equal_spark_and_duckdb_full_runs_after_every_refresh(lake, tmp_path, monkeypatch):
     monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_INCREMENTAL)  # the incremental path, however cold batches measure
     workload = TpchWorkload(TpchConfig(scale=0.001, rounds=2, orders_per_round=6, updates_per_round=12))

@@ -490,7 +490,7 @@ def examples(count: int) -> settings:
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 
 
-@pytest.mark.slow(200)
+@pytest.mark.slow(135)
 @examples(int(os.environ.get("LAKEMV_VIEW_EXAMPLES", "3")))
 @given(history=histories(), mode=st.sampled_from(["scan", "indexed", "direct"]))
 def test_views_equal_their_full_recompute_after_every_batch(spark, tmp_path, sources, history, mode):

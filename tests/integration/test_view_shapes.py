@@ -119,7 +119,7 @@ def assert_duckdb_agrees(lake, plans: list[ViewPlan]) -> None:
         assert result.matching == result.table_rows == result.expected_rows, result.summary()
 
 
-@pytest.mark.slow(220)
+@pytest.mark.slow(175)
 @pytest.mark.parametrize(("lookups", "path"), VARIANTS, ids=["-".join(v) for v in VARIANTS])
 def test_each_shape_equals_its_full_recompute_after_every_batch(lake, tmp_path, lookups, path, monkeypatch):
     """After each batch every view equals lakemv's recompute and its SQL run verbatim over the live
