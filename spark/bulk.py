@@ -74,7 +74,8 @@ def bulk_changeset(
     """
     spark = lines.frame.sparkSession
     register_reader(spark)
-    known = beginnings(unit_files(lines), sources)
+    files = unit_files(lines)
+    known = beginnings(files, sources)
     relation = f"_lmv_bulk_{batch_id}"
     # Line numbers from Spark's partition order, the same on a replay of the same files; the lines
     # are read once for every table.
@@ -87,8 +88,9 @@ def bulk_changeset(
     result = ChangeSet()
     parsed: dict[str, DataFrame] = {}
     try:
-        # only the tables the unit has lines of: each table's SQL costs seconds to plan
-        present = {row[0] for row in numbered.select(_TABLE).distinct().collect()}
+        # only the tables the unit has lines of: each table's SQL costs seconds to plan (from the unit's
+        # files where they are known, else by a job)
+        present = {folder_of(uri) for uri in files} if files else {row[0] for row in numbered.select(_TABLE).distinct().collect()}
         for table, source in sources.items():
             if source.is_events or table not in present:
                 continue

@@ -71,11 +71,16 @@ def _class(column: Column, nullable: bool) -> str:
 _READ_AS = {"string": "STRING", "bigint": "BIGINT", "int": "BIGINT", "double": "DOUBLE", "boolean": "BOOLEAN", "date": "BIGINT"}
 
 
+def _read_as(column: Column) -> str:
+    """The type the JSON reader reads `column`'s image field as (any other type: its text)."""
+    return _READ_AS.get(column.type, "STRING")
+
+
 def _image_ddl(source: SourceTable, keys_only: bool = False) -> str:
     """An image's struct type for the JSON reader (a timestamp as text: a number or ISO text). A deletion
     reads its image's key alone: the other fields' values, read as text whatever they are, are looked at
     only for placeholders."""
-    typed = lambda c: _READ_AS.get(c.type, "STRING") if not keys_only or c.name in source.primary_key else "STRING"  # noqa: E731
+    typed = lambda c: _read_as(c) if not keys_only or c.name in source.primary_key else "STRING"  # noqa: E731
     return "STRUCT<" + ", ".join(f"{q(c.name)}: {typed(c)}" for c in source.columns) + ">"
 
 
@@ -229,7 +234,7 @@ def parse_sql(source: SourceTable, relation: str, max_line_chars: int | None, be
     # first element is not read here (such a line is the driver's).
     spellings = ", ".join(f"'{spelling}'" for spelling in sorted(SPELLINGS))
     texts_of = lambda image, columns: " OR ".join(f"coalesce(e.{image}.{q(c.name)} IN ({spellings}), false)" for c in columns) or "false"  # noqa: E731
-    text_columns = [c for c in source.columns if _READ_AS.get(c.type, "STRING") == "STRING"]
+    text_columns = [c for c in source.columns if _read_as(c) == "STRING"]
     before_texts = [c for c in source.columns if c.name not in source.primary_key or c in text_columns]
     placeholder = f"CASE WHEN deleted THEN instr(kinds, 'A') > 0 OR {texts_of('before', before_texts)} ELSE {texts_of('after', text_columns)} END"
     # A Connect schema may say a field is encoded otherwise than declared (lakemv.core.cdc.envelope.field_wires):
