@@ -112,6 +112,33 @@ def pk_fields(source: SourceTable) -> tuple[list[str], list[str]]:
     return list(source.primary_key), [source.column(c).spark_type.upper() for c in source.primary_key]
 
 
+def column_text(column: str, kind: str, raw: bool) -> str | None:
+    """SQL: a column's value as the text a map parsed from the row's JSON gives it (`to_json` with
+    `JSON`'s formats), or None for a type read only from the JSON (`kind`: Spark's simple type name).
+    A fractional number's text may differ from JSON's: only a value normalized by its type (not `raw`)
+    reads it off the column."""
+    if kind == "string":
+        return column
+    if kind in ("tinyint", "smallint", "int", "bigint", "boolean", "date") or (
+        not raw and (kind in ("float", "double") or kind.startswith("decimal"))
+    ):
+        return f"CAST({column} AS STRING)"
+    if kind in ("timestamp", "timestamp_ntz"):
+        pattern = JSON["timestampFormat" if kind == "timestamp" else "timestampNTZFormat"]
+        return f'date_format({column}, "{pattern}")'
+    return None
+
+
+def pk_column_texts(source: SourceTable, row: str) -> str | None:
+    """SQL: `pk_texts` read off the columns of `row` (a struct of the table's row) instead of its JSON:
+    the same bytes, without parsing the JSON back (None: a key column of a type read only from the JSON)."""
+    fields, types = pk_fields(source)
+    texts = [column_text(f"{row}.`{name}`", source.column(name).spark_type.lower(), False) for name in fields]
+    if any(t is None for t in texts):
+        return None
+    return f"CAST(to_json({texts_of('array(' + ', '.join(texts) + ')', literal_array(types, 'STRING'))}) AS BINARY)"  # type: ignore[arg-type]
+
+
 def pk_texts(source: SourceTable, v: str = "v") -> str:
     """SQL: a packed row's primary key as the rows space keys it (`a`) and an index entry names it (`b`)."""
     fields, types = pk_fields(source)

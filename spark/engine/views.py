@@ -36,7 +36,7 @@ from lakemv.core.planner import OCCURRENCE, ViewPlan
 from lakemv.core.planner.sqltools import spark_tree
 from lakemv.core.sql.viewsql import recompute_sql, rows_sql
 from lakemv.spark.frames import local_frame
-from lakemv.spark.engine.encoding import JSON, RAW, literal_array, packed_texts, row_of, texts_of, untag, untag_each
+from lakemv.spark.engine.encoding import JSON, RAW, column_text, literal_array, packed_texts, row_of, texts_of, untag, untag_each
 from lakemv.spark.engine.walk import Walker
 from lakemv.spark.views.kept import MARK, planning_session, replan_class
 
@@ -66,22 +66,6 @@ def whole_session(spark: SparkSession) -> SparkSession:
 
 
 _WHOLE: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakref.WeakKeyDictionary()
-
-
-def _text(column: str, kind: str, raw: bool) -> str | None:
-    """SQL: a column's value as the text a map parsed from the row's JSON gives it (`to_json` with
-    `JSON`'s formats), or None for a type read only from the JSON. A fractional number's text may differ
-    from JSON's: only a key normalized by its type (not `raw`) reads it off the column."""
-    if kind == "string":
-        return column
-    if kind in ("tinyint", "smallint", "int", "bigint", "boolean", "date") or (
-        not raw and (kind in ("float", "double") or kind.startswith("decimal"))
-    ):
-        return f"CAST({column} AS STRING)"
-    if kind in ("timestamp", "timestamp_ntz"):
-        pattern = JSON["timestampFormat" if kind == "timestamp" else "timestampNTZFormat"]
-        return f'date_format({column}, "{pattern}")'
-    return None
 
 
 class Recompute:
@@ -267,7 +251,7 @@ class Recompute:
         columns = ", ".join(f"`{c}`" for c in frame.columns if c not in carry)
         framed = frame.selectExpr(f"struct({columns}) AS r", *carry).selectExpr("r", f"to_json(r, map({options})) AS row", *carry)
         kinds = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
-        read = [_text(f"r.`{name}`", kinds[name], t == RAW) for name, t in zip(plan.key_names, key_types, strict=True)]
+        read = [column_text(f"r.`{name}`", kinds[name], t == RAW) for name, t in zip(plan.key_names, key_types, strict=True)]
         if all(t is not None for t in read):  # the key's texts read off the row's columns, not parsed back from its JSON
             key = f"CAST(to_json({texts_of('array(' + ', '.join(read) + ')', types)}) AS BINARY)"
         else:

@@ -31,7 +31,7 @@ from lakemv.spark.engine.encoding import (
     order,
     packed_texts,
     parsed,
-    pk_fields,
+    pk_column_texts,
     pk_texts,
     position,
     tag,
@@ -111,11 +111,9 @@ class Walker:
         for space in self.walks.spaces:
             if space.kind == "index":
                 fields = list(space.columns)
-                indexes.append((tables.index(space.name), self.numbers[space], fields, self._types(space), *pk_fields(self.sources[space.name])))
+                indexes.append((tables.index(space.name), self.numbers[space], fields, self._types(space)))
         return {
-            "indexes": create(
-                indexes, "table INT, space INT, fields ARRAY<STRING>, types ARRAY<STRING>, pk_fields ARRAY<STRING>, pk_types ARRAY<STRING>"
-            ),
+            "indexes": create(indexes, "table INT, space INT, fields ARRAY<STRING>, types ARRAY<STRING>"),
             "up": create(up, f"view INT, occ INT, step INT, {hop}"),
             "ends": create(ends, f"view INT, occ INT, fields ARRAY<STRING>, literals ARRAY<STRING>, types ARRAY<STRING>, anchors {anchor}"),
             "down": create(down, f"view INT, occ INT, child INT, {hop}"),
@@ -188,21 +186,26 @@ class Walker:
         self._kept = []
 
     # ---- entries -------------------------------------------------------------------------------
-    def packed_rows(self, table: str, rows: DataFrame, *keep: str) -> DataFrame:
+    def packed_rows(self, table: str, rows: DataFrame, *keep: str, pk: bool = False) -> DataFrame:
         """`rows` (the table's columns) as `v`: their JSON with the key expressions' values (and the
-        columns `keep` as they are)."""
+        columns `keep` as they are); with `pk`, also `pk`: the row's primary key as `pk_texts` packs it,
+        read off the columns where their types allow (not parsed back from `v`)."""
         source = self.sources[table]
         framed = rows.select(F.struct(*[F.col(c.name) for c in source.columns]).alias(ROW), *keep)
         fields = [F.col(ROW)[c.name].alias(c.name) for c in source.columns]
         fields += [F.expr(over(expression, ROW)).alias(name) for name, expression in sorted(self.derived[table].items())]
-        return framed.select(F.to_json(F.struct(*fields), JSON).cast("binary").alias("v"), *keep)
+        off_columns = pk_column_texts(source, ROW) if pk else None
+        packed = framed.select(
+            F.to_json(F.struct(*fields), JSON).cast("binary").alias("v"), *keep, *([F.expr(off_columns).alias("pk")] if off_columns else [])
+        )
+        return packed.withColumn("pk", F.expr(pk_texts(source))) if pk and not off_columns else packed
 
     def entries(self, table: str, rows: DataFrame) -> DataFrame:
         """`(space, a, b, v, s)`: the entries of `rows` (the table's columns, and `_lmv_position` when it
         has it) in every space of the table: its rows by primary key (ordered by their positions) and each
         index of it."""
-        packed = self.packed_rows(table, rows, *position(rows))
-        pk = pk_texts(self.sources[table])
+        packed = self.packed_rows(table, rows, *position(rows), pk=True)
+        pk = "pk"
         parts = []
         for space in self.walks.spaces:
             if space.name != table or space.kind == "view":
@@ -237,11 +240,11 @@ class Walker:
         parts = []
         for table, rows in changes.items():
             number = F.lit(self.numbers[self._rows_space(table)]).cast("int")
-            packed = self.packed_rows(table, rows, "_lmv_deleted", *position(rows))
+            packed = self.packed_rows(table, rows, "_lmv_deleted", *position(rows), pk=True)
             parts.append(
                 packed.select(
                     number.alias("space"),
-                    F.expr(pk_texts(self.sources[table])).alias("a"),
+                    F.col("pk").alias("a"),
                     F.lit(b"").cast("binary").alias("b"),
                     F.when(~F.col("_lmv_deleted"), F.col("v")).alias("v"),
                     order(packed),
@@ -252,7 +255,8 @@ class Walker:
         table_of = F.element_at(
             F.create_map(*[x for t in changes for x in (F.lit(self.numbers[self._rows_space(t)]), F.lit(tables.index(t)))]), F.col("space")
         )
-        images = written.select(table_of.alias("table"), F.col("old").alias("old"), F.col("v").alias("new"))
+        # (a row's key as the rows space keys it is the key an index entry names: `b`)
+        images = written.select(table_of.alias("table"), F.col("old").alias("old"), F.col("v").alias("new"), F.col("a").alias("pk"))
         # every index of the changed tables in one frame: a row per (change, index), by the indexes' data;
         # each image parsed once, before the join (not once per index and per use)
         parsed_images = images.select("*", F.expr(parsed("old")).alias("mo"), F.expr(parsed("new")).alias("mn"))
@@ -262,7 +266,7 @@ class Walker:
             return F.expr(f"CAST(to_json({texts_in(m, fields, types)}) AS BINARY)")
 
         old_a, new_a = packed("mo", "fields", "types"), packed("mn", "fields", "types")
-        pk = packed("coalesce(mn, mo)", "pk_fields", "pk_types")
+        pk = F.col("pk")
         moved = indexed.where(F.col("old").isNotNull() & (F.col("new").isNull() | ~old_a.eqNullSafe(new_a)))
         moves = moved.select("space", old_a.alias("a"), pk.alias("b"), F.lit(None).cast("binary").alias("v")).unionByName(
             indexed.where(F.col("new").isNotNull()).select("space", new_a.alias("a"), pk.alias("b"), F.col("new").alias("v"))

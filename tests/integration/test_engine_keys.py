@@ -1,4 +1,4 @@
-"""A view row's key read off its columns (`lakemv.spark.engine.views._text`) packs to the same bytes as
+"""A view row's key read off its columns (`lakemv.spark.engine.encoding.column_text`) packs to the same bytes as
 the key parsed back from the row's JSON, the way `reach` packs the keys a change reaches: for every type
 a key is read off the columns, compared by its type or by its text, null and odd values included."""
 
@@ -11,8 +11,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from lakemv.spark.frames import local_frame
-from lakemv.spark.engine.views import _text
-from lakemv.spark.engine.encoding import JSON, RAW, literal_array, packed_texts, texts_of
+from lakemv.spark.engine.encoding import JSON, RAW, column_text, literal_array, packed_texts, pk_column_texts, pk_texts, texts_of
 
 T = datetime.datetime(2024, 2, 1, 12, 30, 15, 123456, tzinfo=datetime.UTC)
 COLUMNS = [
@@ -39,7 +38,7 @@ def test_a_key_read_off_the_columns_packs_as_its_json_does(spark):
     compared = 0
     for name, kind, _ in COLUMNS:
         for types in (kind, RAW):
-            read = _text(f"r.`{name}`", kinds[name], types == RAW)
+            read = column_text(f"r.`{name}`", kinds[name], types == RAW)
             if read is None:  # a fractional number compared by its text is read from the JSON only
                 assert types == RAW and (kind in ("DOUBLE", "FLOAT") or kind.startswith("DECIMAL"))
                 continue
@@ -69,3 +68,25 @@ def test_a_row_packed_as_json_reads_back_as_the_row(spark):
     packed = frame.selectExpr("struct(*) AS r").select(F.to_json("r", JSON).cast("binary").alias("v"))
     back = packed.select(row_of(source, F.col("v")).alias("r")).select("r.*")
     assert_df_equality(back, frame, ignore_row_order=True, ignore_nullable=True, allow_nan_equality=True)
+
+
+def test_a_primary_key_read_off_the_columns_packs_as_its_json_does(spark):
+    """`pk_column_texts` (a changed row's key, read off its columns as `apply` writes it) is `pk_texts`
+    of the row's JSON, byte for byte, for a key of every type read off the columns."""
+    from lakemv.catalog.declarations import Column, SourceTable
+
+    declared = [(name, kind, values) for name, kind, values in COLUMNS if kind not in ("TIMESTAMP_NTZ", "FLOAT")]
+    source = SourceTable(
+        name="every_key",
+        primary_key=tuple(name for name, _, _ in declared),
+        columns=tuple(Column(name=name, type=kind.lower()) for name, kind, _ in declared),
+    )
+    width = max(len(values) for _, _, values in declared)
+    rows = [tuple(values[i % len(values)] for _, _, values in declared) for i in range(width)]
+    frame = local_frame(spark, rows, ", ".join(f"{name} {kind}" for name, kind, _ in declared))
+    options = ", ".join(f"'{k}', \"{v}\"" for k, v in JSON.items())
+    framed = frame.selectExpr("struct(*) AS r").selectExpr("r", f"CAST(to_json(r, map({options})) AS BINARY) AS v")
+    off_columns = pk_column_texts(source, "r")
+    assert off_columns is not None
+    both = framed.selectExpr("v", f"{off_columns} AS columns", f"{pk_texts(source)} AS json").collect()
+    assert [bytes(r["columns"]) for r in both] == [bytes(r["json"]) for r in both] and len(both) == width
