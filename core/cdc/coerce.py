@@ -170,6 +170,13 @@ def _date(column: Column, value: Any) -> int:
 
 
 _DOUBLE_MAX = int(sys.float_info.max)
+# A JSON escape of half a surrogate pair with no other half reads as that code point alone: no UTF-8 holds it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_only(value: str) -> bool:
+    """Whether `value` holds no surrogate code point (JSON's escape of half a pair, read alone): whether UTF-8 can hold it."""
+    return _SURROGATE.search(value) is None
 
 
 def coerce(column: Column, value: Any, wire: Wire | None = None) -> Any:
@@ -180,7 +187,11 @@ def coerce(column: Column, value: Any, wire: Wire | None = None) -> Any:
     kind = column.type
     if kind == "string":
         if isinstance(value, str):
-            return value
+            if value.isascii() or text_only(value):
+                return value
+            raise EnvelopeError(
+                f"column {column.name!r}: a lone surrogate escape (\\u{ord(_SURROGATE.search(value).group()):04x}) is not Unicode text"
+            )  # type: ignore[union-attr]
         raise _fail(column, value)
     if (bounds := _INT_RANGES.get(kind)) is not None:
         if isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]:

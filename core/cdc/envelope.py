@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from lakemv.catalog.declarations import Column, SourceTable
-from lakemv.core.cdc.coerce import MAX_MICROS, Wire, coerce
+from lakemv.core.cdc.coerce import MAX_MICROS, Wire, coerce, text_only
 from lakemv.core.cdc.evolution import TypedSample
 from lakemv.core.cdc.unavailable import SPELLINGS, is_placeholder
 from lakemv.core.errors import EnvelopeError
@@ -116,9 +116,7 @@ def _source_ts(envelope: dict[str, Any]) -> int | None:
     source_ts = _lookup(envelope, "source.ts_ms")
     if source_ts is None:
         source_ts = envelope.get("ts_ms")
-    if source_ts is not None and (
-        not isinstance(source_ts, int) or isinstance(source_ts, bool) or not 0 <= source_ts <= MAX_MICROS // 1000
-    ):
+    if source_ts is not None and (not isinstance(source_ts, int) or isinstance(source_ts, bool) or not 0 <= source_ts <= MAX_MICROS // 1000):
         raise EnvelopeError(f"source.ts_ms must be epoch millis within years 1970-9999, got {source_ts!r}")
     return source_ts
 
@@ -214,7 +212,7 @@ def _read_known(text: str, table: str) -> tuple[dict[str, Any], Any] | Skip | No
     known = _BEGINNINGS.get(table)
     if known is None or not text.startswith(known[0]) or not text.endswith("}"):
         return None
-    rest = text[len(known[0]):-1]
+    rest = text[len(known[0]) : -1]
     payload = _value(rest, payload_of=False)
     if payload is _UNREAD:
         return None  # (not one value, or one the standard library reads: the whole line is read)
@@ -234,7 +232,7 @@ def wrapped_beginning(text: str) -> tuple[str, Any] | None:
     if end < 0:
         return None
     try:
-        return text[:end + len(_JOIN)], orjson.loads(text[len(_HEAD):end])
+        return text[: end + len(_JOIN)], orjson.loads(text[len(_HEAD) : end])
     except (orjson.JSONDecodeError, RecursionError):
         return None
 
@@ -335,7 +333,11 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip | Tru
     for name, column, plain, low, high in columns:
         value = image.get(name, _ABSENT)
         kind = value.__class__
-        if kind is plain and (low is None or low <= value <= high) and (kind is not str or value not in SPELLINGS):
+        if (
+            kind is plain
+            and (low is None or low <= value <= high)
+            and (kind is not str or (value not in SPELLINGS and (value.isascii() or text_only(value))))
+        ):
             row.append(value)  # (what `coerce` returns as it is: a string's text, an integer in its range)
             continue
         if value is _ABSENT:  # stored as NULL, and noted

@@ -179,6 +179,8 @@ def test_what_the_readers_types_would_hide_is_the_drivers(spark, sources):
         json.dumps({"schema": schema, "payload": json.loads(line()), "payload ": 1}).replace('"payload ": 1', '"payload": ' + line(email="c@x")),
         # a null payload whose key is spelled with an escape, beside a null schema: a tombstone to the driver
         '{"schema":null,"p\\u0061yload":null,' + line(email="d@x")[1:],
+        # half a surrogate pair escaped alone (a dead letter to the driver, "?" to Spark's reader), and a whole pair
+        line(username="a\ud800b"), line(username="q").replace('"q"', '"\\uDC00"'), line(username="\U0001f600"),
     ]
     spark_s = [
         line(),

@@ -71,3 +71,15 @@ def test_tombstone_rows_carry_only_the_key(sources):
     assert (row["username"], row["repo_name"], row["repo_owner"], row["created_at"]) == ("ann", "lake", "bob", None)
     assert row[DELETED] is True and row[POSITION] == 9
     assert table.schema.field("created_at").type == pa.timestamp("us", tz="UTC")
+
+
+def test_a_lone_surrogate_escape_in_a_text_value_is_a_dead_letter_and_a_pair_is_its_character(sources):
+    """JSON may escape half a surrogate pair alone (`\\ud800`): no UTF-8 text holds it, so the line is a
+    dead letter with its reason (it had crashed the batch where the rows became Arrow). A whole pair is
+    the one character it spells, and lands."""
+    lone, pair = ev("c", 1).replace("a@x.io", "a\\ud800b@x"), ev("c", 2).replace("a@x.io", "\\ud83d\\ude00@x").replace('"id": 1', '"id": 2')
+    batch = build_changeset([(lone, USERS_FILE), (pair, USERS_FILE)], sources)
+    assert [d.reason for d in batch.dead_letters] == ["column 'email': a lone surrogate escape (\\ud800) is not Unicode text"]
+    (change,) = batch.changes["users"]
+    assert change.row[1] == "\U0001f600@x"
+    assert changes_to_arrow(sources["users"], batch.changes["users"], 1, 0).column("email").to_pylist() == ["\U0001f600@x"]

@@ -14,6 +14,10 @@ import org.apache.spark.sql.api.java.UDF3;
  * its line's known beginning {@code {"schema":...,"payload":}. It reads UTF-8 bytes (the SQL passes
  * {@code CAST(value AS BINARY)}): every byte of a multi-byte character is above 0x7F, so none is taken
  * for a bracket, quote or backslash.
+ *
+ * <p>A string holding a surrogate's escape ({@code \\uD800} to {@code \\uDFFF}) answers false too: Spark's
+ * reader turns half a pair left alone into {@code ?}, where a strict reader refuses it, so such a text
+ * is left to one (a whole pair, rare in a converter's output, goes with it).
  */
 public final class JsonCloses implements UDF3<byte[], Integer, Integer, Boolean> {
     private static final long serialVersionUID = 1L;
@@ -32,7 +36,16 @@ public final class JsonCloses implements UDF3<byte[], Integer, Integer, Boolean>
         return i;
     }
 
-    /** The offset just past the JSON value that starts at {@code i}, or -1. */
+    /** Whether the escape after a backslash at {@code i - 1} is {@code \\u} of a surrogate (D800-DFFF). */
+    private static boolean surrogate(byte[] text, int i) {
+        if (i + 4 >= text.length || text[i] != 'u' || (text[i + 1] != 'd' && text[i + 1] != 'D')) {
+            return false;
+        }
+        byte c = text[i + 2];
+        return (c >= '8' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    }
+
+    /** The offset just past the JSON value that starts at {@code i}, or -1 (also for a surrogate escape). */
     private static int valueEnd(byte[] text, int i) {
         int n = text.length;
         if (i >= n) {
@@ -53,6 +66,9 @@ public final class JsonCloses implements UDF3<byte[], Integer, Integer, Boolean>
             byte c = text[i];
             if (quoted) {
                 if (c == '\\') {
+                    if (surrogate(text, i + 1)) {
+                        return -1;
+                    }
                     i++;
                 } else if (c == '"') {
                     quoted = false;
