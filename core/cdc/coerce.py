@@ -187,11 +187,10 @@ def coerce(column: Column, value: Any, wire: Wire | None = None) -> Any:
     kind = column.type
     if kind == "string":
         if isinstance(value, str):
-            if value.isascii() or text_only(value):
+            lone = None if value.isascii() else _SURROGATE.search(value)
+            if lone is None:
                 return value
-            raise EnvelopeError(
-                f"column {column.name!r}: a lone surrogate escape (\\u{ord(_SURROGATE.search(value).group()):04x}) is not Unicode text"
-            )  # type: ignore[union-attr]
+            raise EnvelopeError(f"column {column.name!r}: a lone surrogate escape (\\u{ord(lone.group()):04x}) is not Unicode text")
         raise _fail(column, value)
     if (bounds := _INT_RANGES.get(kind)) is not None:
         if isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]:

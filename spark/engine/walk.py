@@ -13,7 +13,7 @@ Encodings: `lakemv.spark.engine.encoding`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import reduce
+from functools import partial, reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -102,10 +102,7 @@ class Walker:
                 down.append((view, parent, child, *self._ask_row(self.walks.asks[i])))
         hop = "space INT, fields ARRAY<STRING>, types ARRAY<STRING>, strict ARRAY<BOOLEAN>"
         anchor = "ARRAY<STRUCT<occ: INT, space: INT, pos: ARRAY<INT>, types: ARRAY<STRING>, strict: ARRAY<BOOLEAN>>>"
-
-        def create(rows: list, ddl: str) -> DataFrame:
-            return local_frame(self.spark, rows, ddl)
-
+        create = partial(local_frame, self.spark)
         tables = self.tables()
         indexes = []
         for space in self.walks.spaces:

@@ -54,17 +54,26 @@ def test_a_key_read_off_the_columns_packs_as_its_json_does(spark):
     assert compared == 17  # every type by its type, and all but the three fractional ones by their text too
 
 
+def _every_declarable_type(spark, name: str, primary_key: tuple[str, ...] | None):
+    """A source table of a column of each declarable type in COLUMNS (its key `primary_key`, None: every
+    column), the rows that cycle through their values, as a frame, and how many rows."""
+    from lakemv.catalog.declarations import Column, SourceTable
+    from lakemv.spark.engine.encoding import row_schema
+
+    declared = [(column, kind, values) for column, kind, values in COLUMNS if kind not in ("TIMESTAMP_NTZ", "FLOAT")]
+    columns = tuple(Column(name=column, type=kind.lower()) for column, kind, _ in declared)
+    source = SourceTable(name=name, primary_key=primary_key or tuple(c.name for c in columns), columns=columns)
+    width = max(len(values) for _, _, values in declared)
+    rows = [tuple(values[i % len(values)] for _, _, values in declared) for i in range(width)]
+    return source, local_frame(spark, rows, row_schema(source)[len("STRUCT<") : -1].replace("`: ", "` ")), width
+
+
 def test_a_row_packed_as_json_reads_back_as_the_row(spark):
     """`row_of` reads a packed row (`to_json` with `JSON`'s patterns: times to the microsecond) without
     those patterns, by Spark's ISO-8601 reading: every value of every declarable type comes back as it was."""
-    from lakemv.catalog.declarations import Column, SourceTable
-    from lakemv.spark.engine.encoding import row_of, row_schema
+    from lakemv.spark.engine.encoding import row_of
 
-    declared = [(name, kind, values) for name, kind, values in COLUMNS if kind not in ("TIMESTAMP_NTZ", "FLOAT")]
-    source = SourceTable(name="every_type", primary_key=("s",), columns=tuple(Column(name=name, type=kind.lower()) for name, kind, _ in declared))
-    width = max(len(values) for _, _, values in declared)
-    rows = [tuple(values[i % len(values)] for _, _, values in declared) for i in range(width)]
-    frame = local_frame(spark, rows, row_schema(source)[len("STRUCT<") : -1].replace("`: ", "` "))
+    source, frame, _ = _every_declarable_type(spark, "every_type", ("s",))
     packed = frame.selectExpr("struct(*) AS r").select(F.to_json("r", JSON).cast("binary").alias("v"))
     back = packed.select(row_of(source, F.col("v")).alias("r")).select("r.*")
     assert_df_equality(back, frame, ignore_row_order=True, ignore_nullable=True, allow_nan_equality=True)
@@ -73,17 +82,7 @@ def test_a_row_packed_as_json_reads_back_as_the_row(spark):
 def test_a_primary_key_read_off_the_columns_packs_as_its_json_does(spark):
     """`pk_column_texts` (a changed row's key, read off its columns as `apply` writes it) is `pk_texts`
     of the row's JSON, byte for byte, for a key of every type read off the columns."""
-    from lakemv.catalog.declarations import Column, SourceTable
-
-    declared = [(name, kind, values) for name, kind, values in COLUMNS if kind not in ("TIMESTAMP_NTZ", "FLOAT")]
-    source = SourceTable(
-        name="every_key",
-        primary_key=tuple(name for name, _, _ in declared),
-        columns=tuple(Column(name=name, type=kind.lower()) for name, kind, _ in declared),
-    )
-    width = max(len(values) for _, _, values in declared)
-    rows = [tuple(values[i % len(values)] for _, _, values in declared) for i in range(width)]
-    frame = local_frame(spark, rows, ", ".join(f"{name} {kind}" for name, kind, _ in declared))
+    source, frame, width = _every_declarable_type(spark, "every_key", None)
     options = ", ".join(f"'{k}', \"{v}\"" for k, v in JSON.items())
     framed = frame.selectExpr("struct(*) AS r").selectExpr("r", f"CAST(to_json(r, map({options})) AS BINARY) AS v")
     off_columns = pk_column_texts(source, "r")

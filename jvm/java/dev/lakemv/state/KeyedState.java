@@ -196,15 +196,16 @@ public final class KeyedState implements Serializable {
    * (an index's moves): a read of the store per change was most of a large write's time.
    */
   public Dataset<Row> update(SparkSession spark, Dataset<Row> changes, long version, boolean blind) {
-    if (blind && (java.util.Arrays.asList(changes.columns()).contains("s") || java.util.Arrays.asList(changes.columns()).contains("p"))) {
+    java.util.List<String> columns = java.util.Arrays.asList(changes.columns());
+    if (blind && (columns.contains("s") || columns.contains("p"))) {
       throw new IllegalArgumentException("a blind write has no order (s) and keeps no prefix (p)");
     }
     Column order =
-        java.util.Arrays.asList(changes.columns()).contains("s")
+        columns.contains("s")
             ? functions.col("s").cast(DataTypes.LongType)
             : functions.lit(null).cast(DataTypes.LongType).as("s");
     Column kept =
-        java.util.Arrays.asList(changes.columns()).contains("p")
+        columns.contains("p")
             ? functions.coalesce(functions.col("p").cast(DataTypes.BooleanType), functions.lit(false)).as("p")
             : functions.lit(false).as("p");
     Dataset<Row> asked =
