@@ -151,3 +151,45 @@ def test_after_a_stop_signal_an_ignored_keyboard_interrupt_prints_no_traceback(m
     lifecycle._unraisable(interrupt)
     lifecycle._unraisable(other)
     assert shown == [interrupt, other]
+
+
+# A child driven by its stdin, as Spark's JVM gateway is: it leaves in order on EOF (writing `left`), as
+# a JVM runs its shutdown hooks while its other threads may still be committing.
+STDIN_CHILD = textwrap.dedent(
+    """
+    import subprocess, sys
+    from lakemv.core.runtime import lifecycle
+
+    lifecycle.install(grace=30)
+    child = "import sys, pathlib; sys.stdin.read(); pathlib.Path(sys.argv[1]).write_text('in order')"
+    jvm = subprocess.Popen([sys.executable, "-c", child, sys.argv[1]], stdin=subprocess.PIPE, start_new_session=True)
+    lifecycle.adopt("spark", jvm)
+    print(jvm.pid, flush=True)
+    if sys.argv[2] == "signalled":
+        try:
+            sys.stdin.readline()  # until the signal
+        except lifecycle.Interrupted:
+            pass
+    lifecycle.finish(0)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["finished", "signalled"])
+def test_a_stdin_driven_child_leaves_in_order_at_a_finish_and_is_killed_after_a_stop_signal(tmp_path, how):
+    """A JVM asked to leave in order after a stop signal would run its shutdown hooks beside a commit in
+    flight (Iceberg then deleted a committed snapshot's files): after a signal it is killed; a run that
+    ends by itself closes its stdin as before."""
+    script, left = tmp_path / "child.py", tmp_path / "left"
+    script.write_text(STDIN_CHILD)
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(left), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, start_new_session=True,
+    )  # fmt: skip
+    jvm = int(process.stdout.readline())
+    if how == "signalled":
+        os.killpg(process.pid, signal.SIGINT)
+    process.communicate(timeout=15)
+    assert not alive(jvm)
+    assert left.exists() == (how == "finished"), left
