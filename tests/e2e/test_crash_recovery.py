@@ -11,23 +11,21 @@ import pytest
 
 from tests.e2e.crash_harness import BACKLOG_DEFERRED, BACKLOG_ROUNDS, BACKLOG_SCHEDULE, ENGINE_POINTS, POINTS, run_trial
 
-# A kill at each kind of step of a batch (`python -m tests.e2e.crash_harness` kills at every one of
-# POINTS, for every table and view). The trials below kill at the rest: once the batch is journaled, in
-# a view's commit and before its digests are in the state.
+# A kill at steps of each part of a batch: its parse, a mirror's commit, the views' keys and the
+# ledger's row (`python -m tests.e2e.crash_harness` kills at every one of POINTS, for every table and
+# view, the dead letters, the state of the mirrors, the feeds and the batch's end among them). The
+# trials below kill at the rest: once the batch is journaled, in a view's commit and before its
+# digests are in the state.
 KIND_POINTS = (
     "parsed",
-    "dead_letters",
     "mirror:stars",
-    "state:mirrors",
     "keys:user_profile",
-    "feeds",
     "ledger",
-    "batch_end",
 )
 assert set(KIND_POINTS) <= set(POINTS)
 
 
-@pytest.mark.slow(290)
+@pytest.mark.slow(160)
 def test_a_kill_at_each_kind_of_step_recovers_to_the_crash_free_result(tmp_path, sources):
     trial = run_trial(tmp_path, seed=2, users=80, rounds=5, sources=sources, points=KIND_POINTS)
     assert not trial.not_reached, f"crash points never reached (the schedule proves nothing there): {trial.not_reached}"
@@ -38,17 +36,17 @@ def test_a_kill_at_each_kind_of_step_recovers_to_the_crash_free_result(tmp_path,
 
 # A backlog: every run drains the landing files as one, its views holding their keys until its last
 # batch (lakemv.core.batch.deferral). A kill once a held batch added a view's keys to its pending keys,
-# in the last batch's view commit, and before its digests are in the state; the local state is lost
-# after the third, so the last run rebuilds it. Meanwhile repo_summary waits for a freshness budget as
+# and in the last batch before a view's digests are in the state; the local state is lost after the
+# second, so the last run rebuilds it. Meanwhile repo_summary waits for a freshness budget as
 # well; the last run, without the budget, catches it up. The driver parses the units here: a set-wise
 # unit is journaled as the same change set (tests/integration/test_bulk_parse.py), and parsing these
 # small ones in Spark cost two minutes of this test's four. The harness's `--backlog` parses them
 # set-wise and kills at more steps (BACKLOG_SCHEDULE).
-BACKLOG_KILLS = (("deferred:user_profile", 1), ("view:user_profile", 3), ("state:user_profile", 3))
+BACKLOG_KILLS = (("deferred:user_profile", 1), ("state:user_profile", 3))
 assert set(BACKLOG_KILLS) <= set(BACKLOG_SCHEDULE)
 
 
-@pytest.mark.slow(140)
+@pytest.mark.slow(110)
 def test_a_backlog_and_a_waiting_view_recover_to_the_crash_free_result(tmp_path, sources):
     trial = run_trial(
         tmp_path, seed=5, users=60, rounds=BACKLOG_ROUNDS, sources=sources, deferred=BACKLOG_DEFERRED, backlog=True,
@@ -62,13 +60,13 @@ def test_a_backlog_and_a_waiting_view_recover_to_the_crash_free_result(tmp_path,
 
 
 # Event views (windows with lateness, enrichment as of processing, a join within a time bound): a kill
-# once a batch's watermarks are journaled, once a window view's keys are gathered, and before a joined
-# view's digests are in the state, which is then lost. `python -m tests.e2e.crash_harness --events 300`
+# once a batch's watermarks are journaled, and before a joined view's digests are in the state, which
+# is then lost. `python -m tests.e2e.crash_harness --events 300`
 # kills at every step.
-EVENT_KILLS = (("journaled", 1), ("keys:page_views_hourly", 2), ("state:search_clicks", 2))
+EVENT_KILLS = (("journaled", 1), ("state:search_clicks", 2))
 
 
-@pytest.mark.slow(155)
+@pytest.mark.slow(120)
 def test_event_views_recover_to_the_crash_free_result(tmp_path):
     trial = run_trial(tmp_path, seed=3, rounds=4, events=200, schedule=EVENT_KILLS, lose_state_every=len(EVENT_KILLS))
     assert not trial.not_reached, trial.not_reached
@@ -78,15 +76,15 @@ def test_event_views_recover_to_the_crash_free_result(tmp_path):
     assert trial.states_lost
 
 
-# The engine state (LAKEMV_ENGINE_STATE): a kill once a unit's rows are in the state, the state then lost
-# (the next run builds it from the mirrors, and its first unit checks what its write id committed), and
-# once the views' tables are committed (their rows' places not yet in the state: the replay takes the
-# commits back). `python -m tests.e2e.crash_harness --engine` kills at every one of ENGINE_POINTS.
-ENGINE_KILLS = ("state:rows", "views")
+# The engine state (LAKEMV_ENGINE_STATE): a kill once the views' tables are committed (their rows' places
+# not yet in the state: the replay takes the commits back), the state then lost (the next run builds it
+# from the mirrors, and its first unit checks what its write id committed). `python -m
+# tests.e2e.crash_harness --engine` kills at every one of ENGINE_POINTS, a unit's rows in the state among them.
+ENGINE_KILLS = ("views",)
 assert set(ENGINE_KILLS) <= set(ENGINE_POINTS)
 
 
-@pytest.mark.slow(260)
+@pytest.mark.slow(170)
 def test_the_engine_state_recovers_to_the_crash_free_result(tmp_path, sources):
     trial = run_trial(tmp_path, seed=4, users=40, rounds=3, sources=sources, points=ENGINE_KILLS, engine=True, lose_state_every=1)
     assert not trial.not_reached, f"crash points never reached (the schedule proves nothing there): {trial.not_reached}"

@@ -34,6 +34,7 @@ from lakemv.duck.verify import FLOAT_TOLERANCE, verify_plan
 from lakemv.spark.batch.runner import BatchProcessor
 from tests.cdc import at, dbz
 from tests.crashes import crashing_at
+from tests.conftest import points
 
 VIEWS = {
     "pr_status": """-- @key: status
@@ -157,7 +158,7 @@ def test_aggregates_by_delta_equal_their_full_runs_through_a_random_history(lake
 
 
 @pytest.mark.slow(60)
-@pytest.mark.parametrize("point", ["view:pr_status", "state:pr_status", "state:pr_authors", "state:author_prs"])
+@pytest.mark.parametrize("point", points(("view:pr_status", "state:pr_authors"), ("state:pr_status", "state:author_prs")))
 def test_a_unit_that_dies_after_the_view_commit_adds_its_deltas_once(lake, tmp_path, point, monkeypatch):
     monkeypatch.setattr(choice, "DELTA_OVER_GROUPS", math.inf)
     monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_INCREMENTAL)  # the path under test, however a loaded machine measures

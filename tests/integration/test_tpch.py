@@ -35,10 +35,10 @@ DAGS = {
 }  # fmt: skip
 
 
-@pytest.mark.slow(300)
+@pytest.mark.slow(200)
 def test_tpch_views_equal_spark_and_duckdb_full_runs_after_every_refresh(lake, tmp_path, monkeypatch):
     monkeypatch.setattr(choice, "PRIORS", choice.ALWAYS_INCREMENTAL)  # the incremental path, however cold batches measure
-    workload = TpchWorkload(TpchConfig(scale=0.001, rounds=2, orders_per_round=6, updates_per_round=12))
+    workload = TpchWorkload(TpchConfig(scale=0.001, rounds=1, orders_per_round=6, updates_per_round=12))
     sources = workload.sources
     definitions = load_views([VIEWS_DIR])
     assert sorted(definitions) == sorted([*ACCEPTED, *DAGS, *(v for reads in DAGS.values() for v in reads)])
