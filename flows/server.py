@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,16 +25,10 @@ from pathlib import Path
 
 from lakemv.core.errors import ConfigError
 from lakemv.core.runtime import lifecycle
+from lakemv.core.runtime.ports import free_port
 
 
 UI_API_URL = ("PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL")  # where the UI served by a server finds its API
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def healthy(api: str, timeout: float = 2.0) -> bool:

@@ -31,7 +31,8 @@ from pathlib import Path
 from lakemv.catalog.settings import PROJECT_ROOT
 from lakemv.catalog.storage import S3Options, s3_filesystem
 from lakemv.core.errors import ConfigError
-from lakemv.ops.services import ComponentStatus, Services, ServicesStatus, alive, free_port, port_open
+from lakemv.core.runtime.ports import free_port
+from lakemv.ops.services import ComponentStatus, Services, ServicesStatus, alive, port_open
 
 SCALEOUT_LIB = PROJECT_ROOT / "jvm" / "scaleout" / "lib"
 SPARK_LIB = PROJECT_ROOT / "jvm" / "lib"

@@ -20,12 +20,6 @@ class StackError(LakemvError):
     """A component of the local stack did not start or stop as expected; the message names its log."""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)

@@ -28,7 +28,8 @@ from lakemv.catalog.declarations import SourceTable
 from lakemv.catalog.settings import PROJECT_ROOT
 from lakemv.core.errors import ConfigError
 from lakemv.ops.postgres import USER, PostgresServer
-from lakemv.ops.services import ComponentStatus, Services, ServicesStatus, StackError, alive, free_port, port_open
+from lakemv.core.runtime.ports import free_port
+from lakemv.ops.services import ComponentStatus, Services, ServicesStatus, StackError, alive, port_open
 from lakemv.workload.postgres import SIGNAL_TABLE
 
 STACK_LIB = PROJECT_ROOT / "jvm" / "stack" / "lib"

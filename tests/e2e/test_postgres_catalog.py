@@ -6,7 +6,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -15,15 +14,10 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from lakemv.core.runtime.ports import free_port
 from lakemv.workload.github import GitHubWorkload, WorkloadConfig
 from tests.e2e.cli import lakemv, model_rows, queried_rows
 from tests.e2e.secrets import CommandLines, holding, prefect_holding
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 PASSWORD = "pg-catalog-s3cr3t-7f2e"
@@ -40,7 +34,7 @@ def postgres() -> Iterator[str]:
     if os.geteuid() == 0:  # the server refuses to run as root
         shutil.chown(data, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
+    port = free_port()
     (data / "password").write_text(PASSWORD)
     if as_user:
         shutil.chown(data / "password", "postgres", "postgres")
