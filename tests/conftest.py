@@ -42,16 +42,6 @@ os.environ.setdefault("LAKEMV_EXECUTOR_JVM_OPTIONS", SHORT_LIVED_JVM)
 os.environ.setdefault("LAKEMV_SPARK_CONF", json.dumps({"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}))
 # The three above only make the suite's processes cheaper: a test that clears the lakemv settings from
 # a command's environment keeps them (`without_lake_settings`).
-# Tests that kill a unit at each of several steps kill at a few of them in `make test`, and at every
-# one with LAKEMV_TEST_EVERY_POINT=1 (docs/testing.md): each point costs a unit run again.
-EVERY_POINT = os.environ.get("LAKEMV_TEST_EVERY_POINT") == "1"
-
-
-def points(suite: tuple[str, ...], rest: tuple[str, ...]) -> tuple[str, ...]:
-    """The crash points of a test: `suite` always, `rest` too with LAKEMV_TEST_EVERY_POINT=1."""
-    return (*suite, *rest) if EVERY_POINT else suite
-
-
 SUITE_PROCESS_SETTINGS = ("LAKEMV_JVM_OPTIONS", "LAKEMV_EXECUTOR_JVM_OPTIONS", "LAKEMV_SPARK_CONF")
 
 
@@ -63,6 +53,16 @@ def without_lake_settings(environ: Mapping[str, str]) -> dict[str, str]:
 # own time is watched as a whole, in CI).
 hypothesis_settings.register_profile("lakemv", deadline=None)
 hypothesis_settings.load_profile("lakemv")
+
+
+# Tests that kill a unit at each of several steps kill at a few of them in `make test`, and at every
+# one with LAKEMV_TEST_EVERY_POINT=1 (docs/testing.md): each point costs a unit run again.
+EVERY_POINT = os.environ.get("LAKEMV_TEST_EVERY_POINT") == "1"
+
+
+def points(suite: tuple[str, ...], rest: tuple[str, ...]) -> tuple[str, ...]:
+    """The crash points of a test: `suite` always, `rest` too with LAKEMV_TEST_EVERY_POINT=1."""
+    return (*suite, *rest) if EVERY_POINT else suite
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

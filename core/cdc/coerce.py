@@ -176,7 +176,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def text_only(value: str) -> bool:
     """Whether `value` holds no surrogate code point (JSON's escape of half a pair, read alone): whether UTF-8 can hold it."""
-    return _SURROGATE.search(value) is None
+    return value.isascii() or _SURROGATE.search(value) is None
 
 
 def coerce(column: Column, value: Any, wire: Wire | None = None) -> Any:

@@ -336,7 +336,7 @@ def parse_envelope(text: str | None, source: SourceTable) -> Change | Skip | Tru
         if (
             kind is plain
             and (low is None or low <= value <= high)
-            and (kind is not str or (value not in SPELLINGS and (value.isascii() or text_only(value))))
+            and (kind is not str or (value not in SPELLINGS and text_only(value)))
         ):
             row.append(value)  # (what `coerce` returns as it is: a string's text, an integer in its range)
             continue

@@ -28,7 +28,7 @@ from prefect.client.schemas.sorting import FlowRunSort
 from lakemv.catalog.lake import pyiceberg_catalog
 from lakemv.duck.query import run_query
 from lakemv.flows.context import lake_settings
-from lakemv.flows.server import free_port
+from lakemv.core.runtime.ports import free_port
 from lakemv.workload.github import WorkloadConfig, generate_files
 from tests.conftest import LAKEMV
 from tests.e2e.browser import browser_page
